@@ -1,0 +1,163 @@
+/*
+ * bench.c — `chute bench SOURCE`: run the pipeline, consume and discard
+ * batches, report throughput and how long the consumer waited.
+ */
+#include "cli.h"
+
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
+}
+
+static const char *busiest(const chute_stats *s)
+{
+    uint64_t r = s->read.busy_ns, d = s->decode.busy_ns, t = s->transform.busy_ns;
+    return r >= d && r >= t ? "read" : d >= t ? "decode" : "transform";
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    chute_loader_options o = {0};
+    int transform = 0, dtype = 0, json = 0, no_dct = 0, quiet = 0;
+    uint32_t epochs = 1;
+    uint64_t max_batches = 0;
+    const cli_opt opts[] = {
+        {"--transform", CLI_CHOICE, &transform, "train|eval|none", 0, 0, "transform (default train)"},
+        {"--size", CLI_U32, &o.size, NULL, 1, 8192, "output height and width (default 224)"},
+        {"--batch-size", CLI_U32, &o.batch_size, NULL, 1, 1 << 20, "samples per batch (default 256)"},
+        {"--workers", CLI_U32, &o.workers, NULL, 1, 1024, "worker threads (default: cores)"},
+        {"--prefetch", CLI_U32, &o.prefetch, NULL, 1, 64, "batches prepared ahead (default 2)"},
+        {"--epochs", CLI_U32, &epochs, NULL, 1, 1000000, "epochs to run (default 1)"},
+        {"--max-batches", CLI_U64, &max_batches, NULL, 0, UINT64_MAX,
+         "stop after this many batches in total (default: no limit)"},
+        {"--seed", CLI_U64, &o.seed, NULL, 0, UINT64_MAX, "shuffle/augmentation seed (default 0)"},
+        {"--dtype", CLI_CHOICE, &dtype, "float32|uint8|float16", 0, 0, "output type (default float32)"},
+        {"--no-dct-scale", CLI_FLAG, &no_dct, NULL, 0, 0, "never decode JPEGs at reduced DCT scale"},
+        {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
+        {"--quiet", CLI_FLAG, &quiet, NULL, 0, 0, "no live progress line"},
+        {NULL, 0, NULL, NULL, 0, 0, NULL},
+    };
+    const char *pos[1];
+    int np = 0;
+    int rc = cli_parse("bench", "SOURCE [options]", opts, argc, argv, pos, 1, &np);
+    if (rc)
+        return rc == 1 ? 0 : 2;
+    if (np != 1) {
+        fprintf(stderr, "chute bench: need SOURCE, an image tree or a shard directory (see --help)\n");
+        return 2;
+    }
+    o.transform = (chute_transform)transform;
+    o.dtype = dtype == 0 ? CHUTE_DTYPE_FLOAT32 : dtype == 1 ? CHUTE_DTYPE_UINT8 : CHUTE_DTYPE_FLOAT16;
+    o.no_dct_scale = no_dct;
+
+    chute_error err = {0};
+    chute_dataset *ds = NULL;
+    double t_open = now_s();
+    rc = chute_dataset_open(pos[0], CHUTE_SOURCE_AUTO, &ds, &err);
+    if (rc != CHUTE_OK) {
+        fprintf(stderr, "chute bench: %s\n", err.message);
+        return 1;
+    }
+    t_open = now_s() - t_open;
+    chute_loader *ld = NULL;
+    rc = chute_loader_create(ds, &o, &ld, &err);
+    if (rc != CHUTE_OK) {
+        fprintf(stderr, "chute bench: %s\n", err.message);
+        chute_dataset_close(ds);
+        return 1;
+    }
+    int live = !json && !quiet && isatty(2);
+    uint64_t images = 0, batches = 0;
+    double cpu0 = cpu_s(), t0 = now_s(), last = t0;
+    chute_stats s0;
+    chute_loader_stats(ld, &s0);
+    int failed = 0;
+    for (uint32_t e = 0; e < epochs && !failed; e++) {
+        chute_loader_start_epoch(ld, e, 0);
+        for (;;) {
+            if (max_batches && batches >= max_batches)
+                break;
+            chute_batch *b = NULL;
+            rc = chute_loader_next(ld, &b);
+            if (rc == CHUTE_END)
+                break;
+            if (rc != CHUTE_OK) {
+                fprintf(stderr, "%schute bench: %s: %s\n", live ? "\r\033[K" : "",
+                        chute_status_name(rc), chute_loader_errmsg(ld));
+                failed = 1;
+                break;
+            }
+            chute_batch_view v;
+            chute_batch_view_get(b, &v);
+            images += v.count;
+            batches++;
+            chute_batch_release(b);
+            double t = now_s();
+            if (live && t - last >= 0.25) {
+                chute_stats s;
+                chute_loader_stats(ld, &s);
+                double el = t - t0;
+                fprintf(stderr,
+                        "\repoch %u  %llu images  %.0f img/s  %.1f MB/s  wait %.0f%%  busiest: %s   ",
+                        e, (unsigned long long)images, images / el,
+                        (s.read.bytes - s0.read.bytes) / 1e6 / el,
+                        100.0 * (s.wait_ns - s0.wait_ns) / 1e9 / el, busiest(&s));
+                fflush(stderr);
+                last = t;
+            }
+        }
+        if (max_batches && batches >= max_batches)
+            break;
+    }
+    double secs = now_s() - t0, cpu = cpu_s() - cpu0;
+    if (live)
+        fprintf(stderr, "\r\033[K");
+    chute_stats s;
+    chute_loader_stats(ld, &s);
+    double ips = secs > 0 ? images / secs : 0;
+    double mbs = secs > 0 ? (s.read.bytes - s0.read.bytes) / 1e6 / secs : 0;
+    double wait = (s.wait_ns - s0.wait_ns) / 1e9;
+    const char *kind = chute_dataset_kind(ds) == CHUTE_SOURCE_SHARDS ? "shards" : "tree";
+    static const char *tnames[] = {"train", "eval", "none"};
+    if (json) {
+        printf("{\"system\":\"chute\",\"source\":\"%s\",\"transform\":\"%s\",\"images\":%llu,"
+               "\"batches\":%llu,\"seconds\":%.4f,\"images_per_sec\":%.2f,\"mb_per_sec\":%.2f,"
+               "\"workers\":%u,\"batch_size\":%u,\"wait_seconds\":%.4f,\"wait_fraction\":%.4f,"
+               "\"cpu_seconds\":%.3f,\"cpu_seconds_per_1k\":%.4f,\"corrupt\":%llu,"
+               "\"dct_scaled\":%llu,\"read_busy_s\":%.3f,\"decode_busy_s\":%.3f,"
+               "\"transform_busy_s\":%.3f,\"open_seconds\":%.4f,\"failed\":%s}\n",
+               kind, tnames[transform], (unsigned long long)images, (unsigned long long)batches,
+               secs, ips, mbs, s.workers, o.batch_size ? o.batch_size : 256, wait,
+               secs > 0 ? wait / secs : 0, cpu, images ? cpu / images * 1000 : 0,
+               (unsigned long long)s.corrupt, (unsigned long long)s.dct_scaled,
+               s.read.busy_ns / 1e9, s.decode.busy_ns / 1e9, s.transform.busy_ns / 1e9, t_open,
+               failed ? "true" : "false");
+    } else {
+        printf("%s (%s, %s): %llu images in %.2f s = %.1f images/s, %.1f MB/s, %u workers\n",
+               pos[0], kind, tnames[transform], (unsigned long long)images, secs, ips, mbs,
+               s.workers);
+        printf("  consumer waited %.2f s (%.1f%%); cpu %.2f s (%.3f s per 1000 images); "
+               "busy: read %.2f s, decode %.2f s, transform %.2f s; corrupt %llu\n",
+               wait, secs > 0 ? 100 * wait / secs : 0, cpu, images ? cpu / images * 1000 : 0,
+               s.read.busy_ns / 1e9, s.decode.busy_ns / 1e9, s.transform.busy_ns / 1e9,
+               (unsigned long long)s.corrupt);
+    }
+    chute_loader_destroy(ld);
+    chute_dataset_close(ds);
+    return failed ? 1 : 0;
+}

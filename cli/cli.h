@@ -1,0 +1,34 @@
+/*
+ * cli.h — the `chute` command's shared pieces: one declarative option
+ * table per subcommand drives parsing, validation and --help, so adding a
+ * flag is one line.
+ */
+#ifndef CHUTE_CLI_H
+#define CHUTE_CLI_H
+
+#include "chute.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum cli_type { CLI_FLAG, CLI_U32, CLI_U64, CLI_SIZE, CLI_STR, CLI_CHOICE } cli_type;
+
+typedef struct cli_opt {
+    const char *name;         /* "--batch-size" */
+    cli_type type;
+    void *dst;                /* int*, uint32_t*, uint64_t*, const char** or int* (choice index) */
+    const char *choices;      /* CLI_CHOICE: "train|eval|none" */
+    uint64_t min, max;        /* numeric bounds (inclusive) */
+    const char *help;
+} cli_opt;
+
+/* Parse argv against the table; positional arguments are collected into
+ * pos (up to npos).  Prints a message and returns 2 on error, 1 if --help
+ * was printed, 0 on success. */
+int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int argc, char **argv,
+              const char **pos, int npos, int *out_npos);
+
+int cmd_pack(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,178 @@
+/*
+ * main.c — `chute`: dispatch to subcommands, and the option-table parser.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void print_help(const char *cmd, const char *usage, const cli_opt *opts)
+{
+    printf("usage: chute %s %s\n\noptions:\n", cmd, usage);
+    for (const cli_opt *o = opts; o->name; o++) {
+        char left[64];
+        const char *arg = o->type == CLI_FLAG     ? ""
+                          : o->type == CLI_CHOICE ? o->choices
+                          : o->type == CLI_STR    ? "STR"
+                          : o->type == CLI_SIZE   ? "SIZE"
+                                                  : "N";
+        snprintf(left, sizeof left, "%s%s%s", o->name, *arg ? " " : "", arg);
+        printf("  %-28s %s\n", left, o->help);
+    }
+    printf("  %-28s %s\n", "--help", "show this help");
+}
+
+/* "256M", "4G", "1024" -> bytes */
+static int parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return -1;
+    uint64_t mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1ull << 10; end++; break;
+    case 'm': case 'M': mul = 1ull << 20; end++; break;
+    case 'g': case 'G': mul = 1ull << 30; end++; break;
+    case 't': case 'T': mul = 1ull << 40; end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b' || *end == 'i')
+        end++;
+    if (*end == 'B')
+        end++;
+    if (*end)
+        return -1;
+    *out = v * mul;
+    return 0;
+}
+
+int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int argc, char **argv,
+              const char **pos, int npos, int *out_npos)
+{
+    int np = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            print_help(cmd, usage, opts);
+            return 1;
+        }
+        if (a[0] != '-' || a[1] == '\0') {
+            if (np >= npos) {
+                fprintf(stderr, "chute %s: unexpected argument '%s' (see --help)\n", cmd, a);
+                return 2;
+            }
+            pos[np++] = a;
+            continue;
+        }
+        const char *eq = strchr(a, '=');
+        size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
+        const cli_opt *o = opts;
+        for (; o->name; o++)
+            if (strlen(o->name) == nlen && strncmp(o->name, a, nlen) == 0)
+                break;
+        if (!o->name) {
+            fprintf(stderr, "chute %s: unknown option '%.*s' (see --help)\n", cmd, (int)nlen, a);
+            return 2;
+        }
+        if (o->type == CLI_FLAG) {
+            *(int *)o->dst = 1;
+            continue;
+        }
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!v) {
+            fprintf(stderr, "chute %s: %s needs a value\n", cmd, o->name);
+            return 2;
+        }
+        if (o->type == CLI_STR) {
+            *(const char **)o->dst = v;
+        } else if (o->type == CLI_CHOICE) {
+            int idx = 0, found = -1;
+            const char *c = o->choices;
+            while (*c) {
+                size_t l = strcspn(c, "|");
+                if (strlen(v) == l && strncmp(c, v, l) == 0)
+                    found = idx;
+                c += l;
+                if (*c == '|')
+                    c++;
+                idx++;
+            }
+            if (found < 0) {
+                fprintf(stderr, "chute %s: %s must be one of %s, not '%s'\n", cmd, o->name,
+                        o->choices, v);
+                return 2;
+            }
+            *(int *)o->dst = found;
+        } else {
+            uint64_t x;
+            char *end;
+            errno = 0;
+            if (o->type == CLI_SIZE) {
+                if (parse_size(v, &x) != 0) {
+                    fprintf(stderr, "chute %s: %s: '%s' is not a size (e.g. 256M, 4G)\n", cmd,
+                            o->name, v);
+                    return 2;
+                }
+            } else {
+                x = strtoull(v, &end, 10);
+                if (errno || end == v || *end || v[0] == '-') {
+                    fprintf(stderr, "chute %s: %s: '%s' is not a non-negative integer\n", cmd,
+                            o->name, v);
+                    return 2;
+                }
+            }
+            if (x < o->min || x > o->max) {
+                fprintf(stderr, "chute %s: %s must be in %llu..%llu, not %llu\n", cmd, o->name,
+                        (unsigned long long)o->min, (unsigned long long)o->max,
+                        (unsigned long long)x);
+                return 2;
+            }
+            if (o->type == CLI_U32)
+                *(uint32_t *)o->dst = (uint32_t)x;
+            else
+                *(uint64_t *)o->dst = x;
+        }
+    }
+    *out_npos = np;
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "chute %s — keeps GPUs fed\n\n"
+            "usage: chute COMMAND [options]\n\n"
+            "commands:\n"
+            "  pack ROOT OUT_DIR     pack an ImageFolder tree into indexed shards\n"
+            "  bench SOURCE          run the pipeline and report images/s\n"
+            "  version               print the version\n\n"
+            "Run 'chute COMMAND --help' for a command's options.\n",
+            chute_version());
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *c = argv[1];
+    if (strcmp(c, "pack") == 0)
+        return cmd_pack(argc - 2, argv + 2);
+    if (strcmp(c, "bench") == 0)
+        return cmd_bench(argc - 2, argv + 2);
+    if (strcmp(c, "version") == 0 || strcmp(c, "--version") == 0) {
+        printf("chute %s\n", chute_version());
+        return 0;
+    }
+    if (strcmp(c, "help") == 0 || strcmp(c, "--help") == 0 || strcmp(c, "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "chute: unknown command '%s'\n\n", c);
+    usage(stderr);
+    return 2;
+}

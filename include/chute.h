@@ -1,0 +1,304 @@
+/*
+ * chute.h — the one public header of libchute.
+ *
+ * libchute turns a dataset on disk (an ImageFolder tree or a directory of
+ * packed chute shards) into a stream of training batches:
+ *
+ *   sampler -> reader -> decoder -> fused transform -> batch ring -> consumer
+ *
+ * Conventions
+ *   - Every fallible call returns a chute_status (CHUTE_OK == 0).
+ *   - Create calls take an optional chute_error* that receives a readable
+ *     message (with file and offset where there is one) when they fail.
+ *     Calls on a handle keep their last message: chute_loader_errmsg().
+ *   - Options structs are zero-initialised by the caller; zero means
+ *     "default".  New fields are only ever appended.
+ *   - Handles are opaque; every create has a destroy, and destroy accepts
+ *     NULL.  Memory the library hands out (batches) goes back through a
+ *     library call (chute_batch_release).
+ *   - Thread-safety is stated per call.  Unless stated, a handle may be used
+ *     from one thread at a time.
+ *   - The library never calls exit() or abort(), installs no signal handler
+ *     and keeps no global mutable state.
+ */
+#ifndef CHUTE_H
+#define CHUTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHUTE_VERSION_MAJOR 0
+#define CHUTE_VERSION_MINOR 1
+#define CHUTE_VERSION_PATCH 0
+#define CHUTE_VERSION_NUMBER \
+    (CHUTE_VERSION_MAJOR * 10000 + CHUTE_VERSION_MINOR * 100 + CHUTE_VERSION_PATCH)
+
+#if defined(__GNUC__)
+#define CHUTE_API __attribute__((visibility("default")))
+#else
+#define CHUTE_API
+#endif
+
+/* Runtime version string ("0.1.0") and number (CHUTE_VERSION_NUMBER). */
+CHUTE_API const char *chute_version(void);
+CHUTE_API int chute_version_number(void);
+
+/* ------------------------------------------------------------------ */
+/* Status codes                                                        */
+/* ------------------------------------------------------------------ */
+typedef enum chute_status {
+    CHUTE_OK = 0,
+    CHUTE_END = 1,          /* no more batches in this epoch (not an error) */
+    CHUTE_EINVAL = -1,      /* bad argument or option */
+    CHUTE_ENOMEM = -2,      /* allocation failed or memory budget exceeded */
+    CHUTE_EIO = -3,         /* open/read/write failed (errno in message) */
+    CHUTE_EFORMAT = -4,     /* not a dataset/shard/image chute understands */
+    CHUTE_ECORRUPT = -5,    /* recognised format but damaged data */
+    CHUTE_ELIMIT = -6,      /* input exceeds a configured limit */
+    CHUTE_ENOTFOUND = -7,   /* path does not exist / dataset is empty */
+    CHUTE_EBUSY = -8,       /* every batch buffer is held by the consumer */
+    CHUTE_EUNSUPPORTED = -9,/* feature not built in (e.g. no PNG library) */
+    CHUTE_EINTERRUPTED = -10/* a cancel request stopped the call */
+} chute_status;
+
+/* Static name of a status ("CHUTE_ECORRUPT"); never NULL. */
+CHUTE_API const char *chute_status_name(int status);
+
+/* Filled by create calls that fail.  `message` is always NUL-terminated. */
+typedef struct chute_error {
+    int code;
+    char message[512];
+} chute_error;
+
+/* ------------------------------------------------------------------ */
+/* Dataset: an opened source (tree or shard directory).                 */
+/* ------------------------------------------------------------------ */
+typedef struct chute_dataset chute_dataset;
+
+typedef enum chute_source_kind {
+    CHUTE_SOURCE_AUTO = 0,   /* detect: a directory with chute.manifest is shards */
+    CHUTE_SOURCE_TREE = 1,   /* ImageFolder: ROOT/<class>/<file> */
+    CHUTE_SOURCE_SHARDS = 2  /* a directory written by chute_pack */
+} chute_source_kind;
+
+/* Open a dataset.  The returned handle is immutable and may be shared by
+ * any number of threads and loaders; destroy it after them.             */
+CHUTE_API int chute_dataset_open(const char *path, chute_source_kind kind,
+                                 chute_dataset **out_ds, chute_error *err);
+CHUTE_API void chute_dataset_close(chute_dataset *ds);
+
+CHUTE_API uint64_t chute_dataset_size(const chute_dataset *ds);
+CHUTE_API uint32_t chute_dataset_num_classes(const chute_dataset *ds);
+/* Class name for a label, borrowed from the dataset; NULL if out of range. */
+CHUTE_API const char *chute_dataset_class_name(const chute_dataset *ds, uint32_t label);
+CHUTE_API chute_source_kind chute_dataset_kind(const chute_dataset *ds);
+/* Label of sample i (the torchvision convention: classes sorted by name). */
+CHUTE_API int64_t chute_dataset_label(const chute_dataset *ds, uint64_t i);
+/* Encoded size in bytes of sample i (its file or its shard record). */
+CHUTE_API uint64_t chute_dataset_sample_size(const chute_dataset *ds, uint64_t i);
+/* Human-readable location of sample i ("ROOT/cls/x.jpg" or
+ * "shard-00003.chute@1048576"), written to buf.  Returns buf.           */
+CHUTE_API const char *chute_dataset_describe(const chute_dataset *ds, uint64_t i,
+                                             char *buf, size_t buflen);
+/* Read the encoded bytes of sample i into buf (cap bytes).  Shard records
+ * are checked against their checksum.  Thread-safe.                      */
+CHUTE_API int chute_dataset_read(const chute_dataset *ds, uint64_t i, void *buf,
+                                 size_t cap, size_t *out_len, chute_error *err);
+
+/* ------------------------------------------------------------------ */
+/* Loader: the pipeline.                                                */
+/* ------------------------------------------------------------------ */
+typedef enum chute_transform {
+    CHUTE_TRANSFORM_TRAIN = 0, /* RandomResizedCrop(scale .08-1, ratio 3/4-4/3) + hflip p=.5 */
+    CHUTE_TRANSFORM_EVAL = 1,  /* resize shorter side to size*256/224, center crop size */
+    CHUTE_TRANSFORM_NONE = 2   /* resize the whole image to size x size */
+} chute_transform;
+
+typedef enum chute_dtype {
+    CHUTE_DTYPE_FLOAT32 = 0,
+    CHUTE_DTYPE_UINT8 = 1,
+    CHUTE_DTYPE_FLOAT16 = 2
+} chute_dtype;
+
+typedef enum chute_layout {
+    CHUTE_LAYOUT_DEFAULT = 0, /* NCHW for float dtypes, NHWC for uint8 */
+    CHUTE_LAYOUT_NCHW = 1,
+    CHUTE_LAYOUT_NHWC = 2
+} chute_layout;
+
+typedef enum chute_corrupt_policy {
+    CHUTE_CORRUPT_SKIP = 0,   /* count it, fill its slot with a replacement sample */
+    CHUTE_CORRUPT_FAIL = 1    /* chute_loader_next fails with the sample's location */
+} chute_corrupt_policy;
+
+typedef enum chute_remainder {
+    CHUTE_REMAINDER_PAD = 0,  /* pad ranks to equal length by repeating the epoch's first samples */
+    CHUTE_REMAINDER_DROP = 1  /* drop the tail so every rank gets floor(N / world) samples */
+} chute_remainder;
+
+/* Zero means default for every field. */
+typedef struct chute_loader_options {
+    uint32_t batch_size;      /* default 256 */
+    uint32_t size;            /* output height = width, default 224 */
+    chute_transform transform;/* default TRAIN */
+    chute_dtype dtype;        /* default FLOAT32 */
+    chute_layout layout;      /* default NCHW for floats, NHWC for uint8 */
+    uint32_t workers;         /* worker threads; default: online cores */
+    uint32_t prefetch;        /* batches prepared ahead of the consumer; default 2 */
+    uint32_t max_held;        /* batches the consumer may hold at once; default 2 */
+    uint64_t seed;            /* shuffle + augmentation seed; default 0 */
+    int no_shuffle;           /* nonzero: dataset order */
+    int drop_last;            /* nonzero: drop a final partial batch */
+    uint32_t rank;            /* this process's rank; default 0 */
+    uint32_t world_size;      /* number of ranks; default 1 */
+    chute_remainder remainder;/* how ranks split N % world samples; default PAD */
+    chute_corrupt_policy on_corrupt; /* default SKIP */
+    int no_normalize;         /* float dtypes: nonzero gives 0..1 values instead of (x-mean)/std */
+    float mean[3];            /* RGB in 0..1; all zero = ImageNet (0.485, 0.456, 0.406) */
+    float std[3];             /* RGB in 0..1; all zero = ImageNet (0.229, 0.224, 0.225) */
+    int no_dct_scale;         /* nonzero: never use libjpeg-turbo's DCT-domain downscale */
+    uint64_t max_pixels;      /* decoded pixel limit per image; default 64 Mpx */
+    uint64_t max_sample_bytes;/* encoded size limit per sample; default 64 MiB */
+    uint32_t scale_min_pct;   /* TRAIN crop area range in percent; default 8..100 */
+    uint32_t scale_max_pct;
+} chute_loader_options;
+
+typedef struct chute_loader chute_loader;
+
+/* Create a loader over an open dataset (borrowed: keep `ds` open until the
+ * loader is destroyed).  Worker threads start idle; batches are produced
+ * once an epoch is started.                                              */
+CHUTE_API int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt,
+                                  chute_loader **out_loader, chute_error *err);
+/* Stops workers, frees buffers.  Batches not yet released become invalid. */
+CHUTE_API void chute_loader_destroy(chute_loader *ld);
+
+/* Begin (or restart) epoch `epoch`, skipping the first `start_batch`
+ * batches of this rank (resume).  Any batch still in preparation is
+ * discarded; batches the consumer holds stay valid until released.      */
+CHUTE_API int chute_loader_start_epoch(chute_loader *ld, uint64_t epoch, uint64_t start_batch);
+
+/* Number of batches per epoch for this rank (identical on every rank). */
+CHUTE_API uint64_t chute_loader_num_batches(const chute_loader *ld);
+/* Samples this rank delivers per epoch. */
+CHUTE_API uint64_t chute_loader_num_samples(const chute_loader *ld);
+
+typedef struct chute_batch chute_batch;
+
+/* A batch's memory description.  Pointers stay valid until the batch is
+ * released.  `shape` is in `layout` order (N,C,H,W or N,H,W,C); `count`
+ * (== shape[0]) may be below batch_size for a final partial batch.      */
+typedef struct chute_batch_view {
+    void *data;
+    chute_dtype dtype;
+    chute_layout layout;
+    int64_t shape[4];
+    int64_t strides[4];       /* in elements */
+    size_t nbytes;            /* bytes of `data` in use */
+    int64_t *labels;          /* `count` int64 labels */
+    uint64_t *indices;        /* `count` dataset sample indices */
+    uint32_t count;
+    uint64_t epoch;
+    uint64_t batch_index;     /* position of this batch within the epoch */
+} chute_batch_view;
+
+/* Wait for the next batch of the current epoch.  Returns CHUTE_OK and a
+ * batch, CHUTE_END after the last one, CHUTE_EBUSY if the consumer holds
+ * max_held batches, or an error (corrupt sample under FAIL policy, ...).
+ * Blocks without holding any lock the workers need.                      */
+CHUTE_API int chute_loader_next(chute_loader *ld, chute_batch **out_batch);
+/* Like chute_loader_next but gives up after timeout_ms with
+ * CHUTE_EINTERRUPTED so a caller can poll for Ctrl-C; negative = forever. */
+CHUTE_API int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **out_batch);
+CHUTE_API void chute_batch_view_get(const chute_batch *b, chute_batch_view *out_view);
+/* Return a batch's buffer to the ring.  Thread-safe with respect to the
+ * loader's own threads; release each batch exactly once.                 */
+CHUTE_API void chute_batch_release(chute_batch *b);
+
+/* Last error message of this loader (empty string if none). */
+CHUTE_API const char *chute_loader_errmsg(const chute_loader *ld);
+
+/* ------------------------------------------------------------------ */
+/* Statistics.  Busy times are summed over workers.                      */
+/* ------------------------------------------------------------------ */
+typedef struct chute_stage_stats {
+    uint64_t items;
+    uint64_t bytes;
+    uint64_t busy_ns;
+} chute_stage_stats;
+
+typedef struct chute_stats {
+    chute_stage_stats read;
+    chute_stage_stats decode;
+    chute_stage_stats transform;
+    uint64_t batches;          /* batches handed to the consumer */
+    uint64_t samples;          /* samples in those batches */
+    uint64_t corrupt;          /* samples skipped as corrupt */
+    uint64_t dct_scaled;       /* JPEG decodes that used a DCT downscale */
+    uint64_t wait_ns;          /* time the consumer spent blocked in next() */
+    uint64_t wall_ns;          /* time since the loader was created */
+    uint64_t queue_fill_sum;   /* sum over next() calls of ready batches found */
+    uint32_t workers;
+} chute_stats;
+
+/* Snapshot of the counters; callable from any thread. */
+CHUTE_API void chute_loader_stats(const chute_loader *ld, chute_stats *out);
+
+/* ------------------------------------------------------------------ */
+/* Pack: ImageFolder tree -> shard directory.                           */
+/* ------------------------------------------------------------------ */
+typedef struct chute_pack_progress {
+    uint64_t files_done, files_total;
+    uint64_t bytes_done, bytes_total;
+    uint64_t skipped;          /* files left out as undecodable */
+    uint32_t shards_done;
+    double seconds;
+} chute_pack_progress;
+
+/* Called from the packing thread; return nonzero to cancel. */
+typedef int (*chute_pack_progress_fn)(const chute_pack_progress *p, void *user);
+/* Called for each file left out (path, reason). */
+typedef void (*chute_pack_skip_fn)(const char *path, const char *reason, void *user);
+
+typedef struct chute_pack_options {
+    uint64_t shard_size;       /* target bytes per shard; default 256 MiB */
+    uint32_t threads;          /* validating threads; default online cores */
+    uint32_t align;            /* record alignment, power of two; default 4096 */
+    int strict;                /* nonzero: an undecodable file fails the pack */
+    int no_validate;           /* nonzero: don't decode files, only sniff type */
+    uint64_t max_pixels;       /* validation limit; default 64 Mpx */
+    chute_pack_progress_fn progress;
+    chute_pack_skip_fn on_skip;
+    void *user;
+} chute_pack_options;
+
+typedef struct chute_pack_result {
+    uint64_t files;            /* samples written */
+    uint64_t bytes;            /* sample bytes written */
+    uint64_t skipped;
+    uint32_t shards;
+    uint32_t classes;
+    double seconds;
+} chute_pack_result;
+
+/* Pack the tree at `root` into `out_dir` (created if missing).  Shards
+ * are written under temporary names, synced and renamed; the manifest
+ * that makes the directory a dataset is written last, so an interrupted
+ * pack never leaves a directory that opens as a dataset.                 */
+CHUTE_API int chute_pack(const char *root, const char *out_dir, const chute_pack_options *opt,
+                         chute_pack_result *out_result, chute_error *err);
+
+/* Decode-check one encoded image in memory (type sniffed).  Writes its
+ * width/height/channels when not NULL.  Thread-safe.                     */
+CHUTE_API int chute_probe_image(const void *data, size_t len, uint64_t max_pixels,
+                                uint32_t *out_w, uint32_t *out_h, uint32_t *out_channels,
+                                chute_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CHUTE_H */

@@ -1,0 +1,212 @@
+/*
+ * jpeg.c — JPEG through libjpeg-turbo's libjpeg API.
+ *
+ * Why the libjpeg API and not TurboJPEG: TurboJPEG 2.x (Debian 12) cannot
+ * decode a window, and the window is the point.  jpeg_crop_scanline()
+ * skips IDCT and colour conversion left and right of the window;
+ * jpeg_skip_scanlines() skips them above it; rows below it are never
+ * Huffman-decoded because we abort right after the last needed row.
+ *
+ * Errors: libjpeg reports fatal errors through longjmp, which we catch in
+ * begin() and finish().  Its "warnings" include truncation (premature
+ * end of data, filled with grey) and bad Huffman codes; a training set
+ * must not silently get grey pictures, so those are treated as corrupt.
+ * Harmless ones (extraneous bytes before a marker, odd JFIF versions) are
+ * ignored, as other decoders do.
+ *
+ * Settings match PIL's defaults (ISLOW IDCT, fancy upsampling) so pixels
+ * equal those torchvision sees for the same file at scale 1.
+ */
+#include "codec_impl.h"
+
+#include <jerror.h>
+#include <string.h>
+
+static void on_error_exit(j_common_ptr c)
+{
+    ch_jpeg_err *e = (ch_jpeg_err *)c->err;
+    c->err->format_message(c, e->msg);
+    longjmp(e->jb, 1);
+}
+
+static void on_emit_message(j_common_ptr c, int level)
+{
+    ch_jpeg_err *e = (ch_jpeg_err *)c->err;
+    if (level >= 0)
+        return; /* trace messages */
+    int code = c->err->msg_code;
+    if (code == JWRN_JPEG_EOF || code == JWRN_HIT_MARKER || code == JWRN_HUFF_BAD_CODE ||
+        code == JWRN_MUST_RESYNC || code == JWRN_BOGUS_PROGRESSION) {
+        if (e->warnings++ == 0)
+            c->err->format_message(c, e->msg);
+    }
+}
+
+static void on_output_message(j_common_ptr c) { (void)c; }
+
+static int ensure_created(ch_decoder *d)
+{
+    if (d->cinfo.mem)
+        return CHUTE_OK;
+    d->cinfo.err = jpeg_std_error(&d->jerr.pub);
+    d->jerr.pub.error_exit = on_error_exit;
+    d->jerr.pub.emit_message = on_emit_message;
+    d->jerr.pub.output_message = on_output_message;
+    if (setjmp(d->jerr.jb)) {
+        /* jpeg_create_decompress only fails on out-of-memory */
+        memset(&d->cinfo, 0, sizeof d->cinfo);
+        return CHUTE_ENOMEM;
+    }
+    jpeg_create_decompress(&d->cinfo);
+    return CHUTE_OK;
+}
+
+void ch_jpeg_abort(ch_decoder *d)
+{
+    if (d->jpeg_started && d->cinfo.mem)
+        jpeg_abort_decompress(&d->cinfo);
+    d->jpeg_started = 0;
+}
+
+int ch_jpeg_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
+{
+    if (ensure_created(d) != CHUTE_OK)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory creating a JPEG decoder");
+    struct jpeg_decompress_struct *ci = &d->cinfo;
+    d->jerr.warnings = 0;
+    d->jerr.msg[0] = '\0';
+    if (setjmp(d->jerr.jb)) {
+        ch_jpeg_abort(d);
+        return ch_err(err, CHUTE_ECORRUPT, "JPEG header: %s", d->jerr.msg);
+    }
+    d->jpeg_started = 1;
+    jpeg_mem_src(ci, d->data, (unsigned long)d->len);
+    jpeg_read_header(ci, TRUE);
+    d->info.width = ci->image_width;
+    d->info.height = ci->image_height;
+    d->info.channels = (uint32_t)ci->num_components;
+    d->adobe_inverted = ci->saw_Adobe_marker;
+    if (ci->image_width == 0 || ci->image_height == 0) {
+        ch_jpeg_abort(d);
+        return ch_err(err, CHUTE_ECORRUPT, "JPEG header: zero image size");
+    }
+    if ((uint64_t)ci->image_width * ci->image_height > max_pixels) {
+        ch_jpeg_abort(d);
+        return ch_err(err, CHUTE_ELIMIT, "JPEG %ux%u exceeds the limit of %llu pixels",
+                      ci->image_width, ci->image_height, (unsigned long long)max_pixels);
+    }
+    if (ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK) {
+        ci->out_color_space = JCS_CMYK;
+    } else if (ci->num_components == 1 || ci->num_components == 3) {
+        ci->out_color_space = JCS_RGB;
+    } else {
+        ch_jpeg_abort(d);
+        return ch_err(err, CHUTE_EFORMAT, "JPEG with %d components is not supported",
+                      ci->num_components);
+    }
+    return CHUTE_OK;
+}
+
+void ch_jpeg_scaled_size(const ch_decoder *d, uint32_t denom, uint32_t *w, uint32_t *h)
+{
+    *w = (d->info.width + denom - 1) / denom;
+    *h = (d->info.height + denom - 1) / denom;
+}
+
+/* Adobe CMYK JPEGs store inverted values; both forms become RGB in place
+ * (3 bytes written never overtake the 4 bytes being read). */
+static void cmyk_to_rgb(uint8_t *p, size_t npix, int inverted)
+{
+    const uint8_t *s = p;
+    for (size_t i = 0; i < npix; i++, s += 4, p += 3) {
+        unsigned c = s[0], m = s[1], y = s[2], k = s[3];
+        if (!inverted) {
+            c = 255 - c;
+            m = 255 - m;
+            y = 255 - y;
+            k = 255 - k;
+        }
+        p[0] = (uint8_t)((c * k + 127) / 255);
+        p[1] = (uint8_t)((m * k + 127) / 255);
+        p[2] = (uint8_t)((y * k + 127) / 255);
+    }
+}
+
+int ch_jpeg_finish(ch_decoder *d, uint32_t denom, uint32_t x, uint32_t y, uint32_t w, uint32_t h,
+                   ch_buf *buf, ch_image *out, chute_error *err)
+{
+    struct jpeg_decompress_struct *ci = &d->cinfo;
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
+        denom = 1;
+    volatile uint32_t vdenom = denom; /* survives longjmp */
+    ci->scale_num = 1;
+    ci->scale_denom = denom;
+    ci->dct_method = JDCT_ISLOW;
+    ci->do_fancy_upsampling = TRUE;
+    uint32_t sw, sh;
+    ch_jpeg_scaled_size(d, denom, &sw, &sh);
+    if (w == 0 || h == 0 || x >= sw || y >= sh || w > sw - x || h > sh - y) {
+        ch_jpeg_abort(d);
+        return ch_err(err, CHUTE_EINVAL, "JPEG window %ux%u+%u+%u outside the %ux%u image", w, h, x,
+                      y, sw, sh);
+    }
+    int cmyk = ci->out_color_space == JCS_CMYK;
+    /* volatile: modified between setjmp and a possible longjmp */
+    volatile JDIMENSION xoff = x, cw = w;
+    volatile size_t stride = 0;
+    if (setjmp(d->jerr.jb)) {
+        ch_jpeg_abort(d);
+        return ch_err(err, CHUTE_ECORRUPT, "JPEG data: %s", d->jerr.msg);
+    }
+    jpeg_start_decompress(ci);
+    if (ci->output_width != sw || ci->output_height != sh) {
+        ch_jpeg_abort(d);
+        return ch_err(err, CHUTE_EINVAL, "JPEG scaled size mismatch");
+    }
+    if (x != 0 || w != sw) {
+        JDIMENSION xo = x, wo = w;
+        jpeg_crop_scanline(ci, &xo, &wo);
+        xoff = xo;
+        cw = wo;
+    }
+    stride = (size_t)cw * (cmyk ? 4 : 3);
+    if (ch_buf_reserve(buf, stride * h) != CHUTE_OK) {
+        ch_jpeg_abort(d);
+        return ch_err(err, CHUTE_ENOMEM, "out of memory for a %ux%u window", (unsigned)cw, h);
+    }
+    if (y > 0)
+        jpeg_skip_scanlines(ci, y);
+    uint8_t *base = buf->data;
+    while (ci->output_scanline < y + h) {
+        JSAMPROW row = base + (size_t)(ci->output_scanline - y) * stride;
+        if (jpeg_read_scanlines(ci, &row, 1) != 1)
+            break;
+    }
+    int got = ci->output_scanline >= y + h;
+    int warnings = d->jerr.warnings;
+    /* Rows below the window are never decoded. */
+    if (ci->output_scanline < ci->output_height)
+        jpeg_abort_decompress(ci);
+    else
+        jpeg_finish_decompress(ci);
+    d->jpeg_started = 0;
+    if (warnings)
+        return ch_err(err, CHUTE_ECORRUPT, "JPEG data: %s", d->jerr.msg);
+    if (!got)
+        return ch_err(err, CHUTE_ECORRUPT, "JPEG data: stopped at row %u of %u",
+                      (unsigned)ci->output_scanline, y + h);
+    if (cmyk) {
+        cmyk_to_rgb(base, (size_t)cw * h, d->adobe_inverted);
+        stride = (size_t)cw * 3;
+    }
+    out->pixels = base;
+    out->w = cw;
+    out->h = h;
+    out->stride = stride;
+    out->x = xoff;
+    out->y = y;
+    out->scaled_w = sw;
+    out->scaled_h = sh;
+    out->scale_denom = vdenom;
+    return CHUTE_OK;
+}

@@ -1,0 +1,89 @@
+/*
+ * png.c — PNG through libspng (or nothing, when built without it).
+ *
+ * PNG has no windowed decode, so the whole image is decoded to RGB8
+ * (16-bit samples are reduced, palette and grey expanded, alpha dropped
+ * without compositing, which is what PIL's convert("RGB") does).  The
+ * size limit is checked from the header before the pixel buffer exists.
+ */
+#include "codec_impl.h"
+
+#include <string.h>
+
+#ifdef CHUTE_HAVE_SPNG
+#include <spng.h>
+
+int ch_png_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
+{
+    spng_ctx *ctx = spng_ctx_new(0);
+    if (!ctx)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory creating a PNG decoder");
+    struct spng_ihdr ihdr;
+    int e = spng_set_png_buffer(ctx, d->data, d->len);
+    if (!e)
+        e = spng_get_ihdr(ctx, &ihdr);
+    spng_ctx_free(ctx);
+    if (e)
+        return ch_err(err, CHUTE_ECORRUPT, "PNG header: %s", spng_strerror(e));
+    if ((uint64_t)ihdr.width * ihdr.height > max_pixels)
+        return ch_err(err, CHUTE_ELIMIT, "PNG %ux%u exceeds the limit of %llu pixels", ihdr.width,
+                      ihdr.height, (unsigned long long)max_pixels);
+    d->info.width = ihdr.width;
+    d->info.height = ihdr.height;
+    d->info.channels = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE ? 1
+                       : ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA ? 2
+                       : ihdr.color_type == SPNG_COLOR_TYPE_TRUECOLOR_ALPHA ? 4
+                                                                            : 3;
+    return CHUTE_OK;
+}
+
+int ch_png_finish(ch_decoder *d, ch_buf *buf, ch_image *out, chute_error *err)
+{
+    spng_ctx *ctx = spng_ctx_new(0);
+    if (!ctx)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory creating a PNG decoder");
+    size_t need = 0;
+    int e = spng_set_png_buffer(ctx, d->data, d->len);
+    if (!e)
+        e = spng_set_image_limits(ctx, d->info.width, d->info.height);
+    if (!e)
+        e = spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &need);
+    if (!e && ch_buf_reserve(buf, need) != CHUTE_OK) {
+        spng_ctx_free(ctx);
+        return ch_err(err, CHUTE_ENOMEM, "out of memory for a %ux%u PNG", d->info.width,
+                      d->info.height);
+    }
+    if (!e)
+        e = spng_decode_image(ctx, buf->data, need, SPNG_FMT_RGB8, 0);
+    spng_ctx_free(ctx);
+    if (e)
+        return ch_err(err, CHUTE_ECORRUPT, "PNG data: %s", spng_strerror(e));
+    out->pixels = buf->data;
+    out->w = d->info.width;
+    out->h = d->info.height;
+    out->stride = (size_t)d->info.width * 3;
+    out->x = out->y = 0;
+    out->scaled_w = d->info.width;
+    out->scaled_h = d->info.height;
+    out->scale_denom = 1;
+    return CHUTE_OK;
+}
+
+#else
+
+int ch_png_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
+{
+    (void)d;
+    (void)max_pixels;
+    return ch_err(err, CHUTE_EUNSUPPORTED, "PNG support was not built in (libspng missing)");
+}
+
+int ch_png_finish(ch_decoder *d, ch_buf *buf, ch_image *out, chute_error *err)
+{
+    (void)d;
+    (void)buf;
+    (void)out;
+    return ch_err(err, CHUTE_EUNSUPPORTED, "PNG support was not built in (libspng missing)");
+}
+
+#endif

@@ -1,0 +1,93 @@
+/*
+ * common.h — small helpers every layer uses: error reporting into a
+ * chute_error, monotonic time, a counter-based RNG, checked allocation.
+ *
+ * Nothing here holds state between calls; there are no globals.
+ */
+#ifndef CHUTE_COMMON_H
+#define CHUTE_COMMON_H
+
+#include "chute.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define CH_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define CH_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define CH_CACHELINE 64
+
+/* Write a formatted message and code into err (may be NULL); returns code. */
+int ch_err(chute_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Same, but appends ": strerror(errnum)". */
+int ch_err_errno(chute_error *err, int code, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static inline uint64_t ch_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* splitmix64: a counter-based mixer; used to derive per-sample streams
+ * from (seed, epoch, sample id) so results never depend on scheduling. */
+static inline uint64_t ch_mix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+typedef struct ch_rng {
+    uint64_t s;
+} ch_rng;
+
+static inline ch_rng ch_rng_for(uint64_t seed, uint64_t stream, uint64_t id)
+{
+    ch_rng r;
+    r.s = ch_mix64(ch_mix64(seed ^ 0x6368757465ull) ^ ch_mix64(stream + 0x1234567ull) ^ id);
+    return r;
+}
+
+static inline uint64_t ch_rng_next(ch_rng *r)
+{
+    r->s += 0x9E3779B97F4A7C15ull;
+    uint64_t x = r->s;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Uniform double in [0, 1). */
+static inline double ch_rng_uniform(ch_rng *r)
+{
+    return (double)(ch_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Uniform integer in [0, n) without modulo bias worth mentioning (n < 2^32). */
+static inline uint64_t ch_rng_below(ch_rng *r, uint64_t n)
+{
+    return (uint64_t)(((unsigned __int128)ch_rng_next(r) * n) >> 64);
+}
+
+/* Allocation aligned to `align` bytes (power of two); free with free(). */
+void *ch_aligned_alloc(size_t align, size_t size);
+/* Touch every page of a fresh buffer once so the first batch doesn't pay
+ * the page-fault cost inside the hot loop (see ARCHITECTURE.md, lever 6). */
+void ch_pretouch(void *p, size_t n);
+
+/* Growable byte buffer owned by one thread (worker scratch). */
+typedef struct ch_buf {
+    uint8_t *data;
+    size_t cap;
+} ch_buf;
+int ch_buf_reserve(ch_buf *b, size_t n);
+void ch_buf_free(ch_buf *b);
+
+int ch_online_cores(void);
+
+#endif

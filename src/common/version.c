@@ -1,0 +1,32 @@
+/* version.c — runtime version and status names. */
+#include "common.h"
+
+#define CH_STR2(x) #x
+#define CH_STR(x) CH_STR2(x)
+
+const char *chute_version(void)
+{
+    return CH_STR(CHUTE_VERSION_MAJOR) "." CH_STR(CHUTE_VERSION_MINOR) "." CH_STR(
+        CHUTE_VERSION_PATCH);
+}
+
+int chute_version_number(void) { return CHUTE_VERSION_NUMBER; }
+
+const char *chute_status_name(int status)
+{
+    switch (status) {
+    case CHUTE_OK: return "CHUTE_OK";
+    case CHUTE_END: return "CHUTE_END";
+    case CHUTE_EINVAL: return "CHUTE_EINVAL";
+    case CHUTE_ENOMEM: return "CHUTE_ENOMEM";
+    case CHUTE_EIO: return "CHUTE_EIO";
+    case CHUTE_EFORMAT: return "CHUTE_EFORMAT";
+    case CHUTE_ECORRUPT: return "CHUTE_ECORRUPT";
+    case CHUTE_ELIMIT: return "CHUTE_ELIMIT";
+    case CHUTE_ENOTFOUND: return "CHUTE_ENOTFOUND";
+    case CHUTE_EBUSY: return "CHUTE_EBUSY";
+    case CHUTE_EUNSUPPORTED: return "CHUTE_EUNSUPPORTED";
+    case CHUTE_EINTERRUPTED: return "CHUTE_EINTERRUPTED";
+    default: return "CHUTE_E?";
+    }
+}

@@ -1,0 +1,129 @@
+/*
+ * dataset.c — the public chute_dataset_* calls: detect the source kind,
+ * open it through its format, and answer questions about samples.
+ */
+#define _GNU_SOURCE
+#include "format.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void ch_dataset_free_fields(chute_dataset *ds)
+{
+    if (ds->fmt && ds->impl)
+        ds->fmt->close(ds->impl);
+    else if (ds->impl)
+        free(ds->impl);
+    free(ds->labels);
+    if (ds->class_names)
+        for (uint32_t c = 0; c < ds->nclasses; c++)
+            free(ds->class_names[c]);
+    free(ds->class_names);
+    free(ds->root);
+    memset(ds, 0, sizeof *ds);
+}
+
+int chute_dataset_open(const char *path, chute_source_kind kind, chute_dataset **out_ds,
+                       chute_error *err)
+{
+    if (!path || !out_ds)
+        return ch_err(err, CHUTE_EINVAL, "chute_dataset_open: path and out_ds are required");
+    *out_ds = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno, "%s",
+                            path);
+    if (!S_ISDIR(st.st_mode))
+        return ch_err(err, CHUTE_EFORMAT,
+                      "%s: not a directory (expected an image tree or a chute shard directory)",
+                      path);
+    if (kind == CHUTE_SOURCE_AUTO) {
+        char m[4096];
+        snprintf(m, sizeof m, "%s/%s", path, CH_MANIFEST_NAME);
+        kind = access(m, F_OK) == 0 ? CHUTE_SOURCE_SHARDS : CHUTE_SOURCE_TREE;
+    }
+    chute_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    ds->src = &ch_source_local;
+    ds->root = strdup(path);
+    /* Strip trailing slashes so messages read "root/cls/x.jpg". */
+    size_t n = ds->root ? strlen(ds->root) : 0;
+    while (n > 1 && ds->root[n - 1] == '/')
+        ds->root[--n] = '\0';
+    int rc;
+    if (!ds->root)
+        rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+    else if (kind == CHUTE_SOURCE_SHARDS)
+        rc = ch_shards_open(ds, ds->root, err);
+    else if (kind == CHUTE_SOURCE_TREE)
+        rc = ch_tree_open(ds, ds->root, err);
+    else
+        rc = ch_err(err, CHUTE_EINVAL, "unknown source kind %d", (int)kind);
+    if (rc != CHUTE_OK) {
+        ch_dataset_free_fields(ds);
+        free(ds);
+        return rc;
+    }
+    *out_ds = ds;
+    return CHUTE_OK;
+}
+
+void chute_dataset_close(chute_dataset *ds)
+{
+    if (!ds)
+        return;
+    ch_dataset_free_fields(ds);
+    free(ds);
+}
+
+uint64_t chute_dataset_size(const chute_dataset *ds) { return ds ? ds->n : 0; }
+uint32_t chute_dataset_num_classes(const chute_dataset *ds) { return ds ? ds->nclasses : 0; }
+chute_source_kind chute_dataset_kind(const chute_dataset *ds)
+{
+    return ds ? ds->kind : CHUTE_SOURCE_AUTO;
+}
+
+const char *chute_dataset_class_name(const chute_dataset *ds, uint32_t label)
+{
+    return ds && label < ds->nclasses ? ds->class_names[label] : NULL;
+}
+
+int64_t chute_dataset_label(const chute_dataset *ds, uint64_t i)
+{
+    return ds && i < ds->n ? ds->labels[i] : -1;
+}
+
+uint64_t chute_dataset_sample_size(const chute_dataset *ds, uint64_t i)
+{
+    return ds && i < ds->n ? ds->fmt->sample_size(ds, i) : 0;
+}
+
+const char *chute_dataset_describe(const chute_dataset *ds, uint64_t i, char *buf, size_t buflen)
+{
+    if (!buf || buflen == 0)
+        return buf;
+    if (!ds || i >= ds->n)
+        snprintf(buf, buflen, "(no sample %llu)", (unsigned long long)i);
+    else
+        ds->fmt->describe(ds, i, buf, buflen);
+    return buf;
+}
+
+int chute_dataset_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, size_t *out_len,
+                       chute_error *err)
+{
+    if (!ds || !out_len || (!buf && cap))
+        return ch_err(err, CHUTE_EINVAL, "chute_dataset_read: bad arguments");
+    if (i >= ds->n)
+        return ch_err(err, CHUTE_EINVAL, "sample %llu out of range (dataset has %llu)",
+                      (unsigned long long)i, (unsigned long long)ds->n);
+    int rc = ds->fmt->read(ds, i, buf, cap, out_len, err);
+    if (rc == CH_ESMALL)
+        return ch_err(err, CHUTE_ELIMIT, "sample %llu needs %zu bytes, buffer has %zu",
+                      (unsigned long long)i, *out_len, cap);
+    return rc;
+}

@@ -1,0 +1,110 @@
+/*
+ * format.h — how samples are laid out on a source.
+ *
+ * A format turns a path into a list of samples (count, label, size) and
+ * reads sample i's encoded bytes.  Formats plug in through ch_format_ops;
+ * the pipeline only ever calls these functions and never asks which
+ * format it has.
+ *
+ * The dataset object is immutable after open, so any number of worker
+ * threads read from it concurrently without locks.
+ */
+#ifndef CHUTE_FORMAT_H
+#define CHUTE_FORMAT_H
+
+#include "../common/common.h"
+#include "../io/io.h"
+
+#define CH_FORMAT_OPS_VERSION 1
+
+typedef struct ch_format_ops {
+    uint32_t version;
+    const char *name;
+    /* Read sample i into buf.  If cap is too small: CH_ESMALL, *out_len = need. */
+    int (*read)(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, size_t *out_len,
+                chute_error *err);
+    uint64_t (*sample_size)(const chute_dataset *ds, uint64_t i);
+    void (*describe)(const chute_dataset *ds, uint64_t i, char *buf, size_t n);
+    void (*close)(void *impl);
+} ch_format_ops;
+
+struct chute_dataset {
+    chute_source_kind kind;
+    const ch_format_ops *fmt;
+    const ch_source_ops *src;
+    void *impl;
+    char *root;
+    uint64_t n;
+    int32_t *labels;          /* n labels */
+    uint32_t nclasses;
+    char **class_names;       /* nclasses NUL-terminated names */
+};
+
+/* Open helpers: fill ds->impl, n, labels, classes.  On failure leave
+ * whatever they allocated in ds for ch_dataset_free_fields. */
+int ch_tree_open(chute_dataset *ds, const char *root, chute_error *err);
+int ch_shards_open(chute_dataset *ds, const char *dir, chute_error *err);
+void ch_dataset_free_fields(chute_dataset *ds);
+
+/* Tree listing shared by the tree format and pack: classes sorted by name,
+ * files in os.walk order (sorted dirs, sorted names), torchvision's image
+ * extensions.  Paths are relative to root. */
+typedef struct ch_tree_list {
+    uint64_t n;
+    char **paths;             /* relative "class/sub/file.jpg" */
+    int32_t *labels;
+    uint32_t nclasses;
+    char **class_names;
+} ch_tree_list;
+int ch_tree_list_build(const char *root, ch_tree_list *out, chute_error *err);
+void ch_tree_list_free(ch_tree_list *l);
+
+/* ---- chute shard format (docs/FORMAT.md) ---- */
+#define CH_SHARD_MAGIC "CHUTESHD"
+#define CH_TRAILER_MAGIC "CHUTEIDX"
+#define CH_SHARD_VERSION_MAJOR 1
+#define CH_SHARD_VERSION_MINOR 0
+#define CH_SHARD_HEADER_BYTES 64
+#define CH_SHARD_TRAILER_BYTES 64
+#define CH_SHARD_ENTRY_BYTES 32
+#define CH_MANIFEST_NAME "chute.manifest"
+
+enum { CH_KIND_UNKNOWN = 0, CH_KIND_JPEG = 1, CH_KIND_PNG = 2 };
+
+typedef struct ch_shard_entry {
+    uint64_t offset;
+    uint32_t length;
+    uint32_t crc32;
+    int32_t label;
+    uint32_t kind;
+} ch_shard_entry;
+
+/* Parsed shard: entries, class names and per-sample origin names. */
+typedef struct ch_shard_index {
+    uint64_t count;
+    ch_shard_entry *entries;
+    uint32_t nclasses;
+    char **class_names;
+    char **names;             /* original relative paths (may be NULL entries) */
+    uint32_t align;
+    uint64_t file_size;
+} ch_shard_index;
+
+int ch_shard_read_index(const ch_source_ops *src, void *h, const char *path, uint64_t file_size,
+                        ch_shard_index *out, chute_error *err);
+void ch_shard_index_free(ch_shard_index *ix);
+
+/* Writer: append records, then finish (index + trailer + fsync + rename). */
+typedef struct ch_shard_writer ch_shard_writer;
+int ch_shard_writer_open(const char *final_path, uint32_t align, uint32_t nclasses,
+                         char *const *class_names, ch_shard_writer **out, chute_error *err);
+int ch_shard_writer_add(ch_shard_writer *w, const void *data, uint32_t len, int32_t label,
+                        uint32_t kind, const char *name, chute_error *err);
+uint64_t ch_shard_writer_bytes(const ch_shard_writer *w);
+uint64_t ch_shard_writer_count(const ch_shard_writer *w);
+int ch_shard_writer_finish(ch_shard_writer *w, chute_error *err);
+void ch_shard_writer_abort(ch_shard_writer *w);
+
+uint32_t ch_crc32(const void *data, size_t len);
+
+#endif

@@ -1,0 +1,457 @@
+/*
+ * pack.c — chute_pack: an ImageFolder tree becomes a shard directory.
+ *
+ * Files are taken in the tree's sample order (so sample i of the shards
+ * is sample i of the tree, minus skipped files) in windows: a pool of
+ * threads reads and decode-checks one window while nothing else runs,
+ * then this thread appends the window's good files to the current shard
+ * in order.  Checking decodes JPEGs at 1/8 scale: every Huffman code is
+ * still decoded, so truncation and corruption are caught, at a fraction
+ * of a full decode's cost.
+ *
+ * Crash safety: the old manifest is removed first, shards are written as
+ * "*.tmp" and renamed when complete and synced, and the new manifest is
+ * written (tmp + fsync + rename + fsync dir) only after every shard is
+ * in place.  A directory without a manifest never opens as a dataset, and
+ * re-running pack after any interruption rewrites everything.
+ */
+#define _GNU_SOURCE
+#include "../codec/codec.h"
+#include "format.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct pack_item {
+    ch_buf data;
+    size_t len;
+    int ok;
+    int kind;
+    char reason[512];
+} pack_item;
+
+typedef struct pack_job {
+    const ch_tree_list *list;
+    const char *root;
+    uint64_t base, count;     /* current window */
+    pack_item *items;
+    _Atomic uint64_t next;
+    uint64_t max_pixels;
+    int validate;
+    /* thread pool handshake */
+    pthread_mutex_t mu;
+    pthread_cond_t cv_start, cv_done;
+    uint64_t round;
+    uint32_t busy;
+    int quit;
+} pack_job;
+
+static void check_one(pack_job *j, ch_decoder *dec, ch_buf *pix, uint64_t i)
+{
+    pack_item *it = &j->items[i - j->base];
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", j->root, j->list->paths[i]);
+    chute_error err = {0};
+    it->ok = 0;
+    it->reason[0] = '\0';
+    size_t len = 0;
+    int rc = ch_source_local.read_file(path, it->data.data, it->data.cap, &len, &err);
+    if (rc == CH_ESMALL) {
+        if (len > 0xFFFFFFFFu) {
+            snprintf(it->reason, sizeof it->reason, "%zu bytes is too large for a shard record",
+                     len);
+            return;
+        }
+        if (ch_buf_reserve(&it->data, len) != CHUTE_OK) {
+            snprintf(it->reason, sizeof it->reason, "out of memory");
+            return;
+        }
+        rc = ch_source_local.read_file(path, it->data.data, it->data.cap, &len, &err);
+    }
+    if (rc != CHUTE_OK) {
+        snprintf(it->reason, sizeof it->reason, "%s", rc == CH_ESMALL ? "file changed size" : err.message);
+        return;
+    }
+    it->len = len;
+    it->kind = ch_sniff(it->data.data, len);
+    if (it->kind == CH_IMG_UNKNOWN) {
+        snprintf(it->reason, sizeof it->reason, "not a JPEG or PNG image (%s)",
+                 ch_sniff_name(it->data.data, len));
+        return;
+    }
+    if (j->validate) {
+        ch_image_info info;
+        rc = ch_decoder_begin(dec, it->data.data, len, j->max_pixels, &info, &err);
+        if (rc == CHUTE_OK) {
+            uint32_t denom = info.kind == CH_IMG_JPEG ? 8 : 1, sw, sh;
+            ch_decoder_scaled_size(dec, denom, &sw, &sh);
+            ch_image img;
+            rc = ch_decoder_finish(dec, denom, 0, 0, sw, sh, pix, &img, &err);
+        }
+        if (rc != CHUTE_OK) {
+            snprintf(it->reason, sizeof it->reason, "%s", err.message);
+            return;
+        }
+    }
+    it->ok = 1;
+}
+
+static void *pack_thread(void *arg)
+{
+    pack_job *j = arg;
+    ch_decoder *dec = NULL;
+    ch_buf pix = {0};
+    int have_dec = ch_decoder_create(&dec) == CHUTE_OK;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        while (!j->quit && j->round == seen)
+            pthread_cond_wait(&j->cv_start, &j->mu);
+        if (j->quit)
+            break;
+        seen = j->round;
+        pthread_mutex_unlock(&j->mu);
+        for (;;) {
+            uint64_t k = atomic_fetch_add(&j->next, 1);
+            if (k >= j->count)
+                break;
+            if (have_dec) {
+                check_one(j, dec, &pix, j->base + k);
+            } else {
+                j->items[k].ok = 0;
+                snprintf(j->items[k].reason, sizeof j->items[k].reason, "out of memory");
+            }
+        }
+        pthread_mutex_lock(&j->mu);
+        if (--j->busy == 0)
+            pthread_cond_signal(&j->cv_done);
+    }
+    pthread_mutex_unlock(&j->mu);
+    ch_decoder_destroy(dec);
+    ch_buf_free(&pix);
+    return NULL;
+}
+
+/* Remove leftovers of earlier runs: temporary files and shards that the
+ * new manifest will not list (names at or past `keep`). */
+static void remove_stale(const char *dir, uint32_t keep)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *n = de->d_name;
+        unsigned k;
+        char tail[16];
+        int stale = 0;
+        size_t len = strlen(n);
+        if (strncmp(n, "shard-", 6) == 0 && len > 4 && strcmp(n + len - 4, ".tmp") == 0)
+            stale = 1;
+        else if (strcmp(n, CH_MANIFEST_NAME ".tmp") == 0)
+            stale = 1;
+        else if (sscanf(n, "shard-%u.%15s", &k, tail) == 2 && strcmp(tail, "chute") == 0 && k >= keep)
+            stale = 1;
+        if (stale) {
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%s", dir, n);
+            unlink(p);
+        }
+    }
+    closedir(d);
+}
+
+typedef struct shard_rec {
+    uint64_t samples, bytes;
+} shard_rec;
+
+static int write_manifest(const char *dir, const shard_rec *recs, uint32_t n, chute_error *err)
+{
+    char tmp[4096], fin[4096];
+    snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, CH_MANIFEST_NAME);
+    snprintf(fin, sizeof fin, "%s/%s", dir, CH_MANIFEST_NAME);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot create", tmp);
+    size_t cap = 64 + (size_t)n * 80, len = 0;
+    char *txt = malloc(cap);
+    if (!txt) {
+        close(fd);
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    }
+    uint64_t total = 0;
+    len += (size_t)snprintf(txt + len, cap - len, "chute-dataset 1\n");
+    for (uint32_t k = 0; k < n; k++) {
+        len += (size_t)snprintf(txt + len, cap - len, "shard shard-%05u.chute %llu %llu\n", k,
+                                (unsigned long long)recs[k].samples,
+                                (unsigned long long)recs[k].bytes);
+        total += recs[k].samples;
+    }
+    len += (size_t)snprintf(txt + len, cap - len, "end %u %llu\n", n, (unsigned long long)total);
+    int rc = ch_write_all(fd, tmp, txt, len, err);
+    free(txt);
+    if (rc == CHUTE_OK && fsync(fd) != 0)
+        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: fsync failed", tmp);
+    close(fd);
+    if (rc == CHUTE_OK && rename(tmp, fin) != 0)
+        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: rename failed", tmp);
+    if (rc == CHUTE_OK)
+        rc = ch_fsync_dir(dir, err);
+    if (rc != CHUTE_OK)
+        unlink(tmp);
+    return rc;
+}
+
+int chute_pack(const char *root, const char *out_dir, const chute_pack_options *opt,
+               chute_pack_result *out_result, chute_error *err)
+{
+    if (!root || !out_dir)
+        return ch_err(err, CHUTE_EINVAL, "chute_pack: root and out_dir are required");
+    chute_pack_options o = opt ? *opt : (chute_pack_options){0};
+    if (!o.shard_size)
+        o.shard_size = 256ull << 20;
+    if (!o.threads)
+        o.threads = (uint32_t)ch_online_cores();
+    if (o.threads > 256)
+        o.threads = 256;
+    if (!o.align)
+        o.align = 4096;
+    if (!o.max_pixels)
+        o.max_pixels = 64ull << 20;
+    if (o.align < 64 || (o.align & (o.align - 1)))
+        return ch_err(err, CHUTE_EINVAL, "--align %u is not a power of two >= 64", o.align);
+    uint64_t t_start = ch_now_ns();
+
+    ch_tree_list list;
+    int rc = ch_tree_list_build(root, &list, err);
+    if (rc)
+        return rc;
+    rc = ch_mkdir_p(out_dir, err);
+    if (rc) {
+        ch_tree_list_free(&list);
+        return rc;
+    }
+    char mpath[4096];
+    snprintf(mpath, sizeof mpath, "%s/%s", out_dir, CH_MANIFEST_NAME);
+    if (unlink(mpath) != 0 && errno != ENOENT) {
+        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot remove the old manifest", mpath);
+        ch_tree_list_free(&list);
+        return rc;
+    }
+    ch_fsync_dir(out_dir, NULL);
+    remove_stale(out_dir, UINT32_MAX);
+
+    const uint64_t window = (uint64_t)o.threads * 32;
+    pack_job job;
+    memset(&job, 0, sizeof job);
+    job.list = &list;
+    job.root = root;
+    job.max_pixels = o.max_pixels;
+    job.validate = !o.no_validate;
+    job.items = calloc(window, sizeof *job.items);
+    pthread_mutex_init(&job.mu, NULL);
+    pthread_cond_init(&job.cv_start, NULL);
+    pthread_cond_init(&job.cv_done, NULL);
+    pthread_t *th = calloc(o.threads, sizeof *th);
+    uint32_t nth = 0;
+    if (!job.items || !th)
+        rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+    for (; rc == CHUTE_OK && nth < o.threads; nth++)
+        if (pthread_create(&th[nth], NULL, pack_thread, &job) != 0) {
+            if (nth == 0)
+                rc = ch_err(err, CHUTE_ENOMEM, "cannot start pack threads");
+            break;
+        }
+
+    chute_pack_progress pr = {0};
+    pr.files_total = list.n;
+    shard_rec *recs = NULL;
+    uint32_t nrecs = 0, reccap = 0;
+    ch_shard_writer *w = NULL;
+    uint64_t written = 0, bytes = 0, skipped = 0;
+
+    for (uint64_t base = 0; rc == CHUTE_OK && base < list.n; base += window) {
+        pthread_mutex_lock(&job.mu);
+        job.base = base;
+        job.count = CH_MIN(window, list.n - base);
+        atomic_store(&job.next, 0);
+        job.busy = nth;
+        job.round++;
+        pthread_cond_broadcast(&job.cv_start);
+        while (job.busy > 0)
+            pthread_cond_wait(&job.cv_done, &job.mu);
+        pthread_mutex_unlock(&job.mu);
+
+        for (uint64_t k = 0; rc == CHUTE_OK && k < job.count; k++) {
+            pack_item *it = &job.items[k];
+            uint64_t i = base + k;
+            pr.files_done++;
+            if (!it->ok) {
+                char path[4096];
+                snprintf(path, sizeof path, "%s/%s", root, list.paths[i]);
+                skipped++;
+                if (o.on_skip)
+                    o.on_skip(path, it->reason, o.user);
+                if (o.strict)
+                    rc = ch_err(err, CHUTE_ECORRUPT, "%s: %s (--strict)", path, it->reason);
+                continue;
+            }
+            if (!w) {
+                char sp[4096];
+                snprintf(sp, sizeof sp, "%s/shard-%05u.chute", out_dir, nrecs);
+                rc = ch_shard_writer_open(sp, o.align, list.nclasses, list.class_names, &w, err);
+                if (rc)
+                    break;
+            }
+            rc = ch_shard_writer_add(w, it->data.data, (uint32_t)it->len, list.labels[i],
+                                     (uint32_t)it->kind, list.paths[i], err);
+            if (rc)
+                break;
+            written++;
+            bytes += it->len;
+            pr.bytes_done += it->len;
+            if (ch_shard_writer_bytes(w) >= o.shard_size || written + skipped == list.n ||
+                i + 1 == list.n) {
+                if (nrecs == reccap) {
+                    reccap = reccap ? reccap * 2 : 16;
+                    shard_rec *r2 = realloc(recs, reccap * sizeof *r2);
+                    if (!r2) {
+                        rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+                        break;
+                    }
+                    recs = r2;
+                }
+                uint64_t count = ch_shard_writer_count(w);
+                rc = ch_shard_writer_finish(w, err);
+                w = NULL;
+                if (rc)
+                    break;
+                char sp[4096];
+                snprintf(sp, sizeof sp, "%s/shard-%05u.chute", out_dir, nrecs);
+                FILE *f = fopen(sp, "re");
+                long sz = -1;
+                if (f && fseek(f, 0, SEEK_END) == 0)
+                    sz = ftell(f);
+                if (f)
+                    fclose(f);
+                if (sz < 0) {
+                    rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot measure", sp);
+                    break;
+                }
+                recs[nrecs].samples = count;
+                recs[nrecs].bytes = (uint64_t)sz;
+                nrecs++;
+                pr.shards_done = nrecs;
+            }
+            if (o.progress) {
+                pr.skipped = skipped;
+                pr.seconds = (ch_now_ns() - t_start) / 1e9;
+                if (o.progress(&pr, o.user)) {
+                    rc = ch_err(err, CHUTE_EINTERRUPTED, "pack cancelled");
+                    break;
+                }
+            }
+        }
+    }
+    /* A shard still open here means the last files were all skipped. */
+    if (rc == CHUTE_OK && w) {
+        if (nrecs == reccap) {
+            shard_rec *r2 = realloc(recs, (reccap + 1) * sizeof *r2);
+            if (!r2)
+                rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+            else
+                recs = r2;
+        }
+        if (rc == CHUTE_OK) {
+            uint64_t count = ch_shard_writer_count(w);
+            rc = ch_shard_writer_finish(w, err);
+            w = NULL;
+            char sp[4096];
+            snprintf(sp, sizeof sp, "%s/shard-%05u.chute", out_dir, nrecs);
+            FILE *f = fopen(sp, "re");
+            long sz = -1;
+            if (f && fseek(f, 0, SEEK_END) == 0)
+                sz = ftell(f);
+            if (f)
+                fclose(f);
+            if (rc == CHUTE_OK && sz < 0)
+                rc = ch_err(err, CHUTE_EIO, "%s: cannot measure", sp);
+            if (rc == CHUTE_OK) {
+                recs[nrecs].samples = count;
+                recs[nrecs].bytes = (uint64_t)sz;
+                nrecs++;
+            }
+        }
+    }
+    ch_shard_writer_abort(w);
+
+    pthread_mutex_lock(&job.mu);
+    job.quit = 1;
+    pthread_cond_broadcast(&job.cv_start);
+    pthread_mutex_unlock(&job.mu);
+    for (uint32_t t = 0; t < nth; t++)
+        pthread_join(th[t], NULL);
+    free(th);
+    if (job.items)
+        for (uint64_t k = 0; k < window; k++)
+            ch_buf_free(&job.items[k].data);
+    free(job.items);
+    pthread_mutex_destroy(&job.mu);
+    pthread_cond_destroy(&job.cv_start);
+    pthread_cond_destroy(&job.cv_done);
+
+    if (rc == CHUTE_OK && written == 0)
+        rc = ch_err(err, CHUTE_ENOTFOUND, "%s: no decodable images (%llu files skipped)", root,
+                    (unsigned long long)skipped);
+    if (rc == CHUTE_OK)
+        rc = write_manifest(out_dir, recs, nrecs, err);
+    if (rc == CHUTE_OK)
+        remove_stale(out_dir, nrecs);
+    if (rc == CHUTE_OK && out_result) {
+        out_result->files = written;
+        out_result->bytes = bytes;
+        out_result->skipped = skipped;
+        out_result->shards = nrecs;
+        out_result->classes = list.nclasses;
+        out_result->seconds = (ch_now_ns() - t_start) / 1e9;
+    }
+    free(recs);
+    ch_tree_list_free(&list);
+    return rc;
+}
+
+int chute_probe_image(const void *data, size_t len, uint64_t max_pixels, uint32_t *out_w,
+                      uint32_t *out_h, uint32_t *out_channels, chute_error *err)
+{
+    if (!data && len)
+        return ch_err(err, CHUTE_EINVAL, "chute_probe_image: no data");
+    if (!max_pixels)
+        max_pixels = 64ull << 20;
+    ch_decoder *dec = NULL;
+    if (ch_decoder_create(&dec) != CHUTE_OK)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    ch_buf pix = {0};
+    ch_image_info info;
+    int rc = ch_decoder_begin(dec, data, len, max_pixels, &info, err);
+    if (rc == CHUTE_OK) {
+        ch_image img;
+        rc = ch_decoder_finish(dec, 1, 0, 0, info.width, info.height, &pix, &img, err);
+    }
+    if (rc == CHUTE_OK) {
+        if (out_w)
+            *out_w = info.width;
+        if (out_h)
+            *out_h = info.height;
+        if (out_channels)
+            *out_channels = info.channels;
+    }
+    ch_buf_free(&pix);
+    ch_decoder_destroy(dec);
+    return rc;
+}

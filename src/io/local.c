@@ -1,0 +1,182 @@
+/*
+ * local.c — the local-file source: open/pread/close.
+ *
+ * Reads loop until the requested length is in, retrying EINTR, and turn
+ * an early end of file into CHUTE_EIO with the path and offset, because a
+ * truncated shard or a file shrinking under us must not become a sample
+ * made of stale buffer bytes.
+ */
+#define _GNU_SOURCE
+#include "io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct local_file {
+    int fd;
+} local_file;
+
+static int local_open(const char *path, void **out, uint64_t *out_size, chute_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno,
+                            "%s: cannot open", path);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return ch_err_errno(err, CHUTE_EIO, e, "%s: cannot stat", path);
+    }
+    local_file *f = malloc(sizeof *f);
+    if (!f) {
+        close(fd);
+        return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+    }
+    f->fd = fd;
+    *out = f;
+    if (out_size)
+        *out_size = (uint64_t)st.st_size;
+    return CHUTE_OK;
+}
+
+static int pread_full(int fd, const char *path, uint64_t off, void *buf, size_t len,
+                      chute_error *err)
+{
+    uint8_t *p = buf;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(fd, p + done, len - done, (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return ch_err_errno(err, CHUTE_EIO, errno, "%s@%llu: read of %zu bytes failed", path,
+                                (unsigned long long)(off + done), len - done);
+        }
+        if (n == 0)
+            return ch_err(err, CHUTE_EIO, "%s@%llu: unexpected end of file (wanted %zu more bytes)",
+                          path, (unsigned long long)(off + done), len - done);
+        done += (size_t)n;
+    }
+    return CHUTE_OK;
+}
+
+static int local_read_at(void *h, const char *path, uint64_t off, void *buf, size_t len,
+                         chute_error *err)
+{
+    return pread_full(((local_file *)h)->fd, path, off, buf, len, err);
+}
+
+static void local_close(void *h)
+{
+    if (!h)
+        return;
+    close(((local_file *)h)->fd);
+    free(h);
+}
+
+static int local_read_file(const char *path, void *buf, size_t cap, size_t *out_len,
+                           chute_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno,
+                            "%s: cannot open", path);
+    struct stat st;
+    int rc = CHUTE_OK;
+    if (fstat(fd, &st) != 0) {
+        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot stat", path);
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = ch_err(err, CHUTE_EIO, "%s: not a regular file", path);
+    } else {
+        *out_len = (size_t)st.st_size;
+        if ((uint64_t)st.st_size > cap)
+            rc = CH_ESMALL;
+        else
+            rc = pread_full(fd, path, 0, buf, (size_t)st.st_size, err);
+    }
+    close(fd);
+    return rc;
+}
+
+const ch_source_ops ch_source_local = {
+    .version = CH_SOURCE_OPS_VERSION,
+    .caps = CH_SOURCE_CAP_PREAD,
+    .name = "local",
+    .open = local_open,
+    .read_at = local_read_at,
+    .close = local_close,
+    .read_file = local_read_file,
+};
+
+int ch_pwrite_all(int fd, const char *path, const void *buf, size_t len, uint64_t off,
+                  chute_error *err)
+{
+    const uint8_t *p = buf;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pwrite(fd, p + done, len - done, (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return ch_err_errno(err, CHUTE_EIO, errno, "%s@%llu: write failed", path,
+                                (unsigned long long)(off + done));
+        }
+        done += (size_t)n;
+    }
+    return CHUTE_OK;
+}
+
+int ch_write_all(int fd, const char *path, const void *buf, size_t len, chute_error *err)
+{
+    const uint8_t *p = buf;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = write(fd, p + done, len - done);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return ch_err_errno(err, CHUTE_EIO, errno, "%s: write failed", path);
+        }
+        done += (size_t)n;
+    }
+    return CHUTE_OK;
+}
+
+int ch_fsync_dir(const char *dir, chute_error *err)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot open directory", dir);
+    int rc = CHUTE_OK;
+    if (fsync(fd) != 0 && errno != EINVAL)
+        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: fsync failed", dir);
+    close(fd);
+    return rc;
+}
+
+int ch_mkdir_p(const char *dir, chute_error *err)
+{
+    char tmp[4096];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof tmp)
+        return ch_err(err, CHUTE_EINVAL, "bad directory path '%s'", dir);
+    memcpy(tmp, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (tmp[i] == '/' || tmp[i] == '\0') {
+            char c = tmp[i];
+            tmp[i] = '\0';
+            if (mkdir(tmp, 0777) != 0 && errno != EEXIST)
+                return ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot create directory", tmp);
+            tmp[i] = c;
+        }
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ch_err(err, CHUTE_EIO, "%s: not a directory", dir);
+    return CHUTE_OK;
+}

@@ -1,0 +1,769 @@
+/*
+ * loader.c — the pipeline: worker threads fill a fixed ring of batch
+ * buffers; the consumer takes batches in order.
+ *
+ * Shape.  An epoch for this rank is a list of tasks, one per sample slot:
+ * task t belongs to batch first_batch + t / B at position t % B.  Workers
+ * claim tasks with one atomic fetch-add, so there is no lock per sample.
+ * A batch needs a ring slot before its first sample can be written; slots
+ * are assigned to batches strictly in batch order (so later batches can
+ * never take every slot while an earlier one waits), under the mutex, but
+ * a worker caches its current (batch, slot) pair and only takes the mutex
+ * when it moves on to another batch.  The worker that finishes a batch's
+ * last sample marks it ready and wakes the consumer.
+ *
+ * Determinism.  Everything random about a sample (its crop, its flip)
+ * comes from an RNG seeded by (seed, epoch, sample id), and batches are
+ * handed out in order, so the bytes a consumer sees depend neither on the
+ * number of workers nor on their timing.
+ *
+ * Memory.  The ring has prefetch + max_held slots, allocated once at
+ * create.  Workers' scratch buffers grow to the largest sample seen and
+ * are then reused: nothing of ours is allocated per sample once warm.
+ *
+ * Locking.  `mu` protects every field marked (mu) below and slot states;
+ * `next_task`, `cancel_gen` and the stats are atomics.  The consumer never
+ * holds `mu` while it waits (condition variables release it).
+ *
+ * Corrupt samples.  SKIP replaces the sample with another one from this
+ * rank's epoch, chosen deterministically from (seed, epoch, position), and
+ * counts it; FAIL marks the batch failed and chute_loader_next returns the
+ * sample's location and the reason.
+ */
+#define _GNU_SOURCE
+#include "../codec/codec.h"
+#include "../format/format.h"
+#include "../ops/ops.h"
+#include "../stats/stats.h"
+#include "sampler.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+
+struct chute_batch {
+    chute_loader *ld;
+    uint32_t index;           /* slot number */
+};
+
+typedef struct slot {
+    uint8_t *data;
+    int64_t *labels;
+    uint64_t *indices;
+    _Atomic uint32_t remaining; /* samples still to fill */
+    int state;                /* (mu) */
+    uint64_t seq;             /* (mu) batch this slot holds */
+    uint32_t count;           /* (mu) samples in this batch */
+    uint64_t epoch;           /* (mu) */
+    int failed;               /* (mu) FAIL policy: a sample could not be made */
+    char errmsg[1280];        /* (mu) */
+    chute_batch handle;
+} slot;
+
+typedef struct worker {
+    chute_loader *ld;
+    pthread_t thread;
+    uint32_t id;
+    ch_buf rbuf;              /* encoded bytes */
+    ch_buf pbuf;              /* decoded window */
+    ch_resize_scratch rs;
+    ch_decoder *dec;
+    ch_worker_stats *stats;
+} worker;
+
+struct chute_loader {
+    const chute_dataset *ds;
+    chute_loader_options o;
+    ch_out_spec out;
+    size_t sample_bytes;      /* bytes of one output sample */
+    size_t batch_bytes;
+
+    ch_sampler sampler;       /* perm rewritten only while workers are idle */
+    uint64_t nbatches;
+
+    uint32_t nslots;
+    slot *slots;
+    uint8_t *ring_mem;
+    size_t ring_len;
+
+    uint32_t nworkers;
+    worker *workers;
+    ch_worker_stats *wstats;
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;   /* workers: a run started, or shutdown */
+    pthread_cond_t slot_cv;   /* workers: a slot became free, or cancel */
+    pthread_cond_t ready_cv;  /* consumer: a batch became ready */
+    pthread_cond_t idle_cv;   /* start_epoch: all workers left the run */
+
+    int shutdown;             /* (mu) */
+    int running;              /* (mu) a run has been started */
+    uint64_t gen;             /* (mu) run generation */
+    _Atomic uint64_t cancel_gen; /* workers drop out when != their gen */
+    uint32_t active;          /* (mu) workers inside the current run */
+    uint64_t epoch;           /* (mu) */
+    uint64_t first_batch;     /* (mu) */
+    uint64_t next_assign;     /* (mu) next batch to get a slot */
+    uint64_t consume_seq;     /* (mu) next batch for the consumer */
+    uint32_t *seqmap;         /* (mu) batch % nslots -> slot, for [consume_seq, next_assign) */
+    uint32_t held;            /* (mu) */
+    _Atomic uint64_t next_task;
+    uint64_t total_tasks;     /* set while workers are idle */
+
+    /* consumer-side stats (mu) */
+    uint64_t batches_out, samples_out, wait_ns, fill_sum;
+    uint64_t t_created;
+    char errmsg[1400];        /* (mu for writers; read by the consumer thread) */
+};
+
+/* ------------------------------------------------------------------ */
+
+static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, chute_error *err)
+{
+    const chute_dataset *ds = ld->ds;
+    ch_worker_stats *st = w->stats;
+    uint64_t t0 = ch_now_ns();
+    size_t len = 0;
+    int rc = ds->fmt->read(ds, idx, w->rbuf.data, w->rbuf.cap, &len, err);
+    if (rc == CH_ESMALL) {
+        if (len > ld->o.max_sample_bytes)
+            return ch_err(err, CHUTE_ELIMIT, "%zu bytes exceeds the sample size limit of %llu", len,
+                          (unsigned long long)ld->o.max_sample_bytes);
+        if (ch_buf_reserve(&w->rbuf, len) != CHUTE_OK)
+            return ch_err(err, CHUTE_ENOMEM, "out of memory for a %zu-byte sample", len);
+        rc = ds->fmt->read(ds, idx, w->rbuf.data, w->rbuf.cap, &len, err);
+    }
+    if (rc != CHUTE_OK)
+        return rc == CH_ESMALL ? ch_err(err, CHUTE_EIO, "sample changed size while being read") : rc;
+    uint64_t t1 = ch_now_ns();
+    ch_stage_add(&st->read, 1, len, t1 - t0);
+
+    ch_image_info info;
+    rc = ch_decoder_begin(w->dec, w->rbuf.data, len, ld->o.max_pixels, &info, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    ch_crop crop;
+    if (ld->o.transform == CHUTE_TRANSFORM_TRAIN) {
+        ch_rng r = ch_rng_for(ld->o.seed, ld->sampler.epoch, idx);
+        ch_geom_train(info.width, info.height, ld->o.scale_min_pct / 100.0,
+                      ld->o.scale_max_pct / 100.0, &r, &crop);
+    } else if (ld->o.transform == CHUTE_TRANSFORM_EVAL) {
+        ch_geom_eval(info.width, info.height, ld->o.size, &crop);
+    } else {
+        ch_geom_full(info.width, info.height, &crop);
+    }
+    /* DCT-domain downscale: only power-of-two scales (they have SIMD
+     * paths) and only while the crop stays at least the output size, so
+     * the resampler still only ever shrinks. */
+    uint32_t denom = 1;
+    if (info.kind == CH_IMG_JPEG && !ld->o.no_dct_scale) {
+        double cw = crop.x1 - crop.x0, chh = crop.y1 - crop.y0;
+        while (denom < 8 && cw / (denom * 2) >= ld->o.size && chh / (denom * 2) >= ld->o.size)
+            denom *= 2;
+    }
+    ch_crop sc = crop;
+    uint32_t sw = info.width, sh = info.height;
+    if (denom > 1) {
+        ch_decoder_scaled_size(w->dec, denom, &sw, &sh);
+        ch_crop_scale(&crop, denom, sw, sh, &sc);
+    }
+    ch_resize_plan plan;
+    if (ch_resize_plan_make(&plan, &sc, ld->o.size, ld->o.size, &w->rs) != CHUTE_OK) {
+        ch_decoder_abort(w->dec);
+        return ch_err(err, CHUTE_ENOMEM, "out of memory for resize taps");
+    }
+    ch_image img;
+    rc = ch_decoder_finish(w->dec, denom, (uint32_t)plan.x.lo, (uint32_t)plan.y.lo,
+                           (uint32_t)(plan.x.hi - plan.x.lo), (uint32_t)(plan.y.hi - plan.y.lo),
+                           &w->pbuf, &img, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    uint64_t t2 = ch_now_ns();
+    ch_stage_add(&st->decode, 1, (uint64_t)img.w * img.h * 3, t2 - t1);
+    if (denom > 1)
+        ch_counter_inc(&st->dct_scaled);
+    rc = ch_resize_run(&plan, img.pixels, img.stride, (int32_t)img.x, (int32_t)img.y, crop.flip,
+                       &ld->out, dst, &w->rs);
+    if (rc != CHUTE_OK)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory for resize rows");
+    ch_stage_add(&st->transform, 1, ld->sample_bytes, ch_now_ns() - t2);
+    return CHUTE_OK;
+}
+
+/* Slot for batch seq, assigning slots in batch order; NULL on cancel. */
+static slot *acquire_slot(chute_loader *ld, uint64_t seq, uint64_t gen)
+{
+    pthread_mutex_lock(&ld->mu);
+    slot *s = NULL;
+    for (;;) {
+        if (ld->gen != gen || ld->shutdown)
+            break;
+        if (seq < ld->next_assign) {
+            s = &ld->slots[ld->seqmap[seq % ld->nslots]];
+            break;
+        }
+        /* Assign the next batch in order to a free slot, if any. */
+        uint32_t f = UINT32_MAX;
+        for (uint32_t i = 0; i < ld->nslots; i++)
+            if (ld->slots[i].state == SLOT_FREE) {
+                f = i;
+                break;
+            }
+        if (f == UINT32_MAX) {
+            pthread_cond_wait(&ld->slot_cv, &ld->mu);
+            continue;
+        }
+        uint64_t b = ld->next_assign++;
+        slot *n = &ld->slots[f];
+        uint64_t per = ld->sampler.per_rank, B = ld->o.batch_size;
+        uint64_t cnt = per - b * B < B ? per - b * B : B;
+        n->state = SLOT_FILLING;
+        n->seq = b;
+        n->count = (uint32_t)cnt;
+        n->epoch = ld->epoch;
+        n->failed = 0;
+        n->errmsg[0] = '\0';
+        atomic_store(&n->remaining, (uint32_t)cnt);
+        ld->seqmap[b % ld->nslots] = f;
+    }
+    pthread_mutex_unlock(&ld->mu);
+    return s;
+}
+
+static void finish_task(chute_loader *ld, slot *s)
+{
+    if (atomic_fetch_sub_explicit(&s->remaining, 1, memory_order_acq_rel) == 1) {
+        pthread_mutex_lock(&ld->mu);
+        s->state = SLOT_READY;
+        pthread_cond_broadcast(&ld->ready_cv);
+        pthread_mutex_unlock(&ld->mu);
+    }
+}
+
+static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_t pos)
+{
+    const uint64_t B = ld->o.batch_size;
+    uint64_t k = seq * B + pos; /* this rank's position in the epoch */
+    uint64_t idx = ch_sampler_get(&ld->sampler, k);
+    uint8_t *dst = s->data + pos * ld->sample_bytes;
+    chute_error err = {0};
+    int rc = fill_sample(ld, w, idx, dst, &err);
+    uint64_t used = idx;
+    if (rc != CHUTE_OK) {
+        char where[512];
+        ld->ds->fmt->describe(ld->ds, idx, where, sizeof where);
+        ch_counter_inc(&w->stats->corrupt);
+        if (ld->o.on_corrupt == CHUTE_CORRUPT_FAIL) {
+            pthread_mutex_lock(&ld->mu);
+            if (!s->failed) {
+                s->failed = 1;
+                snprintf(s->errmsg, sizeof s->errmsg, "%s: %s", where, err.message);
+            }
+            pthread_mutex_unlock(&ld->mu);
+        } else {
+            pthread_mutex_lock(&ld->mu);
+            snprintf(ld->errmsg, sizeof ld->errmsg, "skipped %s: %s", where, err.message);
+            pthread_mutex_unlock(&ld->mu);
+            /* Deterministic replacement from this rank's epoch. */
+            ch_rng r = ch_rng_for(ld->o.seed ^ 0x5245504cull, ld->sampler.epoch, k);
+            rc = CHUTE_ECORRUPT;
+            for (int attempt = 0; attempt < 16 && rc != CHUTE_OK; attempt++) {
+                uint64_t k2 = ch_rng_below(&r, ld->sampler.per_rank);
+                used = ch_sampler_get(&ld->sampler, k2);
+                rc = fill_sample(ld, w, used, dst, &err);
+                if (rc != CHUTE_OK)
+                    ch_counter_inc(&w->stats->corrupt);
+            }
+            if (rc != CHUTE_OK) {
+                pthread_mutex_lock(&ld->mu);
+                s->failed = 1;
+                snprintf(s->errmsg, sizeof s->errmsg,
+                         "%s: %s (and 16 replacement samples failed too)", where, err.message);
+                pthread_mutex_unlock(&ld->mu);
+            }
+        }
+    }
+    s->labels[pos] = ld->ds->labels[used];
+    s->indices[pos] = used;
+    finish_task(ld, s);
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    chute_loader *ld = w->ld;
+    pthread_mutex_lock(&ld->mu);
+    for (;;) {
+        while (!ld->shutdown &&
+               (!ld->running || atomic_load(&ld->next_task) >= ld->total_tasks))
+            pthread_cond_wait(&ld->work_cv, &ld->mu);
+        if (ld->shutdown)
+            break;
+        uint64_t gen = ld->gen;
+        uint64_t first = ld->first_batch, total = ld->total_tasks;
+        ld->active++;
+        pthread_mutex_unlock(&ld->mu);
+
+        const uint64_t B = ld->o.batch_size;
+        uint64_t cur_seq = UINT64_MAX;
+        slot *s = NULL;
+        for (;;) {
+            if (atomic_load_explicit(&ld->cancel_gen, memory_order_acquire) != gen)
+                break;
+            uint64_t t = atomic_fetch_add_explicit(&ld->next_task, 1, memory_order_relaxed);
+            if (t >= total)
+                break;
+            uint64_t seq = first + t / B;
+            if (seq != cur_seq) {
+                s = acquire_slot(ld, seq, gen);
+                if (!s)
+                    break;
+                cur_seq = seq;
+            }
+            run_task(ld, w, s, seq, t % B);
+        }
+
+        pthread_mutex_lock(&ld->mu);
+        if (--ld->active == 0)
+            pthread_cond_broadcast(&ld->idle_cv);
+        /* Wait for the next run before looking for work again. */
+        while (!ld->shutdown && ld->gen == gen)
+            pthread_cond_wait(&ld->work_cv, &ld->mu);
+    }
+    pthread_mutex_unlock(&ld->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+
+static int resolve_options(const chute_loader_options *in, chute_loader_options *o,
+                           chute_error *err)
+{
+    *o = in ? *in : (chute_loader_options){0};
+    if (!o->batch_size)
+        o->batch_size = 256;
+    if (!o->size)
+        o->size = 224;
+    if (!o->workers)
+        o->workers = (uint32_t)ch_online_cores();
+    if (!o->prefetch)
+        o->prefetch = 2;
+    if (!o->max_held)
+        o->max_held = 2;
+    if (!o->world_size)
+        o->world_size = 1;
+    if (!o->max_pixels)
+        o->max_pixels = 64ull << 20;
+    if (!o->max_sample_bytes)
+        o->max_sample_bytes = 64ull << 20;
+    if (!o->scale_min_pct && !o->scale_max_pct) {
+        o->scale_min_pct = 8;
+        o->scale_max_pct = 100;
+    }
+    if (o->layout == CHUTE_LAYOUT_DEFAULT)
+        o->layout = o->dtype == CHUTE_DTYPE_UINT8 ? CHUTE_LAYOUT_NHWC : CHUTE_LAYOUT_NCHW;
+    if (o->mean[0] == 0 && o->mean[1] == 0 && o->mean[2] == 0) {
+        o->mean[0] = 0.485f;
+        o->mean[1] = 0.456f;
+        o->mean[2] = 0.406f;
+    }
+    if (o->std[0] == 0 && o->std[1] == 0 && o->std[2] == 0) {
+        o->std[0] = 0.229f;
+        o->std[1] = 0.224f;
+        o->std[2] = 0.225f;
+    }
+    if (o->batch_size > (1u << 20))
+        return ch_err(err, CHUTE_EINVAL, "batch_size %u is too large", o->batch_size);
+    if (o->size > 8192)
+        return ch_err(err, CHUTE_EINVAL, "size %u is too large (max 8192)", o->size);
+    if (o->workers > 1024)
+        return ch_err(err, CHUTE_EINVAL, "workers %u is too many (max 1024)", o->workers);
+    if (o->prefetch > 64 || o->max_held > 64)
+        return ch_err(err, CHUTE_EINVAL, "prefetch and max_held must be <= 64");
+    if (o->rank >= o->world_size)
+        return ch_err(err, CHUTE_EINVAL, "rank %u must be below world_size %u", o->rank,
+                      o->world_size);
+    if ((unsigned)o->transform > CHUTE_TRANSFORM_NONE || (unsigned)o->dtype > CHUTE_DTYPE_FLOAT16 ||
+        (unsigned)o->layout > CHUTE_LAYOUT_NHWC || (unsigned)o->on_corrupt > CHUTE_CORRUPT_FAIL ||
+        (unsigned)o->remainder > CHUTE_REMAINDER_DROP)
+        return ch_err(err, CHUTE_EINVAL, "an enum option is out of range");
+    if (o->scale_min_pct == 0 || o->scale_min_pct > o->scale_max_pct || o->scale_max_pct > 100)
+        return ch_err(err, CHUTE_EINVAL, "scale range %u..%u%% is invalid", o->scale_min_pct,
+                      o->scale_max_pct);
+    for (int c = 0; c < 3; c++)
+        if (!(o->std[c] > 0))
+            return ch_err(err, CHUTE_EINVAL, "std[%d] must be positive", c);
+    return CHUTE_OK;
+}
+
+int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt,
+                        chute_loader **out_loader, chute_error *err)
+{
+    if (!ds || !out_loader)
+        return ch_err(err, CHUTE_EINVAL, "chute_loader_create: ds and out_loader are required");
+    *out_loader = NULL;
+    chute_loader *ld = calloc(1, sizeof *ld);
+    if (!ld)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    ld->t_created = ch_now_ns();
+    ld->ds = ds;
+    int rc = resolve_options(opt, &ld->o, err);
+    if (rc) {
+        free(ld);
+        return rc;
+    }
+    chute_loader_options *o = &ld->o;
+    rc = ch_sampler_init(&ld->sampler, ds->n, o->seed, !o->no_shuffle, o->rank, o->world_size,
+                         o->remainder == CHUTE_REMAINDER_DROP);
+    if (rc) {
+        free(ld);
+        return ch_err(err, rc, rc == CHUTE_ENOMEM ? "out of memory for the sampler"
+                                                  : "invalid sampler settings");
+    }
+    if (ld->sampler.per_rank == 0) {
+        uint32_t world = o->world_size;
+        ch_sampler_free(&ld->sampler);
+        free(ld);
+        return ch_err(err, CHUTE_EINVAL, "%llu samples cannot be split over %u ranks with DROP",
+                      (unsigned long long)ds->n, world);
+    }
+    uint64_t per = ld->sampler.per_rank;
+    ld->nbatches = o->drop_last ? per / o->batch_size : (per + o->batch_size - 1) / o->batch_size;
+
+    ld->out.size = o->size;
+    ld->out.dtype = o->dtype;
+    ld->out.layout = o->layout;
+    for (int c = 0; c < 3; c++) {
+        if (o->no_normalize) {
+            ld->out.mul[c] = 1.0f / 255.0f;
+            ld->out.add[c] = 0;
+        } else {
+            ld->out.mul[c] = 1.0f / (255.0f * o->std[c]);
+            ld->out.add[c] = -o->mean[c] / o->std[c];
+        }
+    }
+    size_t esz = o->dtype == CHUTE_DTYPE_FLOAT32 ? 4 : o->dtype == CHUTE_DTYPE_FLOAT16 ? 2 : 1;
+    ld->sample_bytes = (size_t)o->size * o->size * 3 * esz;
+    /* Slots start on 2 MiB boundaries so they can be backed by huge pages. */
+    size_t meta = (size_t)o->batch_size * (sizeof(int64_t) + sizeof(uint64_t));
+    ld->batch_bytes = (ld->sample_bytes * o->batch_size + meta + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    ld->nslots = o->prefetch + o->max_held;
+    ld->ring_len = ld->batch_bytes * ld->nslots;
+
+    pthread_mutex_init(&ld->mu, NULL);
+    pthread_cond_init(&ld->work_cv, NULL);
+    pthread_cond_init(&ld->slot_cv, NULL);
+    pthread_cond_init(&ld->ready_cv, NULL);
+    pthread_cond_init(&ld->idle_cv, NULL);
+
+    ld->slots = calloc(ld->nslots, sizeof *ld->slots);
+    ld->seqmap = calloc(ld->nslots, sizeof *ld->seqmap);
+    void *ring = mmap(NULL, ld->ring_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                      0);
+    if (ring == MAP_FAILED || !ld->slots || !ld->seqmap) {
+        if (ring != MAP_FAILED)
+            munmap(ring, ld->ring_len);
+        ld->ring_mem = NULL;
+        size_t mib = ld->ring_len >> 20;
+        chute_loader_destroy(ld);
+        return ch_err(err, CHUTE_ENOMEM, "cannot allocate %zu MiB of batch buffers", mib);
+    }
+    ld->ring_mem = ring;
+#ifdef MADV_HUGEPAGE
+    madvise(ring, ld->ring_len, MADV_HUGEPAGE); /* fewer faults and TLB misses; optional */
+#endif
+    /* Fault the ring in now rather than inside the first batches. */
+    ch_pretouch(ring, ld->ring_len);
+    for (uint32_t i = 0; i < ld->nslots; i++) {
+        slot *s = &ld->slots[i];
+        s->data = ld->ring_mem + i * ld->batch_bytes;
+        s->labels = (int64_t *)(s->data + ld->sample_bytes * o->batch_size);
+        s->indices = (uint64_t *)(s->labels + o->batch_size);
+        s->handle.ld = ld;
+        s->handle.index = i;
+    }
+
+    ld->nworkers = o->workers;
+    ld->workers = calloc(ld->nworkers, sizeof *ld->workers);
+    ld->wstats = ch_aligned_alloc(CH_CACHELINE, ld->nworkers * sizeof *ld->wstats);
+    if (!ld->workers || !ld->wstats) {
+        ld->nworkers = 0;
+        chute_loader_destroy(ld);
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    }
+    memset(ld->wstats, 0, ld->nworkers * sizeof *ld->wstats);
+    for (uint32_t i = 0; i < ld->nworkers; i++) {
+        worker *w = &ld->workers[i];
+        w->ld = ld;
+        w->id = i;
+        w->stats = &ld->wstats[i];
+        if (ch_decoder_create(&w->dec) != CHUTE_OK ||
+            ch_buf_reserve(&w->rbuf, 512u << 10) != CHUTE_OK) {
+            ld->nworkers = i + 1;
+            chute_loader_destroy(ld);
+            return ch_err(err, CHUTE_ENOMEM, "out of memory for worker scratch");
+        }
+    }
+    for (uint32_t i = 0; i < ld->nworkers; i++) {
+        rc = pthread_create(&ld->workers[i].thread, NULL, worker_main, &ld->workers[i]);
+        if (rc != 0) {
+            /* Threads 0..i-1 exist; destroy joins exactly those. */
+            uint32_t n = ld->nworkers;
+            ld->nworkers = i;
+            for (uint32_t j = i; j < n; j++) {
+                ch_decoder_destroy(ld->workers[j].dec);
+                ch_buf_free(&ld->workers[j].rbuf);
+            }
+            chute_loader_destroy(ld);
+            return ch_err_errno(err, CHUTE_ENOMEM, rc, "cannot start worker thread %u", i);
+        }
+    }
+    *out_loader = ld;
+    return CHUTE_OK;
+}
+
+/* Stop the current run and wait until no worker touches a slot. (mu held) */
+static void cancel_run_locked(chute_loader *ld)
+{
+    ld->gen++;
+    atomic_store_explicit(&ld->cancel_gen, ld->gen, memory_order_release);
+    pthread_cond_broadcast(&ld->slot_cv);
+    pthread_cond_broadcast(&ld->work_cv);
+    while (ld->active > 0)
+        pthread_cond_wait(&ld->idle_cv, &ld->mu);
+    for (uint32_t i = 0; i < ld->nslots; i++)
+        if (ld->slots[i].state == SLOT_FILLING || ld->slots[i].state == SLOT_READY)
+            ld->slots[i].state = SLOT_FREE;
+    ld->running = 0;
+}
+
+void chute_loader_destroy(chute_loader *ld)
+{
+    if (!ld)
+        return;
+    if (ld->workers) {
+        pthread_mutex_lock(&ld->mu);
+        cancel_run_locked(ld);
+        ld->shutdown = 1;
+        pthread_cond_broadcast(&ld->work_cv);
+        pthread_mutex_unlock(&ld->mu);
+        for (uint32_t i = 0; i < ld->nworkers; i++) {
+            pthread_join(ld->workers[i].thread, NULL);
+            ch_decoder_destroy(ld->workers[i].dec);
+            ch_buf_free(&ld->workers[i].rbuf);
+            ch_buf_free(&ld->workers[i].pbuf);
+            ch_buf_free(&ld->workers[i].rs.coef);
+            ch_buf_free(&ld->workers[i].rs.tmp);
+        }
+        free(ld->workers);
+    }
+    free(ld->wstats);
+    if (ld->ring_mem)
+        munmap(ld->ring_mem, ld->ring_len);
+    free(ld->slots);
+    free(ld->seqmap);
+    ch_sampler_free(&ld->sampler);
+    pthread_mutex_destroy(&ld->mu);
+    pthread_cond_destroy(&ld->work_cv);
+    pthread_cond_destroy(&ld->slot_cv);
+    pthread_cond_destroy(&ld->ready_cv);
+    pthread_cond_destroy(&ld->idle_cv);
+    free(ld);
+}
+
+static void start_locked(chute_loader *ld, uint64_t epoch, uint64_t start_batch)
+{
+    cancel_run_locked(ld);
+    ch_sampler_set_epoch(&ld->sampler, epoch); /* workers are idle: safe */
+    ld->epoch = epoch;
+    if (start_batch > ld->nbatches)
+        start_batch = ld->nbatches;
+    ld->first_batch = start_batch;
+    ld->next_assign = start_batch;
+    ld->consume_seq = start_batch;
+    uint64_t per = ld->sampler.per_rank, B = ld->o.batch_size;
+    uint64_t end = CH_MIN(ld->nbatches * B, per);
+    ld->total_tasks = end > start_batch * B ? end - start_batch * B : 0;
+    atomic_store(&ld->next_task, 0);
+    ld->running = 1;
+    ld->errmsg[0] = '\0';
+    pthread_cond_broadcast(&ld->work_cv);
+}
+
+int chute_loader_start_epoch(chute_loader *ld, uint64_t epoch, uint64_t start_batch)
+{
+    if (!ld)
+        return CHUTE_EINVAL;
+    pthread_mutex_lock(&ld->mu);
+    start_locked(ld, epoch, start_batch);
+    pthread_mutex_unlock(&ld->mu);
+    return CHUTE_OK;
+}
+
+uint64_t chute_loader_num_batches(const chute_loader *ld) { return ld ? ld->nbatches : 0; }
+uint64_t chute_loader_num_samples(const chute_loader *ld)
+{
+    if (!ld)
+        return 0;
+    return ld->o.drop_last ? ld->nbatches * ld->o.batch_size : ld->sampler.per_rank;
+}
+
+int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **out_batch)
+{
+    if (!ld || !out_batch)
+        return CHUTE_EINVAL;
+    *out_batch = NULL;
+    pthread_mutex_lock(&ld->mu);
+    if (!ld->running && ld->gen == 0)
+        start_locked(ld, 0, 0); /* first use without start_epoch: epoch 0 */
+    if (ld->consume_seq >= ld->nbatches || !ld->running) {
+        pthread_mutex_unlock(&ld->mu);
+        return CHUTE_END;
+    }
+    if (ld->held >= ld->o.max_held) {
+        snprintf(ld->errmsg, sizeof ld->errmsg,
+                 "the consumer holds %u batches (max_held); release one before asking for more",
+                 ld->held);
+        pthread_mutex_unlock(&ld->mu);
+        return CHUTE_EBUSY;
+    }
+    uint64_t t0 = ch_now_ns();
+    struct timespec deadline;
+    if (timeout_ms >= 0) {
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+    }
+    uint32_t ready = 0;
+    for (uint32_t i = 0; i < ld->nslots; i++)
+        ready += ld->slots[i].state == SLOT_READY;
+    slot *s = NULL;
+    int rc = CHUTE_OK;
+    for (;;) {
+        uint64_t seq = ld->consume_seq;
+        if (seq < ld->next_assign) {
+            slot *c = &ld->slots[ld->seqmap[seq % ld->nslots]];
+            if (c->state == SLOT_READY) {
+                s = c;
+                break;
+            }
+        }
+        if (timeout_ms >= 0) {
+            if (pthread_cond_timedwait(&ld->ready_cv, &ld->mu, &deadline) == ETIMEDOUT) {
+                rc = CHUTE_EINTERRUPTED;
+                break;
+            }
+        } else {
+            pthread_cond_wait(&ld->ready_cv, &ld->mu);
+        }
+    }
+    ld->wait_ns += ch_now_ns() - t0;
+    if (s && s->failed) {
+        snprintf(ld->errmsg, sizeof ld->errmsg, "%s", s->errmsg);
+        s->state = SLOT_FREE;
+        ld->consume_seq = ld->nbatches; /* the epoch cannot continue */
+        cancel_run_locked(ld);
+        pthread_mutex_unlock(&ld->mu);
+        return CHUTE_ECORRUPT;
+    }
+    if (s) {
+        s->state = SLOT_HELD;
+        ld->held++;
+        ld->consume_seq++;
+        ld->batches_out++;
+        ld->samples_out += s->count;
+        ld->fill_sum += ready;
+        *out_batch = &s->handle;
+    }
+    pthread_mutex_unlock(&ld->mu);
+    return rc;
+}
+
+int chute_loader_next(chute_loader *ld, chute_batch **out_batch)
+{
+    return chute_loader_next_timeout(ld, -1, out_batch);
+}
+
+void chute_batch_view_get(const chute_batch *b, chute_batch_view *v)
+{
+    if (!b || !v)
+        return;
+    chute_loader *ld = b->ld;
+    slot *s = &ld->slots[b->index];
+    const chute_loader_options *o = &ld->o;
+    memset(v, 0, sizeof *v);
+    v->data = s->data;
+    v->dtype = o->dtype;
+    v->layout = o->layout;
+    v->count = s->count;
+    int64_t S = o->size;
+    v->shape[0] = s->count;
+    if (o->layout == CHUTE_LAYOUT_NCHW) {
+        v->shape[1] = 3;
+        v->shape[2] = S;
+        v->shape[3] = S;
+    } else {
+        v->shape[1] = S;
+        v->shape[2] = S;
+        v->shape[3] = 3;
+    }
+    v->strides[3] = 1;
+    v->strides[2] = v->shape[3];
+    v->strides[1] = v->shape[2] * v->shape[3];
+    v->strides[0] = v->shape[1] * v->strides[1];
+    v->nbytes = ld->sample_bytes * s->count;
+    v->labels = s->labels;
+    v->indices = s->indices;
+    v->epoch = s->epoch;
+    v->batch_index = s->seq;
+}
+
+void chute_batch_release(chute_batch *b)
+{
+    if (!b)
+        return;
+    chute_loader *ld = b->ld;
+    pthread_mutex_lock(&ld->mu);
+    slot *s = &ld->slots[b->index];
+    if (s->state == SLOT_HELD) {
+        s->state = SLOT_FREE;
+        ld->held--;
+        pthread_cond_broadcast(&ld->slot_cv);
+    }
+    pthread_mutex_unlock(&ld->mu);
+}
+
+const char *chute_loader_errmsg(const chute_loader *ld) { return ld ? ld->errmsg : ""; }
+
+void chute_loader_stats(const chute_loader *ld, chute_stats *out)
+{
+    if (!ld || !out)
+        return;
+    memset(out, 0, sizeof *out);
+    for (uint32_t i = 0; i < ld->nworkers; i++) {
+        const ch_worker_stats *w = &ld->wstats[i];
+        ch_stage_sum(&out->read, &w->read);
+        ch_stage_sum(&out->decode, &w->decode);
+        ch_stage_sum(&out->transform, &w->transform);
+        out->corrupt += atomic_load_explicit(&w->corrupt, memory_order_relaxed);
+        out->dct_scaled += atomic_load_explicit(&w->dct_scaled, memory_order_relaxed);
+    }
+    pthread_mutex_t *mu = (pthread_mutex_t *)&ld->mu; /* locking does not change the loader */
+    pthread_mutex_lock(mu);
+    out->batches = ld->batches_out;
+    out->samples = ld->samples_out;
+    out->wait_ns = ld->wait_ns;
+    out->queue_fill_sum = ld->fill_sum;
+    pthread_mutex_unlock(mu);
+    out->wall_ns = ch_now_ns() - ld->t_created;
+    out->workers = ld->nworkers;
+}
