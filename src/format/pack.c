@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct pack_item {
@@ -208,6 +209,35 @@ static int write_manifest(const char *dir, const shard_rec *recs, uint32_t n, ch
     return rc;
 }
 
+/* Finish the open shard number k and record its sample count and size. */
+static int close_shard(ch_shard_writer *w, const char *out_dir, uint32_t k, shard_rec **recs,
+                       uint32_t *nrecs, uint32_t *cap, chute_error *err)
+{
+    uint64_t count = ch_shard_writer_count(w);
+    if (*nrecs == *cap) {
+        uint32_t c = *cap ? *cap * 2 : 16;
+        shard_rec *r2 = realloc(*recs, c * sizeof *r2);
+        if (!r2) {
+            ch_shard_writer_abort(w);
+            return ch_err(err, CHUTE_ENOMEM, "out of memory");
+        }
+        *recs = r2;
+        *cap = c;
+    }
+    int rc = ch_shard_writer_finish(w, err);
+    if (rc)
+        return rc;
+    char sp[4096];
+    snprintf(sp, sizeof sp, "%s/shard-%05u.chute", out_dir, k);
+    struct stat st;
+    if (stat(sp, &st) != 0)
+        return ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot stat the new shard", sp);
+    (*recs)[*nrecs].samples = count;
+    (*recs)[*nrecs].bytes = (uint64_t)st.st_size;
+    (*nrecs)++;
+    return CHUTE_OK;
+}
+
 int chute_pack(const char *root, const char *out_dir, const chute_pack_options *opt,
                chute_pack_result *out_result, chute_error *err)
 {
@@ -316,37 +346,11 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
             written++;
             bytes += it->len;
             pr.bytes_done += it->len;
-            if (ch_shard_writer_bytes(w) >= o.shard_size || written + skipped == list.n ||
-                i + 1 == list.n) {
-                if (nrecs == reccap) {
-                    reccap = reccap ? reccap * 2 : 16;
-                    shard_rec *r2 = realloc(recs, reccap * sizeof *r2);
-                    if (!r2) {
-                        rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
-                        break;
-                    }
-                    recs = r2;
-                }
-                uint64_t count = ch_shard_writer_count(w);
-                rc = ch_shard_writer_finish(w, err);
+            if (ch_shard_writer_bytes(w) >= o.shard_size) {
+                rc = close_shard(w, out_dir, nrecs, &recs, &nrecs, &reccap, err);
                 w = NULL;
                 if (rc)
                     break;
-                char sp[4096];
-                snprintf(sp, sizeof sp, "%s/shard-%05u.chute", out_dir, nrecs);
-                FILE *f = fopen(sp, "re");
-                long sz = -1;
-                if (f && fseek(f, 0, SEEK_END) == 0)
-                    sz = ftell(f);
-                if (f)
-                    fclose(f);
-                if (sz < 0) {
-                    rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot measure", sp);
-                    break;
-                }
-                recs[nrecs].samples = count;
-                recs[nrecs].bytes = (uint64_t)sz;
-                nrecs++;
                 pr.shards_done = nrecs;
             }
             if (o.progress) {
@@ -359,35 +363,10 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
             }
         }
     }
-    /* A shard still open here means the last files were all skipped. */
+    /* The last shard is still open unless it just reached its size. */
     if (rc == CHUTE_OK && w) {
-        if (nrecs == reccap) {
-            shard_rec *r2 = realloc(recs, (reccap + 1) * sizeof *r2);
-            if (!r2)
-                rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
-            else
-                recs = r2;
-        }
-        if (rc == CHUTE_OK) {
-            uint64_t count = ch_shard_writer_count(w);
-            rc = ch_shard_writer_finish(w, err);
-            w = NULL;
-            char sp[4096];
-            snprintf(sp, sizeof sp, "%s/shard-%05u.chute", out_dir, nrecs);
-            FILE *f = fopen(sp, "re");
-            long sz = -1;
-            if (f && fseek(f, 0, SEEK_END) == 0)
-                sz = ftell(f);
-            if (f)
-                fclose(f);
-            if (rc == CHUTE_OK && sz < 0)
-                rc = ch_err(err, CHUTE_EIO, "%s: cannot measure", sp);
-            if (rc == CHUTE_OK) {
-                recs[nrecs].samples = count;
-                recs[nrecs].bytes = (uint64_t)sz;
-                nrecs++;
-            }
-        }
+        rc = close_shard(w, out_dir, nrecs, &recs, &nrecs, &reccap, err);
+        w = NULL;
     }
     ch_shard_writer_abort(w);
 

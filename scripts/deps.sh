@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install everything chute needs to build, test and demo on Debian 12.
+# Idempotent; skips apt when every package is already there.
+set -euo pipefail
+PKGS=(build-essential cmake pkg-config libjpeg62-turbo-dev libspng-dev zlib1g-dev
+      python3 python3-dev python3-numpy python3-pil python3-pytest python3-torch
+      python3-torchvision python3-setuptools python3-pip
+      plasma-workspace-wallpapers dataset-fashion-mnist)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite: C tests (ctest) in a Release build and under
+# AddressSanitizer+UBSan, then the Python package's tests (pytest).
+#   usage: bash scripts/test.sh [--quick]   (--quick: Release ctest + pytest only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+JOBS="$(nproc)"
+status=0
+
+echo "== build (Release) and ctest"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$JOBS" >/dev/null
+(cd build && ctest --output-on-failure -j"$JOBS") || status=1
+
+if [ "${1:-}" != "--quick" ]; then
+  echo "== build (AddressSanitizer + UBSan) and ctest"
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCHUTE_SANITIZE=address >/dev/null
+  cmake --build build-asan -j"$JOBS" >/dev/null
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$JOBS") || status=1
+fi
+
+if [ -d tests/python ]; then
+  echo "== Python package and pytest"
+  /usr/bin/python3 -m pytest -q tests/python || status=1
+fi
+exit $status
