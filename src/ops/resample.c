@@ -225,10 +225,10 @@ int ch_resize_run(const ch_resize_plan *p, const uint8_t *pix, size_t stride, in
                         (size_t)W * 3 * sizeof(float) + 64;
     if (ch_buf_reserve(&s->tmp, need) != CHUTE_OK)
         return CHUTE_ENOMEM;
-    float *vrow = (float *)s->tmp.data;
+    const uint8_t **rows = (const uint8_t **)s->tmp.data; /* 64-byte aligned */
+    float *vrow = (float *)(rows + p->y.ksize);
     vrow[len] = 0;
     float *orow = vrow + len + 4;
-    const uint8_t **rows = (const uint8_t **)(orow + (size_t)W * 3);
     const uint8_t *colbase = pix + (size_t)(p->x.lo - px) * 3;
     const size_t plane = (size_t)W * H;
     const int fast = o->dtype == CHUTE_DTYPE_FLOAT32 && o->layout == CHUTE_LAYOUT_NCHW;
