@@ -30,5 +30,8 @@ int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int argc,
 
 int cmd_pack(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_iobench(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 
 #endif

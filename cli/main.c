@@ -148,6 +148,9 @@ static void usage(FILE *f)
             "commands:\n"
             "  pack ROOT OUT_DIR     pack an ImageFolder tree into indexed shards\n"
             "  bench SOURCE          run the pipeline and report images/s\n"
+            "  inspect SOURCE        samples, classes, sizes, dimensions, formats, bad files\n"
+            "  doctor SOURCE         measure each stage and name the bottleneck\n"
+            "  iobench PATH          storage test with deep-learning access patterns\n"
             "  version               print the version\n\n"
             "Run 'chute COMMAND --help' for a command's options.\n",
             chute_version());
@@ -164,6 +167,12 @@ int main(int argc, char **argv)
         return cmd_pack(argc - 2, argv + 2);
     if (strcmp(c, "bench") == 0)
         return cmd_bench(argc - 2, argv + 2);
+    if (strcmp(c, "inspect") == 0)
+        return cmd_inspect(argc - 2, argv + 2);
+    if (strcmp(c, "iobench") == 0)
+        return cmd_iobench(argc - 2, argv + 2);
+    if (strcmp(c, "doctor") == 0)
+        return cmd_doctor(argc - 2, argv + 2);
     if (strcmp(c, "version") == 0 || strcmp(c, "--version") == 0) {
         printf("chute %s\n", chute_version());
         return 0;

@@ -89,6 +89,17 @@ typedef enum chute_source_kind {
  * any number of threads and loaders; destroy it after them.             */
 CHUTE_API int chute_dataset_open(const char *path, chute_source_kind kind,
                                  chute_dataset **out_ds, chute_error *err);
+
+/* Zero means default for every field. */
+typedef struct chute_dataset_options {
+    chute_source_kind kind;   /* default AUTO */
+    uint32_t read_delay_us;   /* add this latency to every sample read: for tests and
+                                 "what if my storage were slower" runs; default 0 */
+} chute_dataset_options;
+
+/* chute_dataset_open with options. */
+CHUTE_API int chute_dataset_open_ex(const char *path, const chute_dataset_options *opt,
+                                    chute_dataset **out_ds, chute_error *err);
 CHUTE_API void chute_dataset_close(chute_dataset *ds);
 
 CHUTE_API uint64_t chute_dataset_size(const chute_dataset *ds);
@@ -243,6 +254,11 @@ typedef struct chute_stats {
     uint64_t wall_ns;          /* time since the loader was created */
     uint64_t queue_fill_sum;   /* sum over next() calls of ready batches found */
     uint32_t workers;
+    uint32_t queue_capacity;   /* batch buffers in the ring (prefetch + max_held) */
+    uint64_t read_lat_p50_ns;  /* sample read latency percentiles */
+    uint64_t read_lat_p90_ns;
+    uint64_t read_lat_p99_ns;
+    uint64_t read_lat_max_ns;  /* upper bound of the slowest read's bucket */
 } chute_stats;
 
 /* Snapshot of the counters; callable from any thread. */
@@ -291,6 +307,11 @@ typedef struct chute_pack_result {
  * pack never leaves a directory that opens as a dataset.                 */
 CHUTE_API int chute_pack(const char *root, const char *out_dir, const chute_pack_options *opt,
                          chute_pack_result *out_result, chute_error *err);
+
+/* Header-only look at one encoded image in memory: size, channels and
+ * format (1 = JPEG, 2 = PNG) without decoding pixels.  Thread-safe.      */
+CHUTE_API int chute_image_header(const void *data, size_t len, uint32_t *out_w, uint32_t *out_h,
+                                 uint32_t *out_channels, int *out_format, chute_error *err);
 
 /* Decode-check one encoded image in memory (type sniffed).  Writes its
  * width/height/channels when not NULL.  Thread-safe.                     */

@@ -2,7 +2,7 @@
 # Install everything chute needs to build, test and demo on Debian 12.
 # Idempotent; skips apt when every package is already there.
 set -euo pipefail
-PKGS=(build-essential cmake pkg-config libjpeg62-turbo-dev libspng-dev zlib1g-dev
+PKGS=(build-essential cmake pkg-config libjpeg62-turbo-dev libspng-dev zlib1g-dev liburing-dev
       python3 python3-dev python3-numpy python3-pil python3-pytest python3-torch
       python3-torchvision python3-setuptools python3-pip
       plasma-workspace-wallpapers dataset-fashion-mnist)

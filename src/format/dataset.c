@@ -6,9 +6,11 @@
 #include "format.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 void ch_dataset_free_fields(chute_dataset *ds)
@@ -29,6 +31,39 @@ void ch_dataset_free_fields(chute_dataset *ds)
 int chute_dataset_open(const char *path, chute_source_kind kind, chute_dataset **out_ds,
                        chute_error *err)
 {
+    chute_dataset_options o = {0};
+    o.kind = kind;
+    return chute_dataset_open_ex(path, &o, out_ds, err);
+}
+
+int ch_ds_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, size_t *out_len,
+               chute_error *err)
+{
+    if (ds->read_delay_us) {
+        struct timespec ts = {ds->read_delay_us / 1000000, (long)(ds->read_delay_us % 1000000) * 1000};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
+    return ds->fmt->read(ds, i, buf, cap, out_len, err);
+}
+
+void ch_ds_drop_cache(const chute_dataset *ds, uint64_t i)
+{
+    char path[4096];
+    if (i >= ds->n)
+        return;
+    ds->fmt->file_of(ds, i, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+}
+
+int chute_dataset_open_ex(const char *path, const chute_dataset_options *opt,
+                          chute_dataset **out_ds, chute_error *err)
+{
+    chute_source_kind kind = opt ? opt->kind : CHUTE_SOURCE_AUTO;
     if (!path || !out_ds)
         return ch_err(err, CHUTE_EINVAL, "chute_dataset_open: path and out_ds are required");
     *out_ds = NULL;
@@ -68,6 +103,7 @@ int chute_dataset_open(const char *path, chute_source_kind kind, chute_dataset *
         free(ds);
         return rc;
     }
+    ds->read_delay_us = opt ? opt->read_delay_us : 0;
     *out_ds = ds;
     return CHUTE_OK;
 }
@@ -121,7 +157,7 @@ int chute_dataset_read(const chute_dataset *ds, uint64_t i, void *buf, size_t ca
     if (i >= ds->n)
         return ch_err(err, CHUTE_EINVAL, "sample %llu out of range (dataset has %llu)",
                       (unsigned long long)i, (unsigned long long)ds->n);
-    int rc = ds->fmt->read(ds, i, buf, cap, out_len, err);
+    int rc = ch_ds_read(ds, i, buf, cap, out_len, err);
     if (rc == CH_ESMALL)
         return ch_err(err, CHUTE_ELIMIT, "sample %llu needs %zu bytes, buffer has %zu",
                       (unsigned long long)i, *out_len, cap);

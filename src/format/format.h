@@ -25,6 +25,8 @@ typedef struct ch_format_ops {
                 chute_error *err);
     uint64_t (*sample_size)(const chute_dataset *ds, uint64_t i);
     void (*describe)(const chute_dataset *ds, uint64_t i, char *buf, size_t n);
+    /* Path of the file that holds sample i (for cache control). */
+    void (*file_of)(const chute_dataset *ds, uint64_t i, char *buf, size_t n);
     void (*close)(void *impl);
 } ch_format_ops;
 
@@ -38,7 +40,17 @@ struct chute_dataset {
     int32_t *labels;          /* n labels */
     uint32_t nclasses;
     char **class_names;       /* nclasses NUL-terminated names */
+    uint32_t read_delay_us;   /* injected latency per read (tests, what-if runs) */
 };
+
+/* Read sample i through the format, adding the injected delay if any.
+ * Same contract as ch_format_ops.read. */
+int ch_ds_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, size_t *out_len,
+               chute_error *err);
+
+/* Evict sample i's bytes from the page cache (posix_fadvise DONTNEED on
+ * its file, or on the whole shard that holds it).  Best effort. */
+void ch_ds_drop_cache(const chute_dataset *ds, uint64_t i);
 
 /* Open helpers: fill ds->impl, n, labels, classes.  On failure leave
  * whatever they allocated in ds for ch_dataset_free_fields. */

@@ -405,6 +405,30 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
     return rc;
 }
 
+int chute_image_header(const void *data, size_t len, uint32_t *out_w, uint32_t *out_h,
+                       uint32_t *out_channels, int *out_format, chute_error *err)
+{
+    if (!data && len)
+        return ch_err(err, CHUTE_EINVAL, "chute_image_header: no data");
+    ch_decoder *dec = NULL;
+    if (ch_decoder_create(&dec) != CHUTE_OK)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    ch_image_info info;
+    int rc = ch_decoder_begin(dec, data, len, UINT64_MAX, &info, err);
+    if (rc == CHUTE_OK) {
+        if (out_w)
+            *out_w = info.width;
+        if (out_h)
+            *out_h = info.height;
+        if (out_channels)
+            *out_channels = info.channels;
+        if (out_format)
+            *out_format = info.kind;
+    }
+    ch_decoder_destroy(dec);
+    return rc;
+}
+
 int chute_probe_image(const void *data, size_t len, uint64_t max_pixels, uint32_t *out_w,
                       uint32_t *out_h, uint32_t *out_channels, chute_error *err)
 {

@@ -479,6 +479,15 @@ static void shards_describe(const chute_dataset *ds, uint64_t i, char *buf, size
     snprintf(buf, n, "%s@%llu (%s)", sf->path, (unsigned long long)e->offset, sf->ix.names[local]);
 }
 
+static void shards_file_of(const chute_dataset *ds, uint64_t i, char *buf, size_t n)
+{
+    const shard_file *sf;
+    const ch_shard_entry *e;
+    uint64_t local;
+    locate(ds, i, &sf, &e, &local);
+    snprintf(buf, n, "%s", sf->path);
+}
+
 static void shards_close(void *impl)
 {
     shards_impl *s = impl;
@@ -503,6 +512,7 @@ static const ch_format_ops k_shards_ops = {
     .read = shards_read,
     .sample_size = shards_sample_size,
     .describe = shards_describe,
+    .file_of = shards_file_of,
     .close = shards_close,
 };
 

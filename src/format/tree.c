@@ -277,6 +277,7 @@ static const ch_format_ops k_tree_ops = {
     .read = tree_read,
     .sample_size = tree_sample_size,
     .describe = tree_describe,
+    .file_of = tree_describe,
     .close = tree_close,
 };
 

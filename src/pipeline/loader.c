@@ -34,6 +34,7 @@
 #include "../codec/codec.h"
 #include "../format/format.h"
 #include "../ops/ops.h"
+#include "../stats/hist.h"
 #include "../stats/stats.h"
 #include "sampler.h"
 
@@ -74,6 +75,7 @@ typedef struct worker {
     ch_resize_scratch rs;
     ch_decoder *dec;
     ch_worker_stats *stats;
+    ch_hist read_lat;         /* this worker's read latencies (its own writer) */
 } worker;
 
 struct chute_loader {
@@ -129,19 +131,20 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     ch_worker_stats *st = w->stats;
     uint64_t t0 = ch_now_ns();
     size_t len = 0;
-    int rc = ds->fmt->read(ds, idx, w->rbuf.data, w->rbuf.cap, &len, err);
+    int rc = ch_ds_read(ds, idx, w->rbuf.data, w->rbuf.cap, &len, err);
     if (rc == CH_ESMALL) {
         if (len > ld->o.max_sample_bytes)
             return ch_err(err, CHUTE_ELIMIT, "%zu bytes exceeds the sample size limit of %llu", len,
                           (unsigned long long)ld->o.max_sample_bytes);
         if (ch_buf_reserve(&w->rbuf, len) != CHUTE_OK)
             return ch_err(err, CHUTE_ENOMEM, "out of memory for a %zu-byte sample", len);
-        rc = ds->fmt->read(ds, idx, w->rbuf.data, w->rbuf.cap, &len, err);
+        rc = ch_ds_read(ds, idx, w->rbuf.data, w->rbuf.cap, &len, err);
     }
     if (rc != CHUTE_OK)
         return rc == CH_ESMALL ? ch_err(err, CHUTE_EIO, "sample changed size while being read") : rc;
     uint64_t t1 = ch_now_ns();
     ch_stage_add(&st->read, 1, len, t1 - t0);
+    ch_hist_add(&w->read_lat, t1 - t0);
 
     ch_image_info info;
     rc = ch_decoder_begin(w->dec, w->rbuf.data, len, ld->o.max_pixels, &info, err);
@@ -530,6 +533,9 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
 /* Stop the current run and wait until no worker touches a slot. (mu held) */
 static void cancel_run_locked(chute_loader *ld)
 {
+    /* Clear `running` first: a worker leaving the run must not see the old
+     * run as still open and re-join it while we wait for it to go idle. */
+    ld->running = 0;
     ld->gen++;
     atomic_store_explicit(&ld->cancel_gen, ld->gen, memory_order_release);
     pthread_cond_broadcast(&ld->slot_cv);
@@ -539,7 +545,6 @@ static void cancel_run_locked(chute_loader *ld)
     for (uint32_t i = 0; i < ld->nslots; i++)
         if (ld->slots[i].state == SLOT_FILLING || ld->slots[i].state == SLOT_READY)
             ld->slots[i].state = SLOT_FREE;
-    ld->running = 0;
 }
 
 void chute_loader_destroy(chute_loader *ld)
@@ -766,4 +771,15 @@ void chute_loader_stats(const chute_loader *ld, chute_stats *out)
     pthread_mutex_unlock(mu);
     out->wall_ns = ch_now_ns() - ld->t_created;
     out->workers = ld->nworkers;
+    out->queue_capacity = ld->nslots;
+    ch_hist_snap *h = calloc(1, sizeof *h);
+    if (h) {
+        for (uint32_t i = 0; i < ld->nworkers; i++)
+            ch_hist_merge(h, &ld->workers[i].read_lat);
+        out->read_lat_p50_ns = ch_hist_quantile(h, 0.50);
+        out->read_lat_p90_ns = ch_hist_quantile(h, 0.90);
+        out->read_lat_p99_ns = ch_hist_quantile(h, 0.99);
+        out->read_lat_max_ns = ch_hist_quantile(h, 1.0);
+        free(h);
+    }
 }

@@ -1,0 +1,433 @@
+/*
+ * doctor.c — `chute doctor SOURCE`: is training going to wait for data,
+ * and which part of the input path is to blame?
+ *
+ * Four measurements on the user's own data, each on its own:
+ *   1. storage   cold reads (page cache evicted for the files read, with
+ *                posix_fadvise DONTNEED) by as many threads as the
+ *                pipeline has workers, in a shuffled order like training;
+ *   2. decode    and
+ *   3. transform per core: a one-worker pipeline run on warm data, whose
+ *                stage timers give the cost of each stage per image;
+ *   4. pipeline  the whole pipeline with all workers (warm cache), with a
+ *                throughput / consumer-wait time series.
+ * The slowest ceiling is the bottleneck.  Given a GPU's consumption rate,
+ * doctor says how many such GPUs this machine can keep >= 90% busy, and it
+ * prints advice tied to the numbers.  --report writes an HTML page with the
+ * charts.
+ */
+#define _GNU_SOURCE
+#include "cli.h"
+#include "common/common.h"
+#include "doctor.h"
+#include "format/format.h"
+#include "util.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct store_job {
+    const chute_dataset *ds;
+    const uint64_t *order;
+    uint64_t n;
+    _Atomic uint64_t next;
+    _Atomic uint64_t bytes;
+    _Atomic uint64_t errors;
+    double deadline;
+} store_job;
+
+static void *store_thread(void *arg)
+{
+    store_job *j = arg;
+    ch_buf buf = {0};
+    ch_buf_reserve(&buf, 1 << 20);
+    uint64_t bytes = 0;
+    for (;;) {
+        if (cli_now_s() >= j->deadline)
+            break;
+        uint64_t k = atomic_fetch_add(&j->next, 1);
+        if (k >= j->n)
+            break;
+        size_t len = 0;
+        int rc = ch_ds_read(j->ds, j->order[k], buf.data, buf.cap, &len, NULL);
+        if (rc == CH_ESMALL && ch_buf_reserve(&buf, len) == CHUTE_OK)
+            rc = ch_ds_read(j->ds, j->order[k], buf.data, buf.cap, &len, NULL);
+        if (rc != CHUTE_OK)
+            atomic_fetch_add(&j->errors, 1);
+        else
+            bytes += len;
+    }
+    atomic_fetch_add(&j->bytes, bytes);
+    ch_buf_free(&buf);
+    return NULL;
+}
+
+/* Stage 1. */
+static int measure_storage(const chute_dataset *ds, uint32_t threads, double seconds,
+                           doctor_result *r)
+{
+    uint64_t n = chute_dataset_size(ds);
+    uint64_t *order = malloc(n * sizeof *order);
+    if (!order)
+        return -1;
+    for (uint64_t i = 0; i < n; i++)
+        order[i] = i;
+    ch_rng rng = ch_rng_for(1234, 5, 6);
+    for (uint64_t i = n - 1; i > 0; i--) {
+        uint64_t k = ch_rng_below(&rng, i + 1), t = order[i];
+        order[i] = order[k];
+        order[k] = t;
+    }
+    /* Evict what we may read: bounded so huge datasets don't spend minutes here. */
+    uint64_t evict = n < 200000 ? n : 200000;
+    for (uint64_t i = 0; i < evict; i++)
+        ch_ds_drop_cache(ds, order[i]);
+    store_job j;
+    memset(&j, 0, sizeof j);
+    j.ds = ds;
+    j.order = order;
+    j.n = evict;
+    double t0 = cli_now_s();
+    j.deadline = t0 + seconds;
+    pthread_t *th = calloc(threads, sizeof *th);
+    uint32_t started = 0;
+    for (uint32_t i = 0; th && i < threads; i++)
+        if (pthread_create(&th[i], NULL, store_thread, &j) == 0)
+            started++;
+    for (uint32_t i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    free(th);
+    double el = cli_now_s() - t0;
+    uint64_t done = atomic_load(&j.next);
+    if (done > j.n)
+        done = j.n;
+    /* Threads that passed the deadline bumped `next` without reading. */
+    if (done > started && el >= seconds)
+        done -= started;
+    r->storage_ips = el > 0 ? done / el : 0;
+    r->storage_mbs = el > 0 ? atomic_load(&j.bytes) / 1e6 / el : 0;
+    r->storage_samples = done;
+    r->storage_errors = atomic_load(&j.errors);
+    snprintf(r->storage_method, sizeof r->storage_method,
+             "cold: page cache evicted for the files read (posix_fadvise DONTNEED), %u reader "
+             "thread(s), shuffled order",
+             threads);
+    free(order);
+    return 0;
+}
+
+typedef struct run_out {
+    double ips, wait_frac, seconds;
+    uint64_t images;
+    chute_stats st;
+    int failed;
+    char err[512];
+} run_out;
+
+/* Run a loader for about `seconds`, sampling a time series if asked. */
+static int run_pipeline(const chute_dataset *ds, const chute_loader_options *o, double seconds,
+                        doctor_result *series, cli_gpu *gpu, run_out *out)
+{
+    memset(out, 0, sizeof *out);
+    chute_error err = {0};
+    chute_loader *ld = NULL;
+    if (chute_loader_create(ds, o, &ld, &err) != CHUTE_OK) {
+        snprintf(out->err, sizeof out->err, "%s", err.message);
+        out->failed = 1;
+        return -1;
+    }
+    chute_stats s0, sp;
+    chute_loader_stats(ld, &s0);
+    sp = s0;
+    double t0 = cli_now_s(), tp = t0;
+    uint64_t images = 0, imgp = 0;
+    uint64_t epoch = 0;
+    chute_loader_start_epoch(ld, epoch, 0);
+    while (cli_now_s() - t0 < seconds) {
+        chute_batch *b = NULL;
+        int rc = chute_loader_next(ld, &b);
+        if (rc == CHUTE_END) {
+            chute_loader_start_epoch(ld, ++epoch, 0);
+            continue;
+        }
+        if (rc != CHUTE_OK) {
+            snprintf(out->err, sizeof out->err, "%s", chute_loader_errmsg(ld));
+            out->failed = 1;
+            break;
+        }
+        chute_batch_view v;
+        chute_batch_view_get(b, &v);
+        images += v.count;
+        chute_batch_release(b);
+        double t = cli_now_s();
+        if (series && t - tp >= 0.25 && series->nseries < DOCTOR_MAX_SERIES) {
+            chute_stats s;
+            chute_loader_stats(ld, &s);
+            doctor_point *p = &series->series[series->nseries++];
+            p->t = t - t0;
+            p->ips = (images - imgp) / (t - tp);
+            p->wait = (s.wait_ns - sp.wait_ns) / 1e9 / (t - tp);
+            p->gpu_util = gpu ? cli_gpu_util(gpu) : -1;
+            sp = s;
+            tp = t;
+            imgp = images;
+        }
+    }
+    double el = cli_now_s() - t0;
+    chute_loader_stats(ld, &out->st);
+    out->images = images;
+    out->seconds = el;
+    out->ips = el > 0 ? images / el : 0;
+    out->wait_frac = el > 0 ? (out->st.wait_ns - s0.wait_ns) / 1e9 / el : 0;
+    chute_loader_destroy(ld);
+    return out->failed ? -1 : 0;
+}
+
+static void add_advice(doctor_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_advice(doctor_result *r, const char *fmt, ...)
+{
+    if (r->nadvice >= DOCTOR_MAX_ADVICE)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->advice[r->nadvice++], sizeof r->advice[0], fmt, ap);
+    va_end(ap);
+}
+
+static void diagnose(doctor_result *r)
+{
+    double per_img_cpu = r->read_cpu_s + r->decode_s + r->transform_s; /* seconds per image, 1 core */
+    r->decode_ips = r->decode_s > 0 ? r->workers / r->decode_s : 0;
+    r->transform_ips = r->transform_s > 0 ? r->workers / r->transform_s : 0;
+    r->cpu_ips = per_img_cpu > 0 ? r->workers / per_img_cpu : 0;
+    r->deliverable_ips = r->pipeline_ips < r->storage_ips ? r->pipeline_ips : r->storage_ips;
+    if (r->storage_ips < r->cpu_ips)
+        snprintf(r->bottleneck, sizeof r->bottleneck, "storage");
+    else if (r->decode_s >= r->transform_s)
+        snprintf(r->bottleneck, sizeof r->bottleneck, "decode");
+    else
+        snprintf(r->bottleneck, sizeof r->bottleneck, "transform");
+    if (r->gpu_rate > 0) {
+        r->gpus_fed = (int)(r->deliverable_ips / (0.9 * r->gpu_rate));
+        if (r->deliverable_ips >= r->gpu_rate)
+            snprintf(r->verdict, sizeof r->verdict,
+                     "input keeps up: %.0f images/s can keep %d GPU(s) at %.0f images/s each at "
+                     ">= 90%% busy; the bottleneck is the consumer (training compute)",
+                     r->deliverable_ips, r->gpus_fed, r->gpu_rate);
+        else
+            snprintf(r->verdict, sizeof r->verdict,
+                     "GPU will starve: %.0f images/s delivered vs %.0f needed per GPU (%.0f%% busy "
+                     "at best); the bottleneck is %s",
+                     r->deliverable_ips, r->gpu_rate, 100.0 * r->deliverable_ips / r->gpu_rate,
+                     r->bottleneck);
+    } else {
+        snprintf(r->verdict, sizeof r->verdict,
+                 "this machine can deliver about %.0f images/s; the bottleneck is %s",
+                 r->deliverable_ips, r->bottleneck);
+    }
+
+    /* Advice tied to what was measured. */
+    if (!strcmp(r->bottleneck, "storage")) {
+        if (!r->is_shards)
+            add_advice(r,
+                       "pack the files into shards (chute pack %s OUT): one large file reads "
+                       "sequentially instead of %.0f small opens+reads per second",
+                       r->source, r->storage_ips);
+        add_advice(r,
+                   "storage delivers %.0f images/s (%.0f MB/s) cold with %u readers, %.1fx less "
+                   "than the CPUs could decode: put a local NVMe or RAM cache tier in front of it, "
+                   "or use faster storage (check it with chute iobench)",
+                   r->storage_ips, r->storage_mbs, r->workers,
+                   r->storage_ips > 0 ? r->cpu_ips / r->storage_ips : 0);
+        if (r->read_p99_ms > 5)
+            add_advice(r,
+                       "read latency p99 is %.1f ms: more reads in flight (more workers) hide "
+                       "latency on remote storage",
+                       r->read_p99_ms);
+    } else {
+        if (r->workers < r->cores)
+            add_advice(r, "only %u of %u cores work on the input: use --workers %u", r->workers,
+                       r->cores, r->cores);
+        if (!strcmp(r->bottleneck, "decode"))
+            add_advice(r,
+                       "JPEG decode costs %.2f ms per image per core (%.0f%% of CPU time): "
+                       "pre-resize the dataset once (e.g. shorter side 256-320 px) so every epoch "
+                       "decodes fewer pixels (now %.0f kpx decoded per image on average)",
+                       r->decode_s * 1e3, 100 * r->decode_s / (r->decode_s + r->transform_s + r->read_cpu_s),
+                       r->mean_decoded_px / 1e3);
+        else
+            add_advice(r,
+                       "the transform costs %.2f ms per image per core: emit uint8 (--dtype "
+                       "uint8) and normalize on the GPU, or use a smaller output size",
+                       r->transform_s * 1e3);
+        add_advice(r, "more CPU cores scale this linearly: each core adds about %.0f images/s",
+                   per_img_cpu > 0 ? 1.0 / per_img_cpu : 0);
+    }
+    if (r->pipeline_ips < 0.75 * (r->cpu_ips < r->storage_warm_ips ? r->cpu_ips : r->storage_warm_ips))
+        add_advice(r,
+                   "the full pipeline reached only %.0f of the %.0f images/s its stages allow: "
+                   "other processes may compete for the CPUs",
+                   r->pipeline_ips, r->cpu_ips);
+    if (r->gpu_rate > 0 && r->deliverable_ips < r->gpu_rate)
+        add_advice(r, "to feed one GPU at %.0f images/s you need about %.1fx the current input rate",
+                   r->gpu_rate, r->gpu_rate / (r->deliverable_ips > 0 ? r->deliverable_ips : 1));
+}
+
+int cmd_doctor(int argc, char **argv)
+{
+    doctor_result *r = calloc(1, sizeof *r);
+    if (!r)
+        return 1;
+    chute_loader_options o = {0};
+    int transform = 0, json = 0;
+    uint64_t gpu_rate = 0;
+    uint32_t delay_us = 0;
+    const char *report = NULL, *time_s = "5s";
+    const cli_opt opts[] = {
+        {"--gpu-rate", CLI_U64, &gpu_rate, NULL, 1, 100000000,
+         "images/s one GPU consumes (e.g. 2500 for ResNet-50 on an A100, 3000 on an H100)"},
+        {"--report", CLI_STR, &report, NULL, 0, 0, "write an HTML report with charts to this file"},
+        {"--transform", CLI_CHOICE, &transform, "train|eval|none", 0, 0, "transform (default train)"},
+        {"--size", CLI_U32, &o.size, NULL, 1, 8192, "output size (default 224)"},
+        {"--batch-size", CLI_U32, &o.batch_size, NULL, 1, 1 << 20, "batch size (default 64)"},
+        {"--workers", CLI_U32, &o.workers, NULL, 1, 1024, "worker threads (default: cores)"},
+        {"--time", CLI_STR, &time_s, NULL, 0, 0, "time per measurement (default 5s)"},
+        {"--read-delay-us", CLI_U32, &delay_us, NULL, 0, 10000000,
+         "what-if: add this latency to every read (simulates slower storage)"},
+        {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
+        {NULL, 0, NULL, NULL, 0, 0, NULL},
+    };
+    const char *pos[1];
+    int np = 0;
+    int rc = cli_parse("doctor", "SOURCE [options]", opts, argc, argv, pos, 1, &np);
+    if (rc) {
+        free(r);
+        return rc == 1 ? 0 : 2;
+    }
+    double secs = cli_parse_duration(time_s);
+    if (np != 1 || secs <= 0) {
+        fprintf(stderr, np != 1 ? "chute doctor: need SOURCE (see --help)\n"
+                                : "chute doctor: --time needs a duration like 5s\n");
+        free(r);
+        return 2;
+    }
+    if (!o.batch_size)
+        o.batch_size = 64;
+    o.transform = (chute_transform)transform;
+    r->cores = (uint32_t)ch_online_cores();
+    if (!o.workers)
+        o.workers = r->cores;
+    r->workers = o.workers;
+    r->gpu_rate = (double)gpu_rate;
+    snprintf(r->source, sizeof r->source, "%s", pos[0]);
+    static const char *tn[] = {"train", "eval", "none"};
+    snprintf(r->transform, sizeof r->transform, "%s", tn[transform]);
+
+    chute_error err = {0};
+    chute_dataset *ds = NULL;
+    chute_dataset_options dopt = {0};
+    dopt.read_delay_us = delay_us;
+    if (chute_dataset_open_ex(pos[0], &dopt, &ds, &err) != CHUTE_OK) {
+        fprintf(stderr, "chute doctor: %s\n", err.message);
+        free(r);
+        return 1;
+    }
+    r->is_shards = chute_dataset_kind(ds) == CHUTE_SOURCE_SHARDS;
+    r->samples = chute_dataset_size(ds);
+    r->read_delay_us = delay_us;
+    cli_gpu *gpu = cli_gpu_open();
+    if (gpu)
+        snprintf(r->gpu_name, sizeof r->gpu_name, "%s", cli_gpu_name(gpu));
+    int quiet = json;
+    if (!quiet)
+        fprintf(stderr, "doctor: 1/4 storage (cold reads, %u threads)...\n", o.workers);
+    measure_storage(ds, o.workers, secs, r);
+
+    if (!quiet)
+        fprintf(stderr, "doctor: 2/4 + 3/4 decode and transform per core (1 worker)...\n");
+    chute_loader_options o1 = o;
+    o1.workers = 1;
+    run_out one;
+    if (run_pipeline(ds, &o1, secs, NULL, NULL, &one) != 0) {
+        fprintf(stderr, "chute doctor: %s\n", one.err);
+        chute_dataset_close(ds);
+        cli_gpu_close(gpu);
+        free(r);
+        return 1;
+    }
+    uint64_t items = one.st.decode.items ? one.st.decode.items : 1;
+    r->decode_s = one.st.decode.busy_ns / 1e9 / items;
+    r->transform_s = one.st.transform.busy_ns / 1e9 / (one.st.transform.items ? one.st.transform.items : 1);
+    /* Warm reads: what reading costs a worker once the bytes are cached. */
+    r->read_cpu_s = one.st.read.busy_ns / 1e9 / (one.st.read.items ? one.st.read.items : 1);
+    r->storage_warm_ips = r->read_cpu_s > 0 ? r->workers / r->read_cpu_s : 1e12;
+    r->mean_bytes = one.st.read.items ? (double)one.st.read.bytes / one.st.read.items : 0;
+    r->mean_decoded_px = one.st.decode.items ? one.st.decode.bytes / 3.0 / one.st.decode.items : 0;
+
+    if (!quiet)
+        fprintf(stderr, "doctor: 4/4 full pipeline (%u workers)...\n", o.workers);
+    run_out full;
+    if (run_pipeline(ds, &o, secs, r, gpu, &full) != 0) {
+        fprintf(stderr, "chute doctor: %s\n", full.err);
+        chute_dataset_close(ds);
+        cli_gpu_close(gpu);
+        free(r);
+        return 1;
+    }
+    r->pipeline_ips = full.ips;
+    r->pipeline_wait = full.wait_frac;
+    r->read_p50_ms = full.st.read_lat_p50_ns / 1e6;
+    r->read_p99_ms = full.st.read_lat_p99_ns / 1e6;
+    if (gpu) {
+        int idle = 0, n = 0;
+        for (int i = 0; i < r->nseries; i++)
+            if (r->series[i].gpu_util >= 0) {
+                n++;
+                idle += r->series[i].gpu_util < 5;
+            }
+        r->gpu_idle_frac = n ? (double)idle / n : -1;
+    } else {
+        r->gpu_idle_frac = -1;
+    }
+    diagnose(r);
+
+    if (json) {
+        doctor_print_json(stdout, r);
+    } else {
+        printf("chute doctor: %s (%s, %llu samples, transform %s, %u workers on %u cores)\n",
+               r->source, r->is_shards ? "shards" : "tree", (unsigned long long)r->samples,
+               r->transform, r->workers, r->cores);
+        printf("  storage    %8.0f images/s  %7.1f MB/s   %s%s\n", r->storage_ips, r->storage_mbs,
+               r->storage_method, delay_us ? " + injected latency" : "");
+        printf("  decode     %8.0f images/s  (%.0f per core, %.2f ms/image)\n", r->decode_ips,
+               r->decode_s > 0 ? 1 / r->decode_s : 0, r->decode_s * 1e3);
+        printf("  transform  %8.0f images/s  (%.0f per core, %.2f ms/image)\n", r->transform_ips,
+               r->transform_s > 0 ? 1 / r->transform_s : 0, r->transform_s * 1e3);
+        printf("  cpu total  %8.0f images/s  (read+decode+transform on %u workers)\n", r->cpu_ips,
+               r->workers);
+        printf("  pipeline   %8.0f images/s  measured, warm cache; consumer waited %.0f%%\n",
+               r->pipeline_ips, 100 * r->pipeline_wait);
+        if (r->gpu_idle_frac >= 0)
+            printf("  GPU        %s idle in %.0f%% of samples\n", r->gpu_name, 100 * r->gpu_idle_frac);
+        printf("bottleneck: %s\n%s\n", r->bottleneck, r->verdict);
+        for (int i = 0; i < r->nadvice; i++)
+            printf("  - %s\n", r->advice[i]);
+    }
+    int ret = 0;
+    if (report) {
+        if (doctor_write_report(report, r) != 0) {
+            fprintf(stderr, "chute doctor: cannot write %s\n", report);
+            ret = 1;
+        } else if (!json) {
+            printf("report: %s\n", report);
+        }
+    }
+    chute_dataset_close(ds);
+    cli_gpu_close(gpu);
+    free(r);
+    return ret;
+}

@@ -1,0 +1,305 @@
+/*
+ * inspect.c — `chute inspect SOURCE`: what is in this dataset?
+ *
+ * Reads every sample once (threads = cores) and parses only its header:
+ * counts per class, file sizes in power-of-two bins, image dimensions,
+ * formats and colour spaces, and the samples that do not parse (path and
+ * reason).  --verify decodes every image fully instead.
+ */
+#define _GNU_SOURCE
+#include "cli.h"
+#include "util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SIZE_BINS 40
+#define MAX_BAD 50
+
+typedef struct dim_count {
+    uint32_t w, h;
+    uint64_t n;
+} dim_count;
+
+typedef struct insp {
+    const chute_dataset *ds;
+    uint64_t n;
+    int verify;
+    _Atomic uint64_t next;
+    pthread_mutex_t mu;
+    /* results (mu) */
+    uint64_t size_bins[SIZE_BINS];
+    uint64_t bytes;
+    uint64_t side_bins[8];    /* shorter side: <64,<128,<256,<512,<1024,<2048,<4096,>= */
+    uint64_t fmt[3];          /* other, JPEG, PNG */
+    uint64_t cs[5];           /* grey, grey+alpha, RGB, RGBA/CMYK(4) , other */
+    uint64_t *per_class;
+    dim_count *dims;
+    size_t ndims, capdims;
+    uint64_t bad;
+    char *bad_where[MAX_BAD];
+    char *bad_why[MAX_BAD];
+    double sum_w, sum_h;
+} insp;
+
+static unsigned log2_bin(uint64_t v)
+{
+    unsigned b = 0;
+    while (b + 1 < SIZE_BINS && (1ull << (b + 1)) <= v)
+        b++;
+    return b;
+}
+
+static void *insp_thread(void *arg)
+{
+    insp *s = arg;
+    size_t cap = 1 << 20;
+    void *buf = malloc(cap);
+    for (;;) {
+        uint64_t i = atomic_fetch_add(&s->next, 1);
+        if (i >= s->n || !buf)
+            break;
+        chute_error err = {0};
+        size_t len = 0;
+        int rc = chute_dataset_read(s->ds, i, buf, cap, &len, &err);
+        if (rc == CHUTE_ELIMIT && len > cap) {
+            void *nb = realloc(buf, len);
+            if (!nb)
+                break;
+            buf = nb;
+            cap = len;
+            rc = chute_dataset_read(s->ds, i, buf, cap, &len, &err);
+        }
+        uint32_t w = 0, h = 0, ch = 0;
+        int fmt = 0;
+        if (rc == CHUTE_OK)
+            rc = chute_image_header(buf, len, &w, &h, &ch, &fmt, &err);
+        if (rc == CHUTE_OK && s->verify)
+            rc = chute_probe_image(buf, len, 0, NULL, NULL, NULL, &err);
+        pthread_mutex_lock(&s->mu);
+        if (len) {
+            s->size_bins[log2_bin(len)]++;
+            s->bytes += len;
+        }
+        int64_t label = chute_dataset_label(s->ds, i);
+        if (label >= 0)
+            s->per_class[label]++;
+        if (rc != CHUTE_OK) {
+            if (s->bad < MAX_BAD) {
+                char where[1024];
+                s->bad_where[s->bad] = strdup(chute_dataset_describe(s->ds, i, where, sizeof where));
+                s->bad_why[s->bad] = strdup(err.message);
+            }
+            s->bad++;
+            s->fmt[0]++;
+        } else {
+            s->fmt[fmt == 1 ? 1 : fmt == 2 ? 2 : 0]++;
+            s->cs[ch == 1 ? 0 : ch == 2 ? 1 : ch == 3 ? 2 : ch == 4 ? 3 : 4]++;
+            uint32_t side = w < h ? w : h;
+            unsigned sb = 0;
+            while (sb < 7 && side >= (64u << sb))
+                sb++;
+            s->side_bins[sb]++;
+            s->sum_w += w;
+            s->sum_h += h;
+            size_t k = 0;
+            for (; k < s->ndims; k++)
+                if (s->dims[k].w == w && s->dims[k].h == h)
+                    break;
+            if (k == s->ndims && s->ndims < 100000) {
+                if (s->ndims == s->capdims) {
+                    size_t c = s->capdims ? s->capdims * 2 : 64;
+                    dim_count *d = realloc(s->dims, c * sizeof *d);
+                    if (d) {
+                        s->dims = d;
+                        s->capdims = c;
+                    }
+                }
+                if (s->ndims < s->capdims)
+                    s->dims[s->ndims++] = (dim_count){w, h, 0};
+            }
+            if (k < s->ndims)
+                s->dims[k].n++;
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    free(buf);
+    return NULL;
+}
+
+static int cmp_dims(const void *a, const void *b)
+{
+    const dim_count *x = a, *y = b;
+    return x->n < y->n ? 1 : x->n > y->n ? -1 : 0;
+}
+
+static const char *bin_label(unsigned b, char *buf, size_t n)
+{
+    static const char *u[] = {"B", "K", "M", "G", "T"};
+    uint64_t v = 1ull << b;
+    int k = 0;
+    while (v >= 1024 && k < 4) {
+        v /= 1024;
+        k++;
+    }
+    snprintf(buf, n, "%llu%s", (unsigned long long)v, u[k]);
+    return buf;
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+    int json = 0, verify = 0;
+    uint32_t threads = 0;
+    const cli_opt opts[] = {
+        {"--verify", CLI_FLAG, &verify, NULL, 0, 0, "decode every image fully (slower)"},
+        {"--threads", CLI_U32, &threads, NULL, 1, 1024, "threads (default: cores)"},
+        {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
+        {NULL, 0, NULL, NULL, 0, 0, NULL},
+    };
+    const char *pos[1];
+    int np = 0;
+    int rc = cli_parse("inspect", "SOURCE [options]", opts, argc, argv, pos, 1, &np);
+    if (rc)
+        return rc == 1 ? 0 : 2;
+    if (np != 1) {
+        fprintf(stderr, "chute inspect: need SOURCE, an image tree or a shard directory\n");
+        return 2;
+    }
+    chute_error err = {0};
+    chute_dataset *ds = NULL;
+    if (chute_dataset_open(pos[0], CHUTE_SOURCE_AUTO, &ds, &err) != CHUTE_OK) {
+        fprintf(stderr, "chute inspect: %s\n", err.message);
+        return 1;
+    }
+    insp s;
+    memset(&s, 0, sizeof s);
+    s.ds = ds;
+    s.n = chute_dataset_size(ds);
+    s.verify = verify;
+    uint32_t nc = chute_dataset_num_classes(ds);
+    s.per_class = calloc(nc ? nc : 1, sizeof *s.per_class);
+    pthread_mutex_init(&s.mu, NULL);
+    if (!threads) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = c > 0 ? (uint32_t)c : 1;
+    }
+    double t0 = cli_now_s();
+    pthread_t *th = calloc(threads, sizeof *th);
+    uint32_t started = 0;
+    for (uint32_t i = 0; th && i < threads; i++)
+        if (pthread_create(&th[i], NULL, insp_thread, &s) == 0)
+            started++;
+    for (uint32_t i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    free(th);
+    double el = cli_now_s() - t0;
+    qsort(s.dims, s.ndims, sizeof *s.dims, cmp_dims);
+    uint64_t good = s.n - s.bad;
+    static const char *side_names[] = {"<64", "64-127", "128-255", "256-511", "512-1023",
+                                       "1024-2047", "2048-4095", ">=4096"};
+    static const char *cs_names[] = {"grey", "grey+alpha", "rgb", "4-channel (rgba/cmyk)", "other"};
+    const char *kind = chute_dataset_kind(ds) == CHUTE_SOURCE_SHARDS ? "shards" : "tree";
+    if (json) {
+        printf("{\"source\":");
+        cli_json_str(stdout, pos[0]);
+        printf(",\"kind\":\"%s\",\"samples\":%llu,\"classes\":%u,\"bytes\":%llu,"
+               "\"mean_bytes\":%.1f,\"undecodable\":%llu,\"seconds\":%.3f,",
+               kind, (unsigned long long)s.n, nc, (unsigned long long)s.bytes,
+               s.n ? (double)s.bytes / s.n : 0, (unsigned long long)s.bad, el);
+        printf("\"size_histogram\":{");
+        int first = 1;
+        for (unsigned b = 0; b < SIZE_BINS; b++)
+            if (s.size_bins[b]) {
+                char lb[32], hb[32];
+                printf("%s\"%s-%s\":%llu", first ? "" : ",", bin_label(b, lb, sizeof lb),
+                       bin_label(b + 1, hb, sizeof hb), (unsigned long long)s.size_bins[b]);
+                first = 0;
+            }
+        printf("},\"shorter_side_histogram\":{");
+        for (unsigned b = 0; b < 8; b++)
+            printf("%s\"%s\":%llu", b ? "," : "", side_names[b], (unsigned long long)s.side_bins[b]);
+        printf("},\"top_dimensions\":[");
+        for (size_t k = 0; k < s.ndims && k < 10; k++)
+            printf("%s{\"width\":%u,\"height\":%u,\"count\":%llu}", k ? "," : "", s.dims[k].w,
+                   s.dims[k].h, (unsigned long long)s.dims[k].n);
+        printf("],\"mean_width\":%.1f,\"mean_height\":%.1f,", good ? s.sum_w / good : 0,
+               good ? s.sum_h / good : 0);
+        printf("\"formats\":{\"jpeg\":%llu,\"png\":%llu,\"undecodable\":%llu},",
+               (unsigned long long)s.fmt[1], (unsigned long long)s.fmt[2],
+               (unsigned long long)s.fmt[0]);
+        printf("\"color_spaces\":{");
+        for (unsigned b = 0; b < 5; b++)
+            printf("%s\"%s\":%llu", b ? "," : "", cs_names[b], (unsigned long long)s.cs[b]);
+        printf("},\"class_counts\":{");
+        for (uint32_t c = 0; c < nc; c++) {
+            printf("%s", c ? "," : "");
+            cli_json_str(stdout, chute_dataset_class_name(ds, c));
+            printf(":%llu", (unsigned long long)s.per_class[c]);
+        }
+        printf("},\"undecodable_samples\":[");
+        for (uint64_t k = 0; k < s.bad && k < MAX_BAD; k++) {
+            printf("%s{\"where\":", k ? "," : "");
+            cli_json_str(stdout, s.bad_where[k] ? s.bad_where[k] : "");
+            printf(",\"reason\":");
+            cli_json_str(stdout, s.bad_why[k] ? s.bad_why[k] : "");
+            printf("}");
+        }
+        printf("]}\n");
+    } else {
+        printf("%s: %s, %llu samples in %u classes, %.1f MB (mean %.1f KB)\n", pos[0], kind,
+               (unsigned long long)s.n, nc, s.bytes / 1e6, s.n ? s.bytes / 1e3 / s.n : 0);
+        printf("formats: %llu JPEG, %llu PNG, %llu undecodable\n", (unsigned long long)s.fmt[1],
+               (unsigned long long)s.fmt[2], (unsigned long long)s.fmt[0]);
+        printf("colour: ");
+        for (unsigned b = 0; b < 5; b++)
+            if (s.cs[b])
+                printf("%s %llu  ", cs_names[b], (unsigned long long)s.cs[b]);
+        printf("\nfile sizes:\n");
+        uint64_t maxbin = 1;
+        for (unsigned b = 0; b < SIZE_BINS; b++)
+            if (s.size_bins[b] > maxbin)
+                maxbin = s.size_bins[b];
+        for (unsigned b = 0; b < SIZE_BINS; b++) {
+            if (!s.size_bins[b])
+                continue;
+            char lo[32], hi[32];
+            int bar = (int)(40.0 * s.size_bins[b] / maxbin);
+            printf("  %6s-%-6s %8llu %5.1f%% ", bin_label(b, lo, sizeof lo),
+                   bin_label(b + 1, hi, sizeof hi), (unsigned long long)s.size_bins[b],
+                   100.0 * s.size_bins[b] / (s.n ? s.n : 1));
+            for (int k = 0; k < bar; k++)
+                putchar('#');
+            putchar('\n');
+        }
+        printf("shorter side (px):\n");
+        for (unsigned b = 0; b < 8; b++)
+            if (s.side_bins[b])
+                printf("  %-10s %8llu %5.1f%%\n", side_names[b], (unsigned long long)s.side_bins[b],
+                       100.0 * s.side_bins[b] / (good ? good : 1));
+        printf("most common dimensions:");
+        for (size_t k = 0; k < s.ndims && k < 5; k++)
+            printf("  %ux%u (%.1f%%)", s.dims[k].w, s.dims[k].h, 100.0 * s.dims[k].n / good);
+        printf("\nclasses:");
+        for (uint32_t c = 0; c < nc && c < 10; c++)
+            printf(" %s=%llu", chute_dataset_class_name(ds, c), (unsigned long long)s.per_class[c]);
+        printf("%s\n", nc > 10 ? " ..." : "");
+        if (s.bad) {
+            printf("undecodable (%llu):\n", (unsigned long long)s.bad);
+            for (uint64_t k = 0; k < s.bad && k < MAX_BAD; k++)
+                printf("  %s: %s\n", s.bad_where[k] ? s.bad_where[k] : "?",
+                       s.bad_why[k] ? s.bad_why[k] : "?");
+        }
+    }
+    for (uint64_t k = 0; k < s.bad && k < MAX_BAD; k++) {
+        free(s.bad_where[k]);
+        free(s.bad_why[k]);
+    }
+    free(s.dims);
+    free(s.per_class);
+    pthread_mutex_destroy(&s.mu);
+    chute_dataset_close(ds);
+    return 0;
+}

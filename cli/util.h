@@ -1,0 +1,35 @@
+/* util.h — small helpers shared by the CLI's subcommands. */
+#ifndef CHUTE_CLI_UTIL_H
+#define CHUTE_CLI_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+double cli_now_s(void);
+double cli_cpu_s(void);
+void cli_sleep_s(double s);
+/* Print s as a JSON string literal (with quotes). */
+void cli_json_str(FILE *f, const char *s);
+/* "30s", "2m", "500ms", "10" (seconds) -> seconds; -1 on error. */
+double cli_parse_duration(const char *s);
+
+/* Growable text buffer for building reports. */
+typedef struct cli_sb {
+    char *p;
+    size_t n, cap;
+} cli_sb;
+void cli_sb_printf(cli_sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cli_sb_free(cli_sb *b);
+
+/* Optional NVIDIA GPU utilisation sampling through NVML, loaded at run
+ * time.  cli_gpu_open returns NULL (not an error) when there is no NVML
+ * or no GPU. */
+typedef struct cli_gpu cli_gpu;
+cli_gpu *cli_gpu_open(void);
+void cli_gpu_close(cli_gpu *g);
+/* Utilisation of GPU 0 in percent (0..100), or -1. */
+int cli_gpu_util(cli_gpu *g);
+const char *cli_gpu_name(cli_gpu *g);
+
+#endif
