@@ -49,6 +49,7 @@ typedef struct ch_resize_axis {
     int32_t *count;           /* taps per output pixel */
     float *k;                 /* ksize weights per output pixel */
     int32_t ksize;
+    int32_t kmax;             /* largest tap count; shorter lists are zero-padded to it */
     int32_t lo, hi;           /* union of source pixels read: [lo, hi) */
 } ch_resize_axis;
 

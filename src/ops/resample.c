@@ -71,6 +71,15 @@ static void axis_taps(ch_resize_axis *a, double in0, double in1, uint32_t out, i
         if (xmin + n > a->hi)
             a->hi = xmin + n;
     }
+    /* Zero-pad every tap list to the longest so the hot loop has a fixed
+     * trip count (the padded taps read slack that is zeroed). */
+    a->kmax = 1;
+    for (uint32_t i = 0; i < out; i++)
+        if (a->count[i] > a->kmax)
+            a->kmax = a->count[i];
+    for (uint32_t i = 0; i < out; i++)
+        for (int32_t t = a->count[i]; t < a->kmax; t++)
+            a->k[(size_t)i * a->ksize + t] = 0.0f;
 }
 
 static size_t axis_bytes(uint32_t out, int32_t ksize)
@@ -211,6 +220,58 @@ static void vertical(const uint8_t *const *rows, const float *k, int32_t n, size
     }
 }
 
+/* Horizontal taps of one row, K taps per output pixel (K a compile-time
+ * constant in the specialised copies, so the tap loop is unrolled). */
+static inline __attribute__((always_inline)) v4f htaps(const ch_resize_plan *p, const float *vrow,
+                                                       uint32_t x, int32_t K)
+{
+    const float *k = p->x.k + (size_t)x * p->x.ksize;
+    const float *sp = vrow + (size_t)(p->x.start[x] - p->x.lo) * 3;
+    v4f acc = k[0] * load4(sp);
+    for (int32_t j = 1; j < K; j++)
+        acc += k[j] * load4(sp + 3 * j);
+    return acc;
+}
+
+#define CH_HPASS_PLANAR(K)                                                                     \
+    for (uint32_t x = 0; x < W; x++) {                                                         \
+        v4f acc = htaps(p, vrow, x, (K));                                                      \
+        uint32_t ox = flip ? W - 1 - x : x;                                                    \
+        d0[ox] = acc[0] * m0 + a0;                                                             \
+        d1[ox] = acc[1] * m1 + a1;                                                             \
+        d2[ox] = acc[2] * m2 + a2;                                                             \
+    }
+
+/* Horizontal taps fused with normalize and the planar (NCHW float) write. */
+static void hpass_planar(const ch_resize_plan *p, const float *vrow, int flip, const ch_out_spec *o,
+                         float *d0, size_t plane)
+{
+    const uint32_t W = p->out_w;
+    float *d1 = d0 + plane, *d2 = d1 + plane;
+    const float m0 = o->mul[0], m1 = o->mul[1], m2 = o->mul[2];
+    const float a0 = o->add[0], a1 = o->add[1], a2 = o->add[2];
+    switch (p->x.kmax) {
+    case 1: CH_HPASS_PLANAR(1) break;
+    case 2: CH_HPASS_PLANAR(2) break;
+    case 3: CH_HPASS_PLANAR(3) break;
+    case 4: CH_HPASS_PLANAR(4) break;
+    case 5: CH_HPASS_PLANAR(5) break;
+    case 6: CH_HPASS_PLANAR(6) break;
+    default: CH_HPASS_PLANAR(p->x.kmax) break;
+    }
+}
+
+/* Horizontal taps into an RGB float row, for the other output formats. */
+static void hpass_rgb(const ch_resize_plan *p, const float *vrow, float *orow)
+{
+    for (uint32_t x = 0; x < p->out_w; x++) {
+        v4f acc = htaps(p, vrow, x, p->x.kmax);
+        orow[3 * x] = acc[0];
+        orow[3 * x + 1] = acc[1];
+        orow[3 * x + 2] = acc[2];
+    }
+}
+
 int ch_resize_run(const ch_resize_plan *p, const uint8_t *pix, size_t stride, int32_t px,
                   int32_t py, int flip, const ch_out_spec *o, void *dst, ch_resize_scratch *s)
 {
@@ -221,14 +282,15 @@ int ch_resize_run(const ch_resize_plan *p, const uint8_t *pix, size_t stride, in
     const uint32_t W = p->out_w, H = p->out_h;
     const int32_t cols = p->x.hi - p->x.lo;
     const size_t len = (size_t)cols * 3;
-    const size_t need = (len + 4) * sizeof(float) + (size_t)p->y.ksize * sizeof(uint8_t *) +
+    const size_t slack = (size_t)p->x.kmax * 3 + 4; /* zeroed; read by padded taps */
+    const size_t need = (len + slack) * sizeof(float) + (size_t)p->y.ksize * sizeof(uint8_t *) +
                         (size_t)W * 3 * sizeof(float) + 64;
     if (ch_buf_reserve(&s->tmp, need) != CHUTE_OK)
         return CHUTE_ENOMEM;
     const uint8_t **rows = (const uint8_t **)s->tmp.data; /* 64-byte aligned */
     float *vrow = (float *)(rows + p->y.ksize);
-    vrow[len] = 0;
-    float *orow = vrow + len + 4;
+    memset(vrow + len, 0, slack * sizeof(float));
+    float *orow = vrow + len + slack;
     const uint8_t *colbase = pix + (size_t)(p->x.lo - px) * 3;
     const size_t plane = (size_t)W * H;
     const int fast = o->dtype == CHUTE_DTYPE_FLOAT32 && o->layout == CHUTE_LAYOUT_NCHW;
@@ -239,35 +301,12 @@ int ch_resize_run(const ch_resize_plan *p, const uint8_t *pix, size_t stride, in
             rows[j] = colbase + (size_t)(p->y.start[y] + j - py) * stride;
         vertical(rows, p->y.k + (size_t)y * p->y.ksize, n, len, vrow);
 
-        if (fast) {
-            /* Horizontal taps fused with normalize + planar write. */
-            float *d0 = (float *)dst + (size_t)y * W, *d1 = d0 + plane, *d2 = d1 + plane;
-            const float m0 = o->mul[0], m1 = o->mul[1], m2 = o->mul[2];
-            const float a0 = o->add[0], a1 = o->add[1], a2 = o->add[2];
-            for (uint32_t x = 0; x < W; x++) {
-                const float *k = p->x.k + (size_t)x * p->x.ksize;
-                const float *sp = vrow + (size_t)(p->x.start[x] - p->x.lo) * 3;
-                v4f acc = {0, 0, 0, 0};
-                for (int32_t j = 0, nn = p->x.count[x]; j < nn; j++)
-                    acc += k[j] * load4(sp + 3 * j);
-                uint32_t ox = flip ? W - 1 - x : x;
-                d0[ox] = acc[0] * m0 + a0;
-                d1[ox] = acc[1] * m1 + a1;
-                d2[ox] = acc[2] * m2 + a2;
-            }
-            continue;
+        if (fast)
+            hpass_planar(p, vrow, flip, o, (float *)dst + (size_t)y * W, plane);
+        else {
+            hpass_rgb(p, vrow, orow);
+            write_row(orow, y, flip, o, dst);
         }
-        for (uint32_t x = 0; x < W; x++) {
-            const float *k = p->x.k + (size_t)x * p->x.ksize;
-            const float *sp = vrow + (size_t)(p->x.start[x] - p->x.lo) * 3;
-            v4f acc = {0, 0, 0, 0};
-            for (int32_t j = 0, nn = p->x.count[x]; j < nn; j++)
-                acc += k[j] * load4(sp + 3 * j);
-            orow[3 * x] = acc[0];
-            orow[3 * x + 1] = acc[1];
-            orow[3 * x + 2] = acc[2];
-        }
-        write_row(orow, y, flip, o, dst);
     }
     return CHUTE_OK;
 }
