@@ -203,9 +203,14 @@ static inline v4f load4(const float *p)
 /* Vertical taps over the window's columns: the one loop that touches every
  * source pixel, contiguous and branch-free, so it vectorises; built for
  * AVX2 too and picked at load time where the CPU has it. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__)
-__attribute__((target_clones("avx2", "default")))
+/* Hot kernels get an x86-64-v3 (AVX2+FMA) clone picked at load time. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+#define CH_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define CH_CLONES
 #endif
+
+CH_CLONES
 static void vertical(const uint8_t *const *rows, const float *k, int32_t n, size_t len, float *out)
 {
     const uint8_t *r0 = rows[0];
@@ -243,6 +248,7 @@ static inline __attribute__((always_inline)) v4f htaps(const ch_resize_plan *p, 
     }
 
 /* Horizontal taps fused with normalize and the planar (NCHW float) write. */
+CH_CLONES
 static void hpass_planar(const ch_resize_plan *p, const float *vrow, int flip, const ch_out_spec *o,
                          float *d0, size_t plane)
 {
