@@ -8,7 +8,8 @@
  *   sequential  large sequential reads (--bs, default 1M), as when
  *               streaming packed shards
  *   files       open + read + close of many small files (an ImageFolder
- *               tree), sizes from the same mix
+ *               tree), sizes from the same mix, each file read once in a
+ *               shuffled pass (the run ends early if the pass completes)
  * With io_uring (liburing, when the kernel allows) each thread keeps --qd
  * reads in flight; otherwise each thread issues blocking preads, and the
  * parallelism is the thread count.  Latency is submit-to-completion.
@@ -67,6 +68,8 @@ typedef struct io_job {
     double seconds;
     double deadline;
     _Atomic int failed;
+    _Atomic uint64_t file_next;  /* files: position in the shuffled pass */
+    uint32_t *file_order;
     char errmsg[512];
     pthread_mutex_t mu;
 } io_job;
@@ -136,7 +139,12 @@ static void *psync_thread(void *arg)
     while (!atomic_load_explicit(&j->failed, memory_order_relaxed) && cli_now_s() < j->deadline) {
         uint64_t t0 = ch_now_ns(), got = 0;
         if (j->pattern == PAT_FILES) {
-            const char *p = j->files[ch_rng_below(&r, j->nfiles)];
+            /* One shuffled pass: a file is read at most once, so every
+             * read is cold (its pages were dropped before the run). */
+            uint64_t k = atomic_fetch_add(&j->file_next, 1);
+            if (k >= j->nfiles)
+                break;
+            const char *p = j->files[j->file_order[k]];
             int f = open(p, O_RDONLY | (j->direct ? O_DIRECT : 0));
             if (f < 0) {
                 job_fail(j, "%s: cannot open: %s", p, errno);
@@ -456,6 +464,19 @@ int cmd_iobench(int argc, char **argv)
     j.bs = bs;
     j.seconds = secs;
     pthread_mutex_init(&j.mu, NULL);
+    if (files) {
+        j.file_order = malloc(nfiles * sizeof *j.file_order);
+        if (!j.file_order)
+            return 1;
+        for (uint32_t i = 0; i < nfiles; i++)
+            j.file_order[i] = i;
+        ch_rng sr = ch_rng_for(0x5eed, 3, 3);
+        for (uint32_t i = nfiles - 1; i > 0; i--) {
+            uint32_t k = (uint32_t)ch_rng_below(&sr, i + 1), t = j.file_order[i];
+            j.file_order[i] = j.file_order[k];
+            j.file_order[k] = t;
+        }
+    }
     io_thread *ts = calloc(threads, sizeof *ts);
     if (!ts)
         return 1;
@@ -526,6 +547,7 @@ int cmd_iobench(int argc, char **argv)
             free(files[i]);
         free(files);
     }
+    free(j.file_order);
     pthread_mutex_destroy(&j.mu);
     return 0;
 }
