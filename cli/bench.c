@@ -3,6 +3,7 @@
  * batches, report throughput and how long the consumer waited.
  */
 #include "cli.h"
+#include "util.h"
 
 #include <string.h>
 #include <sys/resource.h>
@@ -34,7 +35,7 @@ int cmd_bench(int argc, char **argv)
 {
     chute_loader_options o = {0};
     int transform = 0, dtype = 0, json = 0, no_dct = 0, quiet = 0;
-    uint32_t epochs = 1;
+    uint32_t epochs = 1, step_ms = 0;
     uint64_t max_batches = 0;
     const cli_opt opts[] = {
         {"--transform", CLI_CHOICE, &transform, "train|eval|none", 0, 0, "transform (default train)"},
@@ -48,6 +49,8 @@ int cmd_bench(int argc, char **argv)
         {"--seed", CLI_U64, &o.seed, NULL, 0, UINT64_MAX, "shuffle/augmentation seed (default 0)"},
         {"--dtype", CLI_CHOICE, &dtype, "float32|uint8|float16", 0, 0, "output type (default float32)"},
         {"--no-dct-scale", CLI_FLAG, &no_dct, NULL, 0, 0, "never decode JPEGs at reduced DCT scale"},
+        {"--step-ms", CLI_U32, &step_ms, NULL, 0, 3600000,
+         "simulate a training step: the consumer spends this long on each batch"},
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
         {"--quiet", CLI_FLAG, &quiet, NULL, 0, 0, "no live progress line"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
@@ -82,6 +85,9 @@ int cmd_bench(int argc, char **argv)
         return 1;
     }
     int live = !json && !quiet && isatty(2);
+    cli_gpu *gpu = cli_gpu_open();
+    uint64_t gpu_samples = 0, gpu_idle = 0;
+    double last_gpu = 0;
     uint64_t images = 0, batches = 0;
     double cpu0 = cpu_s(), t0 = now_s(), last = t0;
     chute_stats s0;
@@ -106,8 +112,18 @@ int cmd_bench(int argc, char **argv)
             chute_batch_view_get(b, &v);
             images += v.count;
             batches++;
+            if (step_ms)
+                cli_sleep_s(step_ms / 1000.0);
             chute_batch_release(b);
             double t = now_s();
+            if (gpu && t - last_gpu >= 0.1) {
+                int u = cli_gpu_util(gpu);
+                if (u >= 0) {
+                    gpu_samples++;
+                    gpu_idle += u < 5;
+                }
+                last_gpu = t;
+            }
             if (live && t - last >= 0.25) {
                 chute_stats s;
                 chute_loader_stats(ld, &s);
@@ -140,13 +156,19 @@ int cmd_bench(int argc, char **argv)
                "\"workers\":%u,\"batch_size\":%u,\"wait_seconds\":%.4f,\"wait_fraction\":%.4f,"
                "\"cpu_seconds\":%.3f,\"cpu_seconds_per_1k\":%.4f,\"corrupt\":%llu,"
                "\"dct_scaled\":%llu,\"read_busy_s\":%.3f,\"decode_busy_s\":%.3f,"
-               "\"transform_busy_s\":%.3f,\"open_seconds\":%.4f,\"failed\":%s}\n",
+               "\"transform_busy_s\":%.3f,\"open_seconds\":%.4f,\"read_lat_p50_us\":%.1f,"
+               "\"read_lat_p90_us\":%.1f,\"read_lat_p99_us\":%.1f,\"queue_fill_avg\":%.3f,"
+               "\"queue_capacity\":%u,\"samples_delivered\":%llu,\"wall_seconds\":%.4f,"
+               "\"gpu_idle_fraction\":%.3f,\"failed\":%s}\n",
                kind, tnames[transform], (unsigned long long)images, (unsigned long long)batches,
                secs, ips, mbs, s.workers, o.batch_size ? o.batch_size : 256, wait,
                secs > 0 ? wait / secs : 0, cpu, images ? cpu / images * 1000 : 0,
                (unsigned long long)s.corrupt, (unsigned long long)s.dct_scaled,
                s.read.busy_ns / 1e9, s.decode.busy_ns / 1e9, s.transform.busy_ns / 1e9, t_open,
-               failed ? "true" : "false");
+               s.read_lat_p50_ns / 1e3, s.read_lat_p90_ns / 1e3, s.read_lat_p99_ns / 1e3,
+               s.batches ? (double)s.queue_fill_sum / s.batches : 0.0, s.queue_capacity,
+               (unsigned long long)s.samples, s.wall_ns / 1e9,
+               gpu_samples ? (double)gpu_idle / gpu_samples : -1.0, failed ? "true" : "false");
     } else {
         printf("%s (%s, %s): %llu images in %.2f s = %.1f images/s, %.1f MB/s, %u workers\n",
                pos[0], kind, tnames[transform], (unsigned long long)images, secs, ips, mbs,
@@ -156,7 +178,14 @@ int cmd_bench(int argc, char **argv)
                wait, secs > 0 ? 100 * wait / secs : 0, cpu, images ? cpu / images * 1000 : 0,
                s.read.busy_ns / 1e9, s.decode.busy_ns / 1e9, s.transform.busy_ns / 1e9,
                (unsigned long long)s.corrupt);
+        printf("  reads: p50 %.0f us, p99 %.0f us; ready batches found per next(): %.2f of %u\n",
+               s.read_lat_p50_ns / 1e3, s.read_lat_p99_ns / 1e3,
+               s.batches ? (double)s.queue_fill_sum / s.batches : 0.0, s.queue_capacity);
+        if (gpu_samples)
+            printf("  GPU %s idle in %.0f%% of %llu samples\n", cli_gpu_name(gpu),
+                   100.0 * gpu_idle / gpu_samples, (unsigned long long)gpu_samples);
     }
+    cli_gpu_close(gpu);
     chute_loader_destroy(ld);
     chute_dataset_close(ds);
     return failed ? 1 : 0;
