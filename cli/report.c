@@ -183,7 +183,7 @@ int doctor_write_report(const char *path, const doctor_result *r)
                       "<tr><td>pipeline (measured)</td><td>%.0f</td><td>wait %.0f%%</td></tr></table>\n",
                   r->storage_ips, r->storage_mbs, r->decode_ips, r->decode_s * 1e3,
                   r->transform_ips, r->transform_s * 1e3, r->cpu_ips,
-                  (r->read_cpu_s + r->decode_s + r->transform_s) * 1e3, r->pipeline_ips,
+                  (r->decode_s + r->transform_s) * 1e3, r->pipeline_ips,
                   100 * r->pipeline_wait);
     cli_sb_printf(&b, "<p>Storage: ");
     html_text(&b, r->storage_method);
