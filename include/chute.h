@@ -230,7 +230,10 @@ CHUTE_API void chute_batch_view_get(const chute_batch *b, chute_batch_view *out_
  * loader's own threads; release each batch exactly once.                 */
 CHUTE_API void chute_batch_release(chute_batch *b);
 
-/* Last error message of this loader (empty string if none). */
+/* Last message of this loader: why the last call failed, or the last
+ * corrupt sample skipped (updated by chute_loader_next).  Empty if none.
+ * Read it on the thread that calls chute_loader_next; it stays valid
+ * until the next call on this loader.                                    */
 CHUTE_API const char *chute_loader_errmsg(const chute_loader *ld);
 
 /* ------------------------------------------------------------------ */

@@ -164,7 +164,13 @@ int ch_jpeg_finish(ch_decoder *d, uint32_t denom, uint32_t x, uint32_t y, uint32
         return ch_err(err, CHUTE_EINVAL, "JPEG scaled size mismatch");
     }
     if (x != 0 || w != sw) {
-        JDIMENSION xo = x, wo = w;
+        /* Fancy upsampling replicates chroma at the crop's edges, so the
+         * outermost delivered columns can differ from a full decode by a
+         * level or two: widen by two columns each side (where the image
+         * has them) so every requested column is an interior one. */
+        JDIMENSION x0 = x >= 2 ? x - 2 : 0;
+        JDIMENSION x1 = x + w + 2 <= sw ? x + w + 2 : sw;
+        JDIMENSION xo = x0, wo = x1 - x0;
         jpeg_crop_scanline(ci, &xo, &wo);
         xoff = xo;
         cw = wo;

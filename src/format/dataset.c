@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "format.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -26,6 +27,30 @@ void ch_dataset_free_fields(chute_dataset *ds)
     free(ds->class_names);
     free(ds->root);
     memset(ds, 0, sizeof *ds);
+}
+
+/* A directory holding shard files (or pack's temporaries) but no manifest
+ * is an interrupted pack, not an image tree: say so instead of "no class
+ * directories". */
+static int looks_like_partial_pack(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int found = 0;
+    struct dirent *de;
+    while (!found && (de = readdir(d)) != NULL) {
+        const char *n = de->d_name;
+        size_t len = strlen(n);
+        if (strncmp(n, "shard-", 6) == 0 &&
+            ((len > 6 && strcmp(n + len - 6, ".chute") == 0) ||
+             (len > 4 && strcmp(n + len - 4, ".tmp") == 0)))
+            found = 1;
+        else if (strcmp(n, CH_MANIFEST_NAME ".tmp") == 0)
+            found = 1;
+    }
+    closedir(d);
+    return found;
 }
 
 int chute_dataset_open(const char *path, chute_source_kind kind, chute_dataset **out_ds,
@@ -79,6 +104,11 @@ int chute_dataset_open_ex(const char *path, const chute_dataset_options *opt,
         char m[4096];
         snprintf(m, sizeof m, "%s/%s", path, CH_MANIFEST_NAME);
         kind = access(m, F_OK) == 0 ? CHUTE_SOURCE_SHARDS : CHUTE_SOURCE_TREE;
+        if (kind == CHUTE_SOURCE_TREE && looks_like_partial_pack(path))
+            return ch_err(err, CHUTE_EFORMAT,
+                          "%s: shard files but no %s: an incomplete chute shard directory (was "
+                          "'chute pack' interrupted? run it again)",
+                          path, CH_MANIFEST_NAME);
     }
     chute_dataset *ds = calloc(1, sizeof *ds);
     if (!ds)

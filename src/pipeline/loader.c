@@ -120,7 +120,9 @@ struct chute_loader {
     /* consumer-side stats (mu) */
     uint64_t batches_out, samples_out, wait_ns, fill_sum;
     uint64_t t_created;
-    char errmsg[1400];        /* (mu for writers; read by the consumer thread) */
+    char errmsg[1400];        /* written and read on the caller's thread only */
+    char skip_msg[1400];      /* (mu) last skipped sample, from workers */
+    int skip_new;             /* (mu) skip_msg not yet copied to errmsg */
 };
 
 /* ------------------------------------------------------------------ */
@@ -131,7 +133,10 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     ch_worker_stats *st = w->stats;
     uint64_t t0 = ch_now_ns();
     size_t len = 0;
-    int rc = ch_ds_read(ds, idx, w->rbuf.data, w->rbuf.cap, &len, err);
+    /* Never offer the format more room than the limit, so an over-limit
+     * sample comes back as "too small" whatever the buffer has grown to. */
+    size_t cap = w->rbuf.cap < ld->o.max_sample_bytes ? w->rbuf.cap : (size_t)ld->o.max_sample_bytes;
+    int rc = ch_ds_read(ds, idx, w->rbuf.data, cap, &len, err);
     if (rc == CH_ESMALL) {
         if (len > ld->o.max_sample_bytes)
             return ch_err(err, CHUTE_ELIMIT, "%zu bytes exceeds the sample size limit of %llu", len,
@@ -270,7 +275,8 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
             pthread_mutex_unlock(&ld->mu);
         } else {
             pthread_mutex_lock(&ld->mu);
-            snprintf(ld->errmsg, sizeof ld->errmsg, "skipped %s: %s", where, err.message);
+            snprintf(ld->skip_msg, sizeof ld->skip_msg, "skipped %s: %s", where, err.message);
+            ld->skip_new = 1;
             pthread_mutex_unlock(&ld->mu);
             /* Deterministic replacement from this rank's epoch. */
             ch_rng r = ch_rng_for(ld->o.seed ^ 0x5245504cull, ld->sampler.epoch, k);
@@ -679,6 +685,10 @@ int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **ou
         cancel_run_locked(ld);
         pthread_mutex_unlock(&ld->mu);
         return CHUTE_ECORRUPT;
+    }
+    if (ld->skip_new) {
+        memcpy(ld->errmsg, ld->skip_msg, sizeof ld->errmsg);
+        ld->skip_new = 0;
     }
     if (s) {
         s->state = SLOT_HELD;

@@ -1,0 +1,96 @@
+"""Shared fixtures for the chute Python tests.
+
+Run from the repository root:
+
+    /usr/bin/python3 setup.py build_ext --inplace     # or: pip install .
+    /usr/bin/python3 -m pytest tests/python
+
+An in-place build (python/chute/_chute*.so) is preferred over an installed
+package so the tests exercise the checkout.  Test data is generated once per
+session: an ImageFolder tree of real photos (tests/tools/make_tree.py) and
+the same tree packed into shards with chute.pack.
+"""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PYDIR = os.path.join(ROOT, "python")
+if glob.glob(os.path.join(PYDIR, "chute", "_chute*.so")):
+    sys.path.insert(0, PYDIR)
+    os.environ["PYTHONPATH"] = PYDIR + os.pathsep + os.environ.get("PYTHONPATH", "")
+
+try:
+    import chute  # noqa: E402
+except ImportError as e:  # pragma: no cover
+    pytest.exit("chute is not built: run `python3 setup.py build_ext --inplace` or "
+                "`pip install .` at the repository root (%s)" % e, returncode=4)
+
+TREE_IMAGES = 150
+TREE_CLASSES = 3
+
+
+def pytest_report_header(config):
+    return "chute %s from %s" % (chute.__version__, os.path.dirname(chute.__file__))
+
+
+def _clean_env():
+    """No inherited distributed settings: tests decide rank/world_size."""
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
+        os.environ.pop(k, None)
+
+
+_clean_env()
+
+
+def make_tree(out, images, classes=TREE_CLASSES, seed=1, max_side=640):
+    tool = os.path.join(ROOT, "tests", "tools", "make_tree.py")
+    r = subprocess.run([sys.executable, tool, out, "--images", str(images), "--classes",
+                        str(classes), "--seed", str(seed), "--max-side", str(max_side)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("cannot make test photos: %s" % (r.stderr.strip() or r.stdout.strip()))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tree(tmp_path_factory):
+    """ImageFolder tree: 150 real photos (JPEG colour/grey/CMYK/progressive, PNG RGB/grey/RGBA)
+    in 3 classes."""
+    return make_tree(str(tmp_path_factory.mktemp("data") / "tree"), TREE_IMAGES)
+
+
+@pytest.fixture(scope="session")
+def shards(tree, tmp_path_factory):
+    """The same tree packed into several small shards."""
+    out = str(tmp_path_factory.mktemp("data") / "shards")
+    res = chute.pack(tree, out, shard_size=1 << 20, threads=2)
+    assert res["files"] == TREE_IMAGES and res["shards"] > 1
+    return out
+
+
+@pytest.fixture(params=["tree", "shards"])
+def source(request, tree, shards):
+    """Each source kind in turn."""
+    return tree if request.param == "tree" else shards
+
+
+@pytest.fixture(scope="session")
+def corrupt_tree(tree, tmp_path_factory):
+    """A small tree with one truncated JPEG and one garbage '.jpg'."""
+    out = str(tmp_path_factory.mktemp("data") / "corrupt")
+    for cls in sorted(os.listdir(tree)):
+        os.makedirs(os.path.join(out, cls))
+        for f in sorted(os.listdir(os.path.join(tree, cls)))[:10]:
+            shutil.copy(os.path.join(tree, cls, f), os.path.join(out, cls, f))
+    jpgs = sorted(glob.glob(os.path.join(tree, "class00", "*.jpg")))
+    data = open(jpgs[0], "rb").read()
+    with open(os.path.join(out, "class01", "truncated.jpg"), "wb") as f:
+        f.write(data[: len(data) // 3])
+    with open(os.path.join(out, "class02", "garbage.jpg"), "wb") as f:
+        f.write(b"\xff\xd8\xff\xe0 this is not a jpeg " * 20)
+    return out

@@ -1,0 +1,263 @@
+/*
+ * test_sampler.c — unit tests for src/pipeline/sampler: the per-epoch
+ * permutation and the split of an epoch over ranks (PAD and DROP).
+ *
+ * What matters to a training job: every sample is seen exactly once per
+ * epoch across ranks (plus PAD's repeats), every rank sees the same number
+ * of samples, the order is a function of (seed, epoch) only, and it
+ * changes from epoch to epoch.
+ */
+#include "unit.h"
+
+#include "pipeline/sampler.h"
+
+static int is_permutation(const uint64_t *p, uint64_t n)
+{
+    uint8_t *seen = calloc(n, 1);
+    int ok = seen != NULL;
+    for (uint64_t i = 0; ok && i < n; i++) {
+        if (p[i] >= n || seen[p[i]])
+            ok = 0;
+        else
+            seen[p[i]] = 1;
+    }
+    free(seen);
+    return ok;
+}
+
+TEST(permutation_is_a_permutation)
+{
+    const uint64_t ns[] = {1, 2, 3, 7, 100, 1000, 4097};
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (uint64_t seed = 0; seed < 3; seed++) {
+            ch_sampler s;
+            CHECK(ch_sampler_init(&s, ns[a], seed, 1, 0, 1, 0) == CHUTE_OK, "init n=%llu",
+                  (unsigned long long)ns[a]);
+            for (uint64_t e = 0; e < 5; e++) {
+                ch_sampler_set_epoch(&s, e);
+                CHECK(is_permutation(s.perm, s.n), "n=%llu seed=%llu epoch=%llu",
+                      (unsigned long long)ns[a], (unsigned long long)seed,
+                      (unsigned long long)e);
+            }
+            ch_sampler_free(&s);
+        }
+    return 0;
+}
+
+TEST(no_shuffle_is_dataset_order)
+{
+    ch_sampler s;
+    CHECK(ch_sampler_init(&s, 50, 123, 0, 0, 1, 0) == CHUTE_OK, "init");
+    for (uint64_t e = 0; e < 3; e++) {
+        ch_sampler_set_epoch(&s, e);
+        for (uint64_t k = 0; k < 50; k++)
+            CHECK(ch_sampler_get(&s, k) == k, "epoch %llu position %llu -> %llu",
+                  (unsigned long long)e, (unsigned long long)k,
+                  (unsigned long long)ch_sampler_get(&s, k));
+    }
+    ch_sampler_free(&s);
+    return 0;
+}
+
+TEST(same_seed_and_epoch_same_order)
+{
+    const uint64_t n = 997;
+    ch_sampler a, b;
+    CHECK(ch_sampler_init(&a, n, 42, 1, 0, 1, 0) == CHUTE_OK, "init a");
+    CHECK(ch_sampler_init(&b, n, 42, 1, 0, 1, 0) == CHUTE_OK, "init b");
+    /* b visits other epochs first: the order must depend on (seed, epoch) only. */
+    ch_sampler_set_epoch(&b, 7);
+    ch_sampler_set_epoch(&b, 3);
+    ch_sampler_set_epoch(&a, 3);
+    ch_sampler_set_epoch(&b, 3);
+    CHECK(memcmp(a.perm, b.perm, n * sizeof *a.perm) == 0, "epoch 3 differs after a detour");
+    /* Ranks and world size do not change the epoch's permutation. */
+    ch_sampler c;
+    CHECK(ch_sampler_init(&c, n, 42, 1, 4, 5, 1) == CHUTE_OK, "init c");
+    ch_sampler_set_epoch(&c, 3);
+    CHECK(memcmp(a.perm, c.perm, n * sizeof *a.perm) == 0, "rank 4/5 sees another permutation");
+    ch_sampler_free(&a);
+    ch_sampler_free(&b);
+    ch_sampler_free(&c);
+    return 0;
+}
+
+TEST(different_epochs_and_seeds_differ)
+{
+    const uint64_t n = 100;
+    enum { E = 12 };
+    uint64_t *orders = malloc(sizeof(uint64_t) * n * E);
+    CHECK(orders != NULL, "oom");
+    ch_sampler s;
+    CHECK(ch_sampler_init(&s, n, 5, 1, 0, 1, 0) == CHUTE_OK, "init");
+    for (uint64_t e = 0; e < E; e++) {
+        ch_sampler_set_epoch(&s, e);
+        memcpy(orders + e * n, s.perm, n * sizeof(uint64_t));
+    }
+    for (int i = 0; i < E; i++)
+        for (int j = i + 1; j < E; j++)
+            CHECK(memcmp(orders + i * n, orders + j * n, n * sizeof(uint64_t)) != 0,
+                  "epochs %d and %d have the same order", i, j);
+    ch_sampler t;
+    CHECK(ch_sampler_init(&t, n, 6, 1, 0, 1, 0) == CHUTE_OK, "init");
+    CHECK(memcmp(orders, t.perm, n * sizeof(uint64_t)) != 0, "seeds 5 and 6 agree on epoch 0");
+    /* Epoch 0 should not be the identity either. */
+    uint64_t fixed = 0;
+    for (uint64_t i = 0; i < n; i++)
+        fixed += orders[i] == i;
+    CHECK(fixed < n / 4, "epoch 0 leaves %llu of %llu samples in place", (unsigned long long)fixed,
+          (unsigned long long)n);
+    ch_sampler_free(&s);
+    ch_sampler_free(&t);
+    free(orders);
+    return 0;
+}
+
+/* A biased shuffle (Sattolo's variant, j in [0, i), or modulo bias) shows
+ * up as positions that element 0 never or too often lands on. */
+TEST(shuffle_is_roughly_uniform)
+{
+    const uint64_t n = 10, epochs = 4000;
+    uint64_t hits[10] = {0}, fixed0 = 0;
+    ch_sampler s;
+    CHECK(ch_sampler_init(&s, n, 9, 1, 0, 1, 0) == CHUTE_OK, "init");
+    for (uint64_t e = 0; e < epochs; e++) {
+        ch_sampler_set_epoch(&s, e);
+        for (uint64_t i = 0; i < n; i++)
+            if (s.perm[i] == 0)
+                hits[i]++;
+        fixed0 += s.perm[0] == 0;
+    }
+    /* expected 400 per position, sd ~19 */
+    for (uint64_t i = 0; i < n; i++)
+        CHECK(hits[i] > 300 && hits[i] < 500, "sample 0 at position %llu in %llu of %llu epochs",
+              (unsigned long long)i, (unsigned long long)hits[i], (unsigned long long)epochs);
+    CHECK(fixed0 > 0, "sample 0 never stays in place (Sattolo-style bias)");
+    ch_sampler_free(&s);
+    return 0;
+}
+
+/* Collect what every rank of `world` delivers in one epoch. */
+static int split_check(uint64_t n, uint32_t world, int drop, uint64_t seed, uint64_t epoch)
+{
+    ch_sampler *s = calloc(world, sizeof *s);
+    uint32_t *count = calloc(n, sizeof *count);
+    if (!s || !count) {
+        fprintf(stderr, "oom\n");
+        free(s);
+        free(count);
+        return 1;
+    }
+    int bad = 0;
+    uint64_t per = 0, total = 0;
+    for (uint32_t r = 0; r < world && !bad; r++) {
+        if (ch_sampler_init(&s[r], n, seed, 1, r, world, drop) != CHUTE_OK) {
+            fprintf(stderr, "init n=%llu rank %u/%u failed\n", (unsigned long long)n, r, world);
+            bad = 1;
+            break;
+        }
+        ch_sampler_set_epoch(&s[r], epoch);
+        if (r == 0)
+            per = s[r].per_rank;
+        if (s[r].per_rank != per) {
+            fprintf(stderr, "n=%llu w=%u: rank %u gets %llu samples, rank 0 gets %llu\n",
+                    (unsigned long long)n, world, r, (unsigned long long)s[r].per_rank,
+                    (unsigned long long)per);
+            bad = 1;
+        }
+        for (uint64_t k = 0; k < s[r].per_rank && !bad; k++) {
+            uint64_t idx = ch_sampler_get(&s[r], k);
+            if (idx >= n) {
+                fprintf(stderr, "index %llu out of range\n", (unsigned long long)idx);
+                bad = 1;
+            } else {
+                count[idx]++;
+                total++;
+            }
+        }
+    }
+    if (!bad) {
+        uint64_t want_total = drop ? n / world * world : (n + world - 1) / world * world;
+        if (total != want_total) {
+            fprintf(stderr, "n=%llu w=%u %s: %llu samples delivered, want %llu\n",
+                    (unsigned long long)n, world, drop ? "DROP" : "PAD", (unsigned long long)total,
+                    (unsigned long long)want_total);
+            bad = 1;
+        }
+        for (uint64_t i = 0; i < n && !bad; i++) {
+            int ok;
+            if (drop)
+                ok = count[i] <= 1;
+            else if (n >= world)
+                ok = count[i] >= 1 && count[i] <= 2;
+            else
+                ok = count[i] >= 1;
+            if (!ok) {
+                fprintf(stderr, "n=%llu w=%u %s: sample %llu delivered %u times\n",
+                        (unsigned long long)n, world, drop ? "DROP" : "PAD",
+                        (unsigned long long)i, count[i]);
+                bad = 1;
+            }
+        }
+        /* Globally, position g = r + k*w; the first n positions are the
+         * permutation itself and PAD's extra ones repeat its head. */
+        for (uint64_t g = 0; g < total && !bad; g++) {
+            uint64_t got = ch_sampler_get(&s[g % world], g / world);
+            uint64_t want = s[0].perm[g % n];
+            if (got != want) {
+                fprintf(stderr, "n=%llu w=%u: global position %llu is %llu, want %llu\n",
+                        (unsigned long long)n, world, (unsigned long long)g,
+                        (unsigned long long)got, (unsigned long long)want);
+                bad = 1;
+            }
+        }
+    }
+    for (uint32_t r = 0; r < world; r++)
+        ch_sampler_free(&s[r]);
+    free(s);
+    free(count);
+    return bad;
+}
+
+TEST(rank_split_pad)
+{
+    for (uint32_t w = 1; w <= 7; w++) {
+        for (uint64_t n = 1; n <= 40; n++)
+            CHECK_OK(split_check(n, w, 0, 11, n % 3));
+        CHECK_OK(split_check(97, w, 0, 1, 0));
+        CHECK_OK(split_check(100, w, 0, 2, 1));
+        CHECK_OK(split_check(101, w, 0, 3, 2));
+        CHECK_OK(split_check(1000, w, 0, 4, 3));
+    }
+    return 0;
+}
+
+TEST(rank_split_drop)
+{
+    for (uint32_t w = 1; w <= 7; w++) {
+        for (uint64_t n = w; n <= 40; n++)
+            CHECK_OK(split_check(n, w, 1, 11, n % 3));
+        CHECK_OK(split_check(97, w, 1, 1, 0));
+        CHECK_OK(split_check(100, w, 1, 2, 1));
+        CHECK_OK(split_check(101, w, 1, 3, 2));
+        CHECK_OK(split_check(1000, w, 1, 4, 3));
+    }
+    /* Fewer samples than ranks: nothing to deliver, but no crash. */
+    ch_sampler s;
+    CHECK(ch_sampler_init(&s, 3, 0, 1, 2, 5, 1) == CHUTE_OK, "init n=3 w=5 DROP");
+    CHECK(s.per_rank == 0, "per_rank %llu, want 0", (unsigned long long)s.per_rank);
+    ch_sampler_free(&s);
+    return 0;
+}
+
+TEST(init_rejects_bad_arguments)
+{
+    ch_sampler s;
+    CHECK(ch_sampler_init(&s, 0, 0, 1, 0, 1, 0) == CHUTE_EINVAL, "n=0 accepted");
+    CHECK(ch_sampler_init(&s, 10, 0, 1, 0, 0, 0) == CHUTE_EINVAL, "world=0 accepted");
+    CHECK(ch_sampler_init(&s, 10, 0, 1, 3, 3, 0) == CHUTE_EINVAL, "rank == world accepted");
+    ch_sampler_free(&s); /* after a failed init: must be harmless */
+    return 0;
+}
+
+UNIT_MAIN
