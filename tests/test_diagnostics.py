@@ -66,8 +66,14 @@ def case_counters(ctx):
 
 def case_slow_consumer(ctx):
     ctx.need_data()
-    # ~20 ms per 8-image batch is far slower than 2 workers decode 8 images.
-    j = bench_json(ctx, ctx.shards, "--batch-size", 8, "--max-batches", 25, "--step-ms", 40,
+    # Measure how long the pipeline takes per 8-image batch here (sanitizer
+    # builds are much slower), then consume 4x slower than that.
+    free = bench_json(ctx, ctx.shards, "--batch-size", 8, "--max-batches", 10, "--workers", 2)
+    if not free:
+        return
+    per_batch_ms = 1000.0 * 8 / max(free["images_per_sec"], 1e-3)
+    step = int(max(20, 4 * per_batch_ms))
+    j = bench_json(ctx, ctx.shards, "--batch-size", 8, "--max-batches", 25, "--step-ms", step,
                    "--workers", 2)
     if j:
         ctx.check(j["wait_fraction"] < 0.1,

@@ -88,7 +88,8 @@ def corrupt_tree(tree, tmp_path_factory):
         for f in sorted(os.listdir(os.path.join(tree, cls)))[:10]:
             shutil.copy(os.path.join(tree, cls, f), os.path.join(out, cls, f))
     jpgs = sorted(glob.glob(os.path.join(tree, "class00", "*.jpg")))
-    data = open(jpgs[0], "rb").read()
+    with open(jpgs[0], "rb") as f:
+        data = f.read()
     with open(os.path.join(out, "class01", "truncated.jpg"), "wb") as f:
         f.write(data[: len(data) // 3])
     with open(os.path.join(out, "class02", "garbage.jpg"), "wb") as f:

@@ -14,6 +14,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "dist_worker.py")
 
 
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,7 +54,7 @@ def test_exactly_once_torch_distributed(kind, tree, shards, tmp_path):
     outs = [str(tmp_path / ("rank%d.json" % r)) for r in range(world)]
     run_ranks(lambda r: ["torch", source, outs[r], str(r), str(world), str(port)],
               lambda r: {}, world)
-    res = json.load(open(outs[0]))
+    res = load_json(outs[0])
     seen_orders = []
     for gathered in res["epochs"]:
         lens = {g["len"] for g in gathered}
@@ -70,7 +75,7 @@ def test_rank_from_environment(env_kind, tree, tmp_path):
     else:
         env = lambda r: {"SLURM_PROCID": str(r), "SLURM_NTASKS": str(world)}  # noqa: E731
     run_ranks(lambda r: ["env", tree, outs[r]], env, world)
-    results = [json.load(open(o)) for o in outs]
+    results = [load_json(o) for o in outs]
     assert [r["rank"] for r in results] == list(range(world))
     assert {r["world"] for r in results} == {world}
     assert {r["from"] for r in results} == {"env" if env_kind == "torchrun" else "slurm"}

@@ -25,7 +25,7 @@ def test_ctrl_c_interrupts_a_wait(tree):
         elapsed = time.monotonic() - t0
     finally:
         timer.cancel()
-    assert elapsed < 0.3 + 0.5
+    assert elapsed < 0.3 + 1.0  # generous: the wait polls every 100 ms
     # The loader is still usable afterwards.
     b = ld.next_batch(timeout=30)
     assert b is not None and b.count == 50
