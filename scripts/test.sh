@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: C tests (ctest) in a Release build and under
-# AddressSanitizer+UBSan, then the Python package's tests (pytest).
+# The whole test suite: C tests (ctest) in a Release build, under
+# AddressSanitizer+UBSan and under ThreadSanitizer, then the Python
+# package's tests (pytest).
 #   usage: bash scripts/test.sh [--quick]   (--quick: Release ctest + pytest only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,11 @@ if [ "${1:-}" != "--quick" ]; then
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCHUTE_SANITIZE=address >/dev/null
   cmake --build build-asan -j"$JOBS" >/dev/null
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$JOBS") || status=1
+
+  echo "== build (ThreadSanitizer) and ctest"
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHUTE_SANITIZE=thread >/dev/null
+  cmake --build build-tsan -j"$JOBS" >/dev/null
+  (cd build-tsan && ctest --output-on-failure -j"$JOBS") || status=1
 fi
 
 if [ -d tests/python ]; then
