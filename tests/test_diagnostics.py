@@ -82,7 +82,14 @@ def case_slow_consumer(ctx):
 
 def case_slow_source(ctx):
     ctx.need_data()
-    d = doctor_json(ctx, ctx.shards, "--read-delay-us", 20000, "--workers", 2, "--batch-size", 8)
+    # Make reads ~10x slower than processing a sample here (sanitizer builds
+    # process far more slowly, so the delay scales with the build's speed).
+    free = bench_json(ctx, ctx.shards, "--batch-size", 8, "--max-batches", 4, "--workers", 1)
+    if not free:
+        return
+    per_image_us = 1e6 / max(free["images_per_sec"], 1e-3)
+    delay = int(max(20000, 10 * per_image_us))
+    d = doctor_json(ctx, ctx.shards, "--read-delay-us", delay, "--workers", 2, "--batch-size", 4)
     if d:
         ctx.check(d["bottleneck"] == "storage", "slow source: doctor named %r, not storage" % d.get("bottleneck"))
         ctx.check(d["pipeline_wait_fraction"] > 0.5,

@@ -2,13 +2,15 @@
 
 Run from the repository root:
 
-    /usr/bin/python3 setup.py build_ext --inplace     # or: pip install .
     /usr/bin/python3 -m pytest tests/python
 
-An in-place build (python/chute/_chute*.so) is preferred over an installed
-package so the tests exercise the checkout.  Test data is generated once per
-session: an ImageFolder tree of real photos (tests/tools/make_tree.py) and
-the same tree packed into shards with chute.pack.
+The tests exercise the checkout: if python/chute/_chute*.so is missing or
+older than any library or binding source, it is first rebuilt in place
+(`setup.py build_ext --inplace`, about 10 s).  Set CHUTE_TEST_INSTALLED=1
+to test the installed package (`pip install .`) instead.  Test data is
+generated once per session: an ImageFolder tree of real photos
+(tests/tools/make_tree.py) and the same tree packed into shards with
+chute.pack.
 """
 import glob
 import os
@@ -20,15 +22,36 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYDIR = os.path.join(ROOT, "python")
-if glob.glob(os.path.join(PYDIR, "chute", "_chute*.so")):
+
+
+def _newest_source():
+    pats = ["src/**/*.c", "src/**/*.h", "include/*.h", "python/ext/*", "setup.py",
+            "CMakeLists.txt"]
+    files = [f for p in pats for f in glob.glob(os.path.join(ROOT, p), recursive=True)]
+    return max(os.path.getmtime(f) for f in files)
+
+
+def _build_in_place():
+    built = glob.glob(os.path.join(PYDIR, "chute", "_chute*.so"))
+    if built and min(os.path.getmtime(f) for f in built) >= _newest_source():
+        return
+    r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.exit("building the chute extension in place failed:\n%s"
+                    % (r.stdout + r.stderr)[-4000:], returncode=4)
+
+
+if not os.environ.get("CHUTE_TEST_INSTALLED"):
+    _build_in_place()
     sys.path.insert(0, PYDIR)
     os.environ["PYTHONPATH"] = PYDIR + os.pathsep + os.environ.get("PYTHONPATH", "")
 
 try:
     import chute  # noqa: E402
 except ImportError as e:  # pragma: no cover
-    pytest.exit("chute is not built: run `python3 setup.py build_ext --inplace` or "
-                "`pip install .` at the repository root (%s)" % e, returncode=4)
+    pytest.exit("cannot import chute (%s); run `pip install .` or unset CHUTE_TEST_INSTALLED" % e,
+                returncode=4)
 
 TREE_IMAGES = 150
 TREE_CLASSES = 3
