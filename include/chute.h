@@ -189,9 +189,15 @@ CHUTE_API int chute_loader_create(const chute_dataset *ds, const chute_loader_op
 CHUTE_API void chute_loader_destroy(chute_loader *ld);
 
 /* Begin (or restart) epoch `epoch`, skipping the first `start_batch`
- * batches of this rank (resume).  Any batch still in preparation is
+ * batches of this rank (resume; a start_batch past the end is clamped to
+ * num_batches, so the epoch is empty).  Any batch still in preparation is
  * discarded; batches the consumer holds stay valid until released.      */
 CHUTE_API int chute_loader_start_epoch(chute_loader *ld, uint64_t epoch, uint64_t start_batch);
+
+/* Stop preparing batches: workers go idle, batches still in preparation
+ * are discarded, held batches stay valid until released, and
+ * chute_loader_next returns CHUTE_END until the next start_epoch.       */
+CHUTE_API int chute_loader_stop(chute_loader *ld);
 
 /* Number of batches per epoch for this rank (identical on every rank). */
 CHUTE_API uint64_t chute_loader_num_batches(const chute_loader *ld);
@@ -226,8 +232,10 @@ CHUTE_API int chute_loader_next(chute_loader *ld, chute_batch **out_batch);
  * CHUTE_EINTERRUPTED so a caller can poll for Ctrl-C; negative = forever. */
 CHUTE_API int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **out_batch);
 CHUTE_API void chute_batch_view_get(const chute_batch *b, chute_batch_view *out_view);
-/* Return a batch's buffer to the ring.  Thread-safe with respect to the
- * loader's own threads; release each batch exactly once.                 */
+/* Return a batch's buffer to the ring.  May be called from any thread,
+ * concurrently with chute_loader_next and the workers (e.g. from a
+ * DLPack deleter); release each batch exactly once, before
+ * chute_loader_destroy.                                                  */
 CHUTE_API void chute_batch_release(chute_batch *b);
 
 /* Last message of this loader: why the last call failed, or the last

@@ -616,6 +616,17 @@ int chute_loader_start_epoch(chute_loader *ld, uint64_t epoch, uint64_t start_ba
     return CHUTE_OK;
 }
 
+int chute_loader_stop(chute_loader *ld)
+{
+    if (!ld)
+        return CHUTE_EINVAL;
+    pthread_mutex_lock(&ld->mu);
+    cancel_run_locked(ld);
+    ld->consume_seq = ld->nbatches;
+    pthread_mutex_unlock(&ld->mu);
+    return CHUTE_OK;
+}
+
 uint64_t chute_loader_num_batches(const chute_loader *ld) { return ld ? ld->nbatches : 0; }
 uint64_t chute_loader_num_samples(const chute_loader *ld)
 {

@@ -4,13 +4,14 @@ Run from the repository root:
 
     /usr/bin/python3 -m pytest tests/python
 
-The tests exercise the checkout: if python/chute/_chute*.so is missing or
-older than any library or binding source, it is first rebuilt in place
-(`setup.py build_ext --inplace`, about 10 s).  Set CHUTE_TEST_INSTALLED=1
-to test the installed package (`pip install .`) instead.  Test data is
-generated once per session: an ImageFolder tree of real photos
-(tests/tools/make_tree.py) and the same tree packed into shards with
-chute.pack.
+The tests exercise the checkout: the package is first built (incrementally,
+`setup.py build`, about 10 s when the C sources changed, 1 s otherwise) into
+build-python/lib-test/, which goes first on sys.path, so no stale binary
+is ever tested and nothing is written into python/.  Set
+CHUTE_TEST_INSTALLED=1 to test the installed package (`pip install .`)
+instead.  Test data is generated once per session: an ImageFolder tree of
+real photos (tests/tools/make_tree.py) and the same tree packed into shards
+with chute.pack.
 """
 import glob
 import os
@@ -21,31 +22,21 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PYDIR = os.path.join(ROOT, "python")
+TEST_LIB = os.path.join(ROOT, "build-python", "lib-test")
 
 
-def _newest_source():
-    pats = ["src/**/*.c", "src/**/*.h", "include/*.h", "python/ext/*", "setup.py",
-            "CMakeLists.txt"]
-    files = [f for p in pats for f in glob.glob(os.path.join(ROOT, p), recursive=True)]
-    return max(os.path.getmtime(f) for f in files)
-
-
-def _build_in_place():
-    built = glob.glob(os.path.join(PYDIR, "chute", "_chute*.so"))
-    if built and min(os.path.getmtime(f) for f in built) >= _newest_source():
-        return
-    r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT,
-                       capture_output=True, text=True)
+def _build():
+    r = subprocess.run([sys.executable, "setup.py", "-q", "build", "--build-lib", TEST_LIB],
+                       cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
-        pytest.exit("building the chute extension in place failed:\n%s"
-                    % (r.stdout + r.stderr)[-4000:], returncode=4)
+        pytest.exit("building the chute package failed:\n%s" % (r.stdout + r.stderr)[-4000:],
+                    returncode=4)
 
 
 if not os.environ.get("CHUTE_TEST_INSTALLED"):
-    _build_in_place()
-    sys.path.insert(0, PYDIR)
-    os.environ["PYTHONPATH"] = PYDIR + os.pathsep + os.environ.get("PYTHONPATH", "")
+    _build()
+    sys.path.insert(0, TEST_LIB)
+    os.environ["PYTHONPATH"] = TEST_LIB + os.pathsep + os.environ.get("PYTHONPATH", "")
 
 try:
     import chute  # noqa: E402

@@ -1,6 +1,5 @@
 """Library errors become chute.ChuteError subclasses carrying the library's message."""
 import os
-import shutil
 
 import pytest
 

@@ -1,6 +1,5 @@
 """The GIL is released while waiting, Ctrl-C interrupts promptly, timeouts work."""
 import _thread
-import os
 import signal
 import subprocess
 import sys

@@ -1,0 +1,567 @@
+"""chute.Loader — the Python face of libchute's pipeline.
+
+The heavy lifting (reading, decoding, cropping, resizing, normalising,
+batching) happens in libchute's worker threads, behind the C extension
+chute._chute.  This module turns option strings into the library's enums,
+finds the process's rank in a distributed job, keeps the position in the
+epoch for resuming, and wraps each batch's memory as PyTorch tensors
+through DLPack.  It never touches pixels.
+"""
+import os
+import sys
+import warnings
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
+
+from . import _chute
+
+__all__ = ["Loader", "pack", "distributed_defaults"]
+
+PathLike = Union[str, os.PathLike]
+
+_TRANSFORMS = {"train": 0, "eval": 1, "none": 2}
+_DTYPES = {"float32": 0, "float": 0, "f4": 0, "uint8": 1, "u1": 1, "float16": 2, "half": 2, "f2": 2}
+_LAYOUTS = {"default": 0, "nchw": 1, "nhwc": 2}
+_REMAINDERS = {"pad": 0, "drop": 1}
+_CORRUPT = {"skip": 0, "fail": 1}
+_HOLD = {"copy": 1, "raise": 0}
+_KINDS = {"auto": 0, "tree": 1, "shards": 2}
+
+_STATE_FORMAT = "chute.Loader/1"
+
+_torch_module: Any = None
+_torch_checked = False
+
+
+def _torch() -> Any:
+    """The torch module, or None when it is not importable (imported once, lazily)."""
+    global _torch_module, _torch_checked
+    if not _torch_checked:
+        _torch_checked = True
+        try:
+            import torch  # noqa: F401
+
+            _torch_module = torch
+        except Exception:  # ImportError, or a broken install
+            _torch_module = None
+    return _torch_module
+
+
+def _choice(name: str, value: Any, table: Dict[str, int]) -> int:
+    if isinstance(value, str):
+        key = value.lower()
+    else:
+        # Accept dtype objects: numpy.float32, numpy.dtype('uint8'), torch.float16.
+        key = (getattr(value, "__name__", None) or str(value)).lower()
+        key = key.replace("torch.", "")
+    if key not in table:
+        raise ValueError("%s must be one of %s, not %r"
+                         % (name, ", ".join(repr(k) for k in table if len(k) > 2), value))
+    return table[key]
+
+
+def _uint(name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            import operator
+
+            value = operator.index(value)
+        except TypeError:
+            raise TypeError("%s must be an int, not %s" % (name, type(value).__name__)) from None
+    if not lo <= value <= hi:
+        raise ValueError("%s must be in %d..%d, got %d" % (name, lo, hi, value))
+    return int(value)
+
+
+def _rgb(name: str, value: Optional[Sequence[float]]) -> Optional[Tuple[float, float, float]]:
+    if value is None:
+        return None
+    try:
+        t = tuple(float(v) for v in value)
+    except TypeError:
+        raise TypeError("%s must be a sequence of 3 floats" % name) from None
+    if len(t) != 3:
+        raise ValueError("%s must have 3 values (R, G, B), got %d" % (name, len(t)))
+    return t  # type: ignore[return-value]
+
+
+def distributed_defaults() -> Tuple[int, int, str]:
+    """Return ``(rank, world_size, where_from)`` for this process.
+
+    In order: ``torch.distributed`` when it is initialised; the ``RANK`` and
+    ``WORLD_SIZE`` environment variables (torchrun, torch.distributed.launch);
+    ``SLURM_PROCID`` and ``SLURM_NTASKS`` (srun); else ``(0, 1, "default")``.
+    torch is only consulted if the program already imported it.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                return int(dist.get_rank()), int(dist.get_world_size()), "torch.distributed"
+        except Exception:
+            pass
+    env = os.environ
+    for rk, wk, src in (("RANK", "WORLD_SIZE", "env"), ("SLURM_PROCID", "SLURM_NTASKS", "slurm")):
+        if env.get(rk, "").strip() and env.get(wk, "").strip():
+            try:
+                return int(env[rk]), int(env[wk]), src
+            except ValueError:
+                raise ValueError("cannot parse %s=%r / %s=%r as integers"
+                                 % (rk, env[rk], wk, env[wk])) from None
+    return 0, 1, "default"
+
+
+class Loader:
+    """Iterable over training batches from an ImageFolder tree or a shard directory.
+
+    ``Loader(source, batch_size=256, *, transform="train", size=224, shuffle=True,
+    seed=0, workers=None, drop_last=True, ...)``
+
+    Iterating yields ``(images, labels)`` per batch — or ``(images, labels, indices)``
+    with ``return_indices=True`` — as PyTorch tensors made with DLPack from the
+    library's own buffer (no copy).  Without torch (or with ``as_torch=False``)
+    they are :class:`chute.Array` objects, which ``numpy.asarray``,
+    ``numpy.from_dlpack``, ``torch.from_dlpack`` and ``jax.dlpack`` accept, also
+    without copying.
+
+    Every iteration runs one epoch: the epoch set by :meth:`set_epoch` (as with
+    ``DistributedSampler``, the epoch does not advance by itself; call
+    ``set_epoch`` each epoch or the shuffle repeats).  Starting a new iteration
+    abandons the one in progress.
+
+    Source
+        source: path of an ImageFolder tree (``ROOT/<class>/<image>``, labels are
+            the sorted class index, as torchvision's ImageFolder) or of a shard
+            directory written by :func:`chute.pack`; or an open :class:`chute.Dataset`.
+        source_kind: ``"auto"`` (a directory with ``chute.manifest`` is shards),
+            ``"tree"`` or ``"shards"``.
+
+    Batches
+        batch_size: samples per batch.
+        drop_last: drop a final partial batch (default True).
+        size: output height = width in pixels.
+        transform: ``"train"`` (RandomResizedCrop(scale, ratio 3/4..4/3) + random
+            horizontal flip, seeded by (seed, epoch, sample)), ``"eval"`` (resize the
+            shorter side to size*256/224, center crop) or ``"none"`` (resize the
+            whole image to size x size).
+        scale: area range of the ``"train"`` crop, default ``(0.08, 1.0)``
+            (whole percents).
+        dtype: ``"float32"`` (default), ``"float16"`` or ``"uint8"``.
+        layout: ``"nchw"``, ``"nhwc"`` or ``"default"`` (NCHW for floats, NHWC for uint8).
+        normalize: float dtypes: ``(x/255 - mean) / std`` (True, default) or ``x/255``.
+        mean, std: RGB in 0..1; default ImageNet's (0.485, 0.456, 0.406) and
+            (0.229, 0.224, 0.225).
+        dct_scale: let JPEGs decode at a reduced DCT scale when the crop allows.
+        return_indices: also yield each sample's dataset index (int64).
+        as_torch: yield torch tensors (default: when torch is importable) or
+            chute.Array objects.
+
+    Order and distribution
+        shuffle, seed: shuffle each epoch with this seed (the order and the
+            augmentation depend only on seed, epoch and sample, never on workers).
+        rank, world_size: this process's share.  Default: torch.distributed if
+            initialised, else RANK/WORLD_SIZE (torchrun), else SLURM_PROCID/
+            SLURM_NTASKS, else 0 and 1.  Every rank gets the same number of
+            batches: ``len(loader)``.
+        remainder: how ranks split N % world_size samples: ``"pad"`` (repeat the
+            epoch's first samples, default) or ``"drop"``.
+
+    Pipeline
+        workers: decoding threads (default: online cores).
+        prefetch: batches prepared ahead of the consumer (default 2).
+        max_held: batches that may be alive zero-copy at once, counting the one
+            just returned and the previous one still bound to your loop
+            variable (default 4, so a plain loop may keep two more).  The batch
+            ring has ``prefetch + max_held + 1`` buffers of one batch each,
+            allocated up front (for 256 x 3 x 224 x 224 float32, 154 MB each).
+        hold_policy: what happens when you already keep ``max_held`` batches
+            alive and ask for another: ``"copy"`` (default) copies that new
+            batch out of the ring into its own memory, so nothing is ever
+            overwritten while you use it (``stats()["copied_batches"]`` counts
+            these); ``"raise"`` raises :class:`chute.BusyError` instead (after one
+            garbage collection).
+        on_corrupt: ``"skip"`` (count the sample and substitute another one of this
+            epoch, deterministically) or ``"fail"`` (raise
+            :class:`chute.CorruptDataError` naming the file).
+        max_pixels, max_sample_bytes: per-sample limits (default 64 Mpx, 64 MiB).
+        timeout: seconds to wait for one batch before :class:`TimeoutError`
+            (default: forever; Ctrl-C interrupts the wait either way).
+        read_delay_us: add this latency to every sample read (testing, or
+            "what if my storage were slower"); ignored when source is a Dataset.
+
+    Memory lifetime: a tensor from a batch keeps the batch's buffer alive —
+    across iterations, epochs, and even after the loader is closed or freed —
+    and the buffer returns to the ring when the last tensor referring to it is
+    freed.  Write ``images.clone()`` for tensors you keep for long.
+
+    Resume: :meth:`state_dict` records (seed, epoch, batches consumed); a new
+    loader given :meth:`load_state_dict` continues that epoch with exactly the
+    batches not yet delivered, in the same order and with the same crops, with
+    any number of workers.
+    """
+
+    def __init__(
+        self,
+        source: Union[PathLike, _chute.Dataset],
+        batch_size: int = 256,
+        *,
+        transform: str = "train",
+        size: int = 224,
+        shuffle: bool = True,
+        seed: int = 0,
+        workers: Optional[int] = None,
+        drop_last: bool = True,
+        dtype: Any = "float32",
+        layout: str = "default",
+        normalize: bool = True,
+        mean: Optional[Sequence[float]] = None,
+        std: Optional[Sequence[float]] = None,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        remainder: str = "pad",
+        on_corrupt: str = "skip",
+        prefetch: int = 2,
+        max_held: int = 4,
+        hold_policy: str = "copy",
+        return_indices: bool = False,
+        as_torch: Optional[bool] = None,
+        source_kind: str = "auto",
+        scale: Tuple[float, float] = (0.08, 1.0),
+        dct_scale: bool = True,
+        max_pixels: Optional[int] = None,
+        max_sample_bytes: Optional[int] = None,
+        timeout: Optional[float] = None,
+        read_delay_us: int = 0,
+    ) -> None:
+        self._core: Any = None
+        u32 = 2 ** 32 - 1
+        self.batch_size = _uint("batch_size", batch_size, 1, 1 << 20)
+        self.size = _uint("size", size, 1, 8192)
+        t_transform = _choice("transform", transform, _TRANSFORMS)
+        t_dtype = _choice("dtype", dtype, _DTYPES)
+        t_layout = _choice("layout", layout, _LAYOUTS)
+        t_remainder = _choice("remainder", remainder, _REMAINDERS)
+        t_corrupt = _choice("on_corrupt", on_corrupt, _CORRUPT)
+        t_hold = _choice("hold_policy", hold_policy, _HOLD)
+        t_kind = _choice("source_kind", source_kind, _KINDS)
+        n_workers = 0 if workers is None else _uint("workers", workers, 1, 1024)
+        self.prefetch = _uint("prefetch", prefetch, 1, 64)
+        self.max_held = _uint("max_held", max_held, 1, 63)
+        self.seed = _uint("seed", seed, 0, 2 ** 64 - 1)
+        mean_t, std_t = _rgb("mean", mean), _rgb("std", std)
+        if not normalize and (mean_t is not None or std_t is not None):
+            raise ValueError("mean/std given with normalize=False")
+        if std_t is not None and not all(s > 0 for s in std_t):
+            raise ValueError("std values must be positive")
+        try:
+            smin, smax = (float(v) for v in scale)
+        except (TypeError, ValueError):
+            raise TypeError("scale must be a pair of floats, e.g. (0.08, 1.0)") from None
+        smin_pct, smax_pct = int(round(smin * 100)), int(round(smax * 100))
+        if not 1 <= smin_pct <= smax_pct <= 100:
+            raise ValueError("scale must satisfy 0.01 <= min <= max <= 1.0, got %r" % (scale,))
+        if timeout is not None and not timeout >= 0:
+            raise ValueError("timeout must be >= 0 or None")
+        self.timeout = None if timeout is None else float(timeout)
+
+        d_rank, d_world, self.distributed_source = distributed_defaults()
+        if rank is None and world_size is None:
+            rank, world_size = d_rank, d_world
+        elif world_size is None:
+            world_size = d_world
+        elif rank is None:
+            rank = d_rank if d_world == world_size else 0
+        self.world_size = _uint("world_size", world_size, 1, u32)
+        self.rank = _uint("rank", rank, 0, u32)
+        if self.rank >= self.world_size:
+            raise ValueError("rank %d must be below world_size %d" % (self.rank, self.world_size))
+
+        if as_torch is None:
+            as_torch = _torch() is not None
+        elif as_torch and _torch() is None:
+            raise ImportError("as_torch=True but torch cannot be imported")
+        self.as_torch = bool(as_torch)
+        self.return_indices = bool(return_indices)
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self._from_dlpack: Optional[Callable[[Any], Any]] = None
+        if self.as_torch:
+            self._from_dlpack = _torch().utils.dlpack.from_dlpack
+
+        if isinstance(source, _chute.Dataset):
+            self.dataset = source
+        else:
+            self.dataset = _chute.Dataset(os.fspath(source), t_kind,
+                                          read_delay_us=_uint("read_delay_us", read_delay_us, 0,
+                                                              2 ** 32 - 1))
+        self._core = _chute._Loader(
+            self.dataset,
+            batch_size=self.batch_size,
+            size=self.size,
+            transform=t_transform,
+            dtype=t_dtype,
+            layout=t_layout,
+            workers=n_workers,
+            prefetch=self.prefetch,
+            max_held=self.max_held,
+            seed=self.seed,
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
+            rank=self.rank,
+            world_size=self.world_size,
+            remainder=t_remainder,
+            on_corrupt=t_corrupt,
+            normalize=bool(normalize),
+            mean=mean_t,
+            std=std_t,
+            dct_scale=bool(dct_scale),
+            max_pixels=0 if max_pixels is None else _uint("max_pixels", max_pixels, 1, 2 ** 63),
+            max_sample_bytes=0 if max_sample_bytes is None
+            else _uint("max_sample_bytes", max_sample_bytes, 1, 2 ** 63),
+            scale_min_pct=smin_pct,
+            scale_max_pct=smax_pct,
+            copy_on_hold_limit=bool(t_hold),
+        )
+        self.dtype = ("float32", "uint8", "float16")[t_dtype]
+        self.layout = ("nhwc" if t_dtype == 1 else "nchw") if t_layout == 0 else layout.lower()
+        # Canonical spellings of the choices (what state_dict and repr show).
+        self.transform = ("train", "eval", "none")[t_transform]
+        self.remainder = ("pad", "drop")[t_remainder]
+        self.on_corrupt = ("skip", "fail")[t_corrupt]
+        self.hold_policy = ("raise", "copy")[t_hold]
+        self._epoch = 0
+        self._consumed = 0          # batches of the current epoch delivered
+        self._resume: Optional[Tuple[int, int]] = None  # (epoch, start_batch) for the next run
+        self._generation = 0        # bumps on every start; stale iterators stop
+        self._active = False        # an epoch run is in progress
+        self._warned_copy = False
+
+    # ------------------------------------------------------------------
+    # Epochs and iteration
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch the next iteration runs (shuffle and augmentation
+        depend on it).  A pending resume point from :meth:`load_state_dict`
+        is kept only if it belongs to this epoch."""
+        epoch = _uint("epoch", epoch, 0, 2 ** 64 - 1)
+        if self._resume is not None and self._resume[0] != epoch:
+            self._resume = None
+        if epoch != self._epoch:
+            self._active = False
+            self._generation += 1
+            self._consumed = self._resume[1] if self._resume is not None else 0
+        self._epoch = epoch
+
+    @property
+    def epoch(self) -> int:
+        """The epoch set by :meth:`set_epoch` (or restored by :meth:`load_state_dict`)."""
+        return self._epoch
+
+    def _begin(self) -> None:
+        start = 0
+        if self._resume is not None and self._resume[0] == self._epoch:
+            start = self._resume[1]
+        self._resume = None
+        self._core.start_epoch(self._epoch, start)
+        self._consumed = min(start, self._core.num_batches)
+        self._generation += 1
+        self._active = True
+
+    def __iter__(self) -> Iterator[Tuple[Any, ...]]:
+        """Run one epoch (the one set by :meth:`set_epoch`), from its start or
+        from the point restored by :meth:`load_state_dict`."""
+        self._begin()
+        return _EpochIterator(self, self._generation)
+
+    def __len__(self) -> int:
+        """Batches per epoch for this rank; the same on every rank."""
+        return int(self._core.num_batches)
+
+    @property
+    def num_samples(self) -> int:
+        """Samples this rank delivers per epoch."""
+        return int(self._core.num_samples)
+
+    @property
+    def classes(self) -> Tuple[str, ...]:
+        """Class names, indexed by label."""
+        return self.dataset.classes
+
+    def next_batch(self, timeout: Optional[float] = None) -> Optional[_chute.Batch]:
+        """The next :class:`chute.Batch` of the current epoch as the library
+        hands it over, or None after the last one.  Starts the epoch if none is
+        running.  ``timeout`` (seconds) overrides the loader's."""
+        if not self._active:
+            self._begin()
+        b = self._core.next(timeout=self.timeout if timeout is None else timeout)
+        if b is None:
+            self._active = False
+            return None
+        self._consumed += 1
+        if b.copied and not self._warned_copy:
+            self._warned_copy = True
+            warnings.warn("chute.Loader: more than max_held=%d batches are alive at once; "
+                          "batches beyond that are copied out of the ring (slower). Raise "
+                          "max_held or drop references to old batches." % self.max_held,
+                          ResourceWarning, stacklevel=3)
+        return b
+
+    def _convert(self, b: _chute.Batch) -> Tuple[Any, ...]:
+        fd = self._from_dlpack
+        if fd is not None:
+            if self.return_indices:
+                return fd(b.images), fd(b.labels), fd(b.indices)
+            return fd(b.images), fd(b.labels)
+        if self.return_indices:
+            return b.images, b.labels, b.indices
+        return b.images, b.labels
+
+    # ------------------------------------------------------------------
+    # Resume
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where this loader stands: seed, epoch and batches consumed in the
+        epoch, plus what must match for an exact resume.  Plain ints and
+        strings (JSON- and torch.save-friendly).  Ranks consume batches in
+        lockstep, so rank 0's state is valid on every rank."""
+        return {
+            "format": _STATE_FORMAT,
+            "seed": self.seed,
+            "epoch": self._epoch,
+            "batches_consumed": self._consumed,
+            "num_batches": len(self),
+            "batch_size": self.batch_size,
+            "world_size": self.world_size,
+            "dataset_size": len(self.dataset),
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "remainder": self.remainder,
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict`: the next iteration runs the
+        saved epoch from the first batch not yet consumed.  Raises ValueError
+        if the loader was built with settings that change the sample order
+        (seed, shuffle, batch_size, world_size, dataset size, drop_last,
+        remainder); the worker count may differ."""
+        if state.get("format") != _STATE_FORMAT:
+            raise ValueError("not a chute.Loader state dict (format %r)" % state.get("format"))
+        mine = self.state_dict()
+        for key in ("seed", "shuffle", "batch_size", "world_size", "dataset_size", "drop_last",
+                    "remainder"):
+            if key in state and state[key] != mine[key]:
+                raise ValueError("cannot resume exactly: state has %s=%r, this loader %r"
+                                 % (key, state[key], mine[key]))
+        epoch = _uint("epoch", state["epoch"], 0, 2 ** 64 - 1)
+        consumed = _uint("batches_consumed", state["batches_consumed"], 0, 2 ** 64 - 1)
+        self._epoch = epoch
+        self._resume = (epoch, consumed)
+        self._consumed = consumed
+        self._active = False
+        self._generation += 1
+
+    # ------------------------------------------------------------------
+    # Introspection and shutdown
+
+    def stats(self) -> Dict[str, Union[int, float]]:
+        """The pipeline's counters since the loader was created: images_per_sec,
+        mb_per_sec, bytes_read, per-stage items/bytes/busy seconds (read_*,
+        decode_*, transform_*; busy time summed over workers), wait_s and
+        wait_fraction (time the consumer spent blocked), queue_fill_avg (ready
+        batches found per next()), batches, samples, corrupt, dct_scaled,
+        workers, wall_s, queue_capacity, read latency percentiles
+        (read_lat_p50_ms, _p90_, _p99_, _max_), copied_batches (see
+        hold_policy) and held_batches (batches alive zero-copy now)."""
+        return self._core.stats()
+
+    def close(self) -> None:
+        """Stop the workers and free the ring.  Tensors still alive keep their
+        batch's memory valid; it is freed with the last of them."""
+        if self._core is not None:
+            self._core.close()
+        self._active = False
+
+    @property
+    def closed(self) -> bool:
+        return self._core is None or bool(self._core.closed)
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._core is None:
+            return "chute.Loader(<not created>)"
+        return ("chute.Loader(%r, batch_size=%d, transform=%r, size=%d, dtype=%r, layout=%r, "
+                "rank=%d, world_size=%d, batches=%d%s)"
+                % (self.dataset.path, self.batch_size, self.transform, self.size, self.dtype,
+                   self.layout, self.rank, self.world_size,
+                   len(self) if not self.closed else 0, ", closed" if self.closed else ""))
+
+
+class _EpochIterator:
+    """One epoch's iterator; stops when the epoch ends or another starts."""
+
+    __slots__ = ("_loader", "_gen")
+
+    def __init__(self, loader: Loader, gen: int) -> None:
+        self._loader = loader
+        self._gen = gen
+
+    def __iter__(self) -> "_EpochIterator":
+        return self
+
+    def __next__(self) -> Tuple[Any, ...]:
+        ld = self._loader
+        if ld._generation != self._gen or not ld._active:
+            raise StopIteration
+        b = ld.next_batch()
+        if b is None:
+            raise StopIteration
+        return ld._convert(b)
+
+    def __len__(self) -> int:
+        ld = self._loader
+        return max(0, len(ld) - ld._consumed) if ld._generation == self._gen else 0
+
+
+def pack(
+    root: PathLike,
+    out_dir: PathLike,
+    shard_size: Optional[int] = None,
+    threads: Optional[int] = None,
+    strict: bool = False,
+    *,
+    validate: bool = True,
+    align: Optional[int] = None,
+    max_pixels: Optional[int] = None,
+    progress: Optional[Callable[[Dict[str, Any]], Any]] = None,
+) -> Dict[str, Any]:
+    """Pack the ImageFolder tree at ``root`` into a shard directory ``out_dir``.
+
+    shard_size: target bytes per shard (default 256 MiB).
+    threads: validating threads (default: online cores).
+    strict: fail on the first undecodable file instead of leaving it out.
+    validate: decode-check every file (default) or only sniff its type.
+    align: record alignment in bytes, a power of two (default 4096).
+    max_pixels: validation limit per image (default 64 Mpx).
+    progress: called about every 0.1 s with a dict (files_done, files_total,
+        bytes_done, bytes_total, skipped, shards_done, seconds); return True
+        to cancel (raises chute.CancelledError).  Ctrl-C also cancels.
+
+    Returns a dict: files, bytes, skipped, shards, classes, seconds and
+    skipped_files (a list of (path, reason)).  The manifest is written last,
+    so an interrupted pack never leaves a directory that opens as a dataset.
+    """
+    return _chute.pack(
+        os.fspath(root), os.fspath(out_dir),
+        shard_size=0 if shard_size is None else _uint("shard_size", shard_size, 1, 2 ** 63),
+        threads=0 if threads is None else _uint("threads", threads, 1, 4096),
+        strict=bool(strict), validate=bool(validate),
+        align=0 if align is None else _uint("align", align, 1, 1 << 30),
+        max_pixels=0 if max_pixels is None else _uint("max_pixels", max_pixels, 1, 2 ** 63),
+        progress=progress,
+    )
+

@@ -1,0 +1,1609 @@
+/*
+ * _chute.c — the CPython binding of libchute (module chute._chute).
+ *
+ * What it does.  It wraps the public C API (include/chute.h, nothing
+ * else) in four types: Dataset, _Loader, Batch and Array.  The friendly
+ * chute.Loader in python/chute/loader.py is built on _Loader; everything
+ * that needs speed or must run without the GIL lives here.
+ *
+ * Lifetimes, the one thing this file must get right.  A batch's pixels
+ * live in a slot of the loader's ring; chute_loader_destroy unmaps the
+ * ring and chute_dataset_close frees what the loader borrows.  Tensors
+ * made from a batch (via DLPack, __array_interface__ or the buffer
+ * protocol) may outlive the iteration, the Loader object, even the
+ * interpreter's interest in chute.  So ownership is a chain of plain C
+ * reference counts, not Python objects:
+ *
+ *     export / Array / Batch --> batch_ref --> ld_core --> ds_ref
+ *
+ * batch_ref owns one ring slot (released with chute_batch_release when
+ * its count reaches zero), ld_core owns the chute_loader, ds_ref the
+ * chute_dataset.  The counts are atomics, so a DLPack deleter — which
+ * PyTorch may run on any thread, without the GIL — never touches Python.
+ *
+ * Holding many batches.  The library lends at most max_held slots to the
+ * consumer.  With hold_policy "copy" (the default) the binding asks the
+ * library for max_held + 1 and, when the consumer already holds max_held
+ * zero-copy batches, copies the next batch out of its slot and returns the
+ * slot at once.  Memory already handed out can never move, so copying
+ * the *new* batch is the only fallback that keeps every tensor valid.
+ * With "raise" the binding runs the garbage collector once and then
+ * raises BusyError.
+ *
+ * Waiting.  next() releases the GIL and waits in slices of 100 ms with
+ * chute_loader_next_timeout, calling PyErr_CheckSignals between slices,
+ * so Ctrl-C interrupts a stalled pipeline promptly.
+ *
+ * Threads.  Library calls on one loader must come from one thread at a
+ * time; a _Loader refuses a call that arrives while another thread is
+ * inside next() (the GIL is released there) instead of racing.  Batch
+ * release is thread-safe in the library and needs no guard.
+ *
+ * The module keeps its exception types in static variables, so it
+ * supports one interpreter per process (no sub-interpreters).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "chute.h"
+#include "dlpack.h"
+
+#define WAIT_SLICE_MS 100
+
+#if PY_VERSION_HEX < 0x030B0000
+#define PyFloat_Unpack2 _PyFloat_Unpack2
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Exceptions                                                          */
+/* ------------------------------------------------------------------ */
+
+static PyObject *ChuteError;
+/* Indexed by -status for CHUTE_EINVAL (-1) .. CHUTE_EINTERRUPTED (-10). */
+static PyObject *status_exc[11];
+
+static const struct {
+    int code;
+    const char *name;
+    const char *builtin; /* second base, or NULL */
+    const char *doc;
+} exc_table[] = {
+    {CHUTE_EINVAL, "InvalidArgumentError", "ValueError", "A bad argument or option (CHUTE_EINVAL)."},
+    {CHUTE_ENOMEM, "OutOfMemoryError", "MemoryError",
+     "An allocation failed or a memory budget was exceeded (CHUTE_ENOMEM)."},
+    {CHUTE_EIO, "ChuteIOError", "OSError", "Opening, reading or writing failed (CHUTE_EIO)."},
+    {CHUTE_EFORMAT, "FormatError", NULL,
+     "Not a dataset, shard or image chute understands (CHUTE_EFORMAT)."},
+    {CHUTE_ECORRUPT, "CorruptDataError", NULL,
+     "A recognised format with damaged data, e.g. a corrupt sample under "
+     "on_corrupt='fail' (CHUTE_ECORRUPT)."},
+    {CHUTE_ELIMIT, "LimitExceededError", NULL,
+     "Input exceeds a configured limit such as max_pixels (CHUTE_ELIMIT)."},
+    {CHUTE_ENOTFOUND, "NotFoundError", "FileNotFoundError",
+     "A path does not exist or a dataset is empty (CHUTE_ENOTFOUND)."},
+    {CHUTE_EBUSY, "BusyError", NULL,
+     "The consumer holds every batch buffer it may hold (CHUTE_EBUSY)."},
+    {CHUTE_EUNSUPPORTED, "UnsupportedError", NULL,
+     "A feature not built into this libchute (CHUTE_EUNSUPPORTED)."},
+    {CHUTE_EINTERRUPTED, "CancelledError", NULL,
+     "A call was cancelled before it finished (CHUTE_EINTERRUPTED)."},
+};
+
+/* Raise the ChuteError subclass for `status` with `message`. */
+static PyObject *raise_status(int status, const char *message)
+{
+    PyObject *type = ChuteError;
+    if (status < 0 && status >= -10 && status_exc[-status])
+        type = status_exc[-status];
+    const char *m = message && message[0] ? message : chute_status_name(status);
+    PyObject *args = Py_BuildValue("(s)", m);
+    if (!args)
+        return NULL;
+    PyObject *exc = PyObject_Call(type, args, NULL);
+    Py_DECREF(args);
+    if (!exc)
+        return NULL;
+    PyObject *code = PyLong_FromLong(status);
+    PyObject *name = PyUnicode_FromString(chute_status_name(status));
+    if (code && name) {
+        PyObject_SetAttrString(exc, "code", code);
+        PyObject_SetAttrString(exc, "status", name);
+    }
+    Py_XDECREF(code);
+    Py_XDECREF(name);
+    PyErr_SetObject(type, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ------------------------------------------------------------------ */
+/* Reference-counted owners (no Python inside)                          */
+/* ------------------------------------------------------------------ */
+
+typedef struct ds_ref {
+    atomic_long refs;
+    chute_dataset *ds;
+} ds_ref;
+
+static void ds_ref_decref(ds_ref *r)
+{
+    if (r && atomic_fetch_sub(&r->refs, 1) == 1) {
+        chute_dataset_close(r->ds);
+        free(r);
+    }
+}
+
+typedef struct ld_core {
+    atomic_long refs;
+    chute_loader *ld;
+    ds_ref *ds;
+    atomic_long zero_copy_live; /* batches currently holding a ring slot */
+    atomic_ullong copied;       /* batches copied out because of the hold limit */
+} ld_core;
+
+static void ld_core_decref(ld_core *c)
+{
+    if (c && atomic_fetch_sub(&c->refs, 1) == 1) {
+        chute_loader_destroy(c->ld);
+        ds_ref_decref(c->ds);
+        free(c);
+    }
+}
+
+typedef struct batch_ref {
+    atomic_long refs;
+    ld_core *core;
+    chute_batch *b;     /* the ring slot, or NULL once copied out */
+    void *owned;        /* malloc'd copy of pixels, labels, indices */
+    chute_batch_view v; /* points into the slot or into `owned` */
+} batch_ref;
+
+static void batch_ref_incref(batch_ref *r) { atomic_fetch_add(&r->refs, 1); }
+
+static void batch_ref_decref(batch_ref *r)
+{
+    if (r && atomic_fetch_sub(&r->refs, 1) == 1) {
+        if (r->b) {
+            chute_batch_release(r->b);
+            atomic_fetch_sub(&r->core->zero_copy_live, 1);
+        }
+        free(r->owned);
+        ld_core_decref(r->core);
+        free(r);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Array: one tensor of a batch (images, labels or indices).            */
+/* ------------------------------------------------------------------ */
+
+enum { ARR_F32 = 0, ARR_U8 = 1, ARR_F16 = 2, ARR_I64 = 3 };
+
+static const struct {
+    const char *name;
+    const char *typestr; /* without byte-order character */
+    const char *fmt;     /* buffer protocol format */
+    int code, bits;
+    Py_ssize_t itemsize;
+} arr_types[] = {
+    {"float32", "f4", "f", CHUTE_DL_FLOAT, 32, 4},
+    {"uint8", "u1", "B", CHUTE_DL_UINT, 8, 1},
+    {"float16", "f2", "e", CHUTE_DL_FLOAT, 16, 2},
+    {"int64", "i8", "q", CHUTE_DL_INT, 64, 8},
+};
+
+typedef struct {
+    PyObject_HEAD
+    batch_ref *ref;
+    void *data;
+    int type;
+    int ndim;
+    int64_t shape[4];
+    int64_t strides[4]; /* in elements */
+    Py_ssize_t shape_ss[4], strides_ss[4]; /* for the buffer protocol (bytes) */
+} ArrayObject;
+
+static PyTypeObject ArrayType;
+
+static PyObject *array_new(batch_ref *ref, void *data, int type, int ndim, const int64_t *shape)
+{
+    ArrayObject *a = PyObject_New(ArrayObject, &ArrayType);
+    if (!a)
+        return NULL;
+    batch_ref_incref(ref);
+    a->ref = ref;
+    a->data = data;
+    a->type = type;
+    a->ndim = ndim;
+    int64_t st = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        a->shape[i] = shape[i];
+        a->strides[i] = st;
+        a->shape_ss[i] = (Py_ssize_t)shape[i];
+        a->strides_ss[i] = (Py_ssize_t)(st * arr_types[type].itemsize);
+        st *= shape[i];
+    }
+    return (PyObject *)a;
+}
+
+static void Array_dealloc(ArrayObject *a)
+{
+    batch_ref_decref(a->ref);
+    PyObject_Free(a);
+}
+
+static int64_t array_numel(const ArrayObject *a)
+{
+    int64_t n = 1;
+    for (int i = 0; i < a->ndim; i++)
+        n *= a->shape[i];
+    return n;
+}
+
+static PyObject *shape_tuple(const ArrayObject *a)
+{
+    PyObject *t = PyTuple_New(a->ndim);
+    if (!t)
+        return NULL;
+    for (int i = 0; i < a->ndim; i++) {
+        PyObject *v = PyLong_FromLongLong(a->shape[i]);
+        if (!v) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+static PyObject *Array_get_shape(ArrayObject *a, void *c) { return shape_tuple(a); }
+static PyObject *Array_get_dtype(ArrayObject *a, void *c)
+{
+    return PyUnicode_FromString(arr_types[a->type].name);
+}
+static PyObject *Array_get_ndim(ArrayObject *a, void *c) { return PyLong_FromLong(a->ndim); }
+static PyObject *Array_get_nbytes(ArrayObject *a, void *c)
+{
+    return PyLong_FromLongLong(array_numel(a) * arr_types[a->type].itemsize);
+}
+static PyObject *Array_get_data_ptr(ArrayObject *a, void *c)
+{
+    return PyLong_FromVoidPtr(a->data);
+}
+static PyObject *Array_get_copied(ArrayObject *a, void *c)
+{
+    return PyBool_FromLong(a->ref->b == NULL);
+}
+
+static PyObject *Array_get_array_interface(ArrayObject *a, void *c)
+{
+    const uint16_t probe = 1;
+    char typestr[4];
+    typestr[0] = a->type == ARR_U8 ? '|' : (*(const uint8_t *)&probe ? '<' : '>');
+    memcpy(typestr + 1, arr_types[a->type].typestr, 3);
+    PyObject *shape = shape_tuple(a);
+    if (!shape)
+        return NULL;
+    return Py_BuildValue("{s:N,s:s,s:(N,O),s:O,s:i}", "shape", shape, "typestr", typestr, "data",
+                         PyLong_FromVoidPtr(a->data), Py_False, "strides", Py_None, "version", 3);
+}
+
+static PyObject *Array_dlpack_device(ArrayObject *a, PyObject *unused)
+{
+    return Py_BuildValue("(ii)", CHUTE_DL_CPU, 0);
+}
+
+/* What a DLPack consumer holds: the managed tensor plus shape/strides
+ * storage, and either a batch reference or a private copy.              */
+typedef struct export_ctx {
+    union {
+        DLManagedTensor legacy;
+        DLManagedTensorVersioned versioned;
+    } m;
+    int64_t shape[4], strides[4];
+    batch_ref *ref;
+    void *copy;
+} export_ctx;
+
+static void export_free(export_ctx *x)
+{
+    if (x->ref)
+        batch_ref_decref(x->ref);
+    free(x->copy);
+    free(x);
+}
+
+/* The deleters may run on any thread without the GIL: no Python here. */
+static void legacy_deleter(DLManagedTensor *m) { export_free((export_ctx *)m->manager_ctx); }
+static void versioned_deleter(DLManagedTensorVersioned *m)
+{
+    export_free((export_ctx *)m->manager_ctx);
+}
+
+static void legacy_capsule_destructor(PyObject *cap)
+{
+    if (!PyCapsule_IsValid(cap, "dltensor"))
+        return; /* consumed ("used_dltensor"): the consumer calls the deleter */
+    DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+    if (m && m->deleter)
+        m->deleter(m);
+}
+
+static void versioned_capsule_destructor(PyObject *cap)
+{
+    if (!PyCapsule_IsValid(cap, "dltensor_versioned"))
+        return;
+    DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+    if (m && m->deleter)
+        m->deleter(m);
+}
+
+static PyObject *Array_dlpack(ArrayObject *a, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO:__dlpack__", kwlist, &stream, &max_version,
+                                     &dl_device, &copy))
+        return NULL;
+    /* stream is meaningless for CPU memory; consumers pass None or -1. */
+    if (dl_device != Py_None) {
+        int dt = 0, di = 0;
+        if (!PyArg_ParseTuple(dl_device, "ii:dl_device", &dt, &di))
+            return NULL;
+        if (dt != CHUTE_DL_CPU || di != 0) {
+            PyErr_SetString(PyExc_BufferError, "chute arrays live in CPU memory only");
+            return NULL;
+        }
+    }
+    int do_copy = 0;
+    if (copy != Py_None) {
+        do_copy = PyObject_IsTrue(copy);
+        if (do_copy < 0)
+            return NULL;
+    }
+    int versioned = 0;
+    if (max_version != Py_None) {
+        unsigned int major = 0, minor = 0;
+        if (!PyArg_ParseTuple(max_version, "II:max_version", &major, &minor))
+            return NULL;
+        versioned = major >= 1;
+    }
+
+    export_ctx *x = calloc(1, sizeof *x);
+    if (!x)
+        return PyErr_NoMemory();
+    void *data = a->data;
+    if (do_copy) {
+        size_t nb = (size_t)array_numel(a) * (size_t)arr_types[a->type].itemsize;
+        x->copy = malloc(nb ? nb : 1);
+        if (!x->copy) {
+            free(x);
+            return PyErr_NoMemory();
+        }
+        memcpy(x->copy, a->data, nb);
+        data = x->copy;
+    } else {
+        batch_ref_incref(a->ref);
+        x->ref = a->ref;
+    }
+    memcpy(x->shape, a->shape, sizeof x->shape);
+    memcpy(x->strides, a->strides, sizeof x->strides);
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.device.device_type = CHUTE_DL_CPU;
+    t.device.device_id = 0;
+    t.ndim = a->ndim;
+    t.dtype.code = (uint8_t)arr_types[a->type].code;
+    t.dtype.bits = (uint8_t)arr_types[a->type].bits;
+    t.dtype.lanes = 1;
+    t.shape = x->shape;
+    t.strides = x->strides;
+    t.byte_offset = 0;
+
+    PyObject *cap;
+    if (versioned) {
+        x->m.versioned.version.major = CHUTE_DLPACK_MAJOR;
+        x->m.versioned.version.minor = CHUTE_DLPACK_MINOR;
+        x->m.versioned.manager_ctx = x;
+        x->m.versioned.deleter = versioned_deleter;
+        x->m.versioned.flags = do_copy ? CHUTE_DLPACK_FLAG_IS_COPIED : 0;
+        x->m.versioned.dl_tensor = t;
+        cap = PyCapsule_New(&x->m.versioned, "dltensor_versioned", versioned_capsule_destructor);
+    } else {
+        x->m.legacy.dl_tensor = t;
+        x->m.legacy.manager_ctx = x;
+        x->m.legacy.deleter = legacy_deleter;
+        cap = PyCapsule_New(&x->m.legacy, "dltensor", legacy_capsule_destructor);
+    }
+    if (!cap)
+        export_free(x);
+    return cap;
+}
+
+static int Array_getbuffer(ArrayObject *a, Py_buffer *view, int flags)
+{
+    if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && a->ndim > 1) {
+        PyErr_SetString(PyExc_BufferError, "chute arrays are C-contiguous, not Fortran-contiguous");
+        view->obj = NULL;
+        return -1;
+    }
+    view->obj = (PyObject *)a;
+    Py_INCREF(a);
+    view->buf = a->data;
+    view->itemsize = arr_types[a->type].itemsize;
+    view->len = (Py_ssize_t)array_numel(a) * view->itemsize;
+    view->readonly = 0;
+    view->ndim = a->ndim;
+    view->format = (flags & PyBUF_FORMAT) ? (char *)arr_types[a->type].fmt : NULL;
+    view->shape = (flags & PyBUF_ND) ? a->shape_ss : NULL;
+    view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? a->strides_ss : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    return 0;
+}
+
+static PyBufferProcs Array_as_buffer = {(getbufferproc)Array_getbuffer, NULL};
+
+static PyObject *elem_to_py(const ArrayObject *a, int64_t i)
+{
+    switch (a->type) {
+    case ARR_F32:
+        return PyFloat_FromDouble(((const float *)a->data)[i]);
+    case ARR_U8:
+        return PyLong_FromLong(((const uint8_t *)a->data)[i]);
+    case ARR_F16: {
+        double d = PyFloat_Unpack2((const char *)a->data + 2 * i, 1);
+        return d == -1.0 && PyErr_Occurred() ? NULL : PyFloat_FromDouble(d);
+    }
+    default:
+        return PyLong_FromLongLong(((const int64_t *)a->data)[i]);
+    }
+}
+
+static PyObject *tolist_rec(const ArrayObject *a, int dim, int64_t off)
+{
+    if (dim >= a->ndim || dim >= 4)
+        return elem_to_py(a, off);
+    PyObject *l = PyList_New((Py_ssize_t)a->shape[dim]);
+    if (!l)
+        return NULL;
+    for (int64_t i = 0; i < a->shape[dim]; i++) {
+        PyObject *v = tolist_rec(a, dim + 1, off + i * a->strides[dim]);
+        if (!v) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)i, v);
+    }
+    return l;
+}
+
+static PyObject *Array_tolist(ArrayObject *a, PyObject *unused) { return tolist_rec(a, 0, 0); }
+
+static PyObject *Array_numpy(ArrayObject *a, PyObject *unused)
+{
+    PyObject *np = PyImport_ImportModule("numpy");
+    if (!np)
+        return NULL;
+    PyObject *r = PyObject_CallMethod(np, "asarray", "O", (PyObject *)a);
+    Py_DECREF(np);
+    return r;
+}
+
+static Py_ssize_t Array_len(ArrayObject *a) { return a->ndim ? (Py_ssize_t)a->shape[0] : 0; }
+
+static PyObject *Array_repr(ArrayObject *a)
+{
+    PyObject *shape = shape_tuple(a);
+    if (!shape)
+        return NULL;
+    PyObject *r = PyUnicode_FromFormat("chute.Array(shape=%R, dtype=%s%s)", shape,
+                                       arr_types[a->type].name, a->ref->b ? "" : ", copied");
+    Py_DECREF(shape);
+    return r;
+}
+
+static PyMethodDef Array_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))Array_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "Export as a DLPack capsule without copying (unless copy=True).  The capsule keeps the\n"
+     "batch's buffer alive until the consumer's tensor is freed."},
+    {"__dlpack_device__", (PyCFunction)Array_dlpack_device, METH_NOARGS,
+     "__dlpack_device__()\n--\n\n(kDLCPU, 0): chute batches live in host memory."},
+    {"numpy", (PyCFunction)Array_numpy, METH_NOARGS,
+     "numpy()\n--\n\nA NumPy array viewing this memory (no copy); needs numpy."},
+    {"tolist", (PyCFunction)Array_tolist, METH_NOARGS,
+     "tolist()\n--\n\nThe values as (nested) Python lists."},
+    {NULL},
+};
+
+static PyGetSetDef Array_getset[] = {
+    {"shape", (getter)Array_get_shape, NULL, "Shape tuple, in the batch's layout order.", NULL},
+    {"dtype", (getter)Array_get_dtype, NULL, "'float32', 'uint8', 'float16' or 'int64'.", NULL},
+    {"ndim", (getter)Array_get_ndim, NULL, "Number of dimensions.", NULL},
+    {"nbytes", (getter)Array_get_nbytes, NULL, "Bytes of data.", NULL},
+    {"data_ptr", (getter)Array_get_data_ptr, NULL,
+     "Address of the first element (inside the loader's ring unless copied).", NULL},
+    {"copied", (getter)Array_get_copied, NULL,
+     "True if the batch was copied out of the ring (hold limit reached).", NULL},
+    {"__array_interface__", (getter)Array_get_array_interface, NULL,
+     "NumPy array interface (version 3); numpy.asarray() views the memory without copying.",
+     NULL},
+    {NULL},
+};
+
+static PySequenceMethods Array_as_sequence = {.sq_length = (lenfunc)Array_len};
+
+static PyTypeObject ArrayType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "chute.Array",
+    .tp_basicsize = sizeof(ArrayObject),
+    .tp_dealloc = (destructor)Array_dealloc,
+    .tp_repr = (reprfunc)Array_repr,
+    .tp_as_sequence = &Array_as_sequence,
+    .tp_as_buffer = &Array_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A zero-copy view of part of a batch (images, labels or indices).\n\n"
+              "Implements __dlpack__/__dlpack_device__ (torch.from_dlpack, numpy.from_dlpack,\n"
+              "jax.dlpack), the NumPy __array_interface__ and the buffer protocol.  The memory\n"
+              "stays valid while this object or any tensor made from it is alive.",
+    .tp_methods = Array_methods,
+    .tp_getset = Array_getset,
+};
+
+/* ------------------------------------------------------------------ */
+/* Batch                                                                */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    batch_ref *ref;
+} BatchObject;
+
+static PyTypeObject BatchType;
+
+static void Batch_dealloc(BatchObject *b)
+{
+    batch_ref_decref(b->ref);
+    PyObject_Free(b);
+}
+
+static PyObject *Batch_get_images(BatchObject *b, void *c)
+{
+    const chute_batch_view *v = &b->ref->v;
+    int type = v->dtype == CHUTE_DTYPE_UINT8 ? ARR_U8 : v->dtype == CHUTE_DTYPE_FLOAT16 ? ARR_F16
+                                                                                       : ARR_F32;
+    return array_new(b->ref, v->data, type, 4, v->shape);
+}
+static PyObject *Batch_get_labels(BatchObject *b, void *c)
+{
+    int64_t n = b->ref->v.count;
+    return array_new(b->ref, b->ref->v.labels, ARR_I64, 1, &n);
+}
+static PyObject *Batch_get_indices(BatchObject *b, void *c)
+{
+    /* uint64 in the library; sample indices are < 2^63, so int64 is exact
+     * and is what PyTorch can represent. */
+    int64_t n = b->ref->v.count;
+    return array_new(b->ref, b->ref->v.indices, ARR_I64, 1, &n);
+}
+static PyObject *Batch_get_count(BatchObject *b, void *c) { return PyLong_FromUnsignedLong(b->ref->v.count); }
+static PyObject *Batch_get_epoch(BatchObject *b, void *c)
+{
+    return PyLong_FromUnsignedLongLong(b->ref->v.epoch);
+}
+static PyObject *Batch_get_index(BatchObject *b, void *c)
+{
+    return PyLong_FromUnsignedLongLong(b->ref->v.batch_index);
+}
+static PyObject *Batch_get_copied(BatchObject *b, void *c) { return PyBool_FromLong(b->ref->b == NULL); }
+static PyObject *Batch_get_data_ptr(BatchObject *b, void *c) { return PyLong_FromVoidPtr(b->ref->v.data); }
+static PyObject *Batch_get_nbytes(BatchObject *b, void *c) { return PyLong_FromSize_t(b->ref->v.nbytes); }
+
+static PyObject *Batch_repr(BatchObject *b)
+{
+    const chute_batch_view *v = &b->ref->v;
+    return PyUnicode_FromFormat("chute.Batch(epoch=%llu, index=%llu, count=%u%s)",
+                                (unsigned long long)v->epoch, (unsigned long long)v->batch_index,
+                                v->count, b->ref->b ? "" : ", copied");
+}
+
+static PyGetSetDef Batch_getset[] = {
+    {"images", (getter)Batch_get_images, NULL, "The pixels as a chute.Array (N,C,H,W or N,H,W,C).",
+     NULL},
+    {"labels", (getter)Batch_get_labels, NULL, "int64 labels as a chute.Array of shape (N,).", NULL},
+    {"indices", (getter)Batch_get_indices, NULL,
+     "Dataset sample indices as an int64 chute.Array of shape (N,).", NULL},
+    {"count", (getter)Batch_get_count, NULL, "Samples in this batch (N).", NULL},
+    {"epoch", (getter)Batch_get_epoch, NULL, "Epoch this batch belongs to.", NULL},
+    {"index", (getter)Batch_get_index, NULL, "Position of this batch within its epoch.", NULL},
+    {"copied", (getter)Batch_get_copied, NULL,
+     "True if the batch was copied out of the ring because max_held batches were held.", NULL},
+    {"data_ptr", (getter)Batch_get_data_ptr, NULL, "Address of the pixel buffer.", NULL},
+    {"nbytes", (getter)Batch_get_nbytes, NULL, "Bytes of pixel data.", NULL},
+    {NULL},
+};
+
+static PyTypeObject BatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "chute.Batch",
+    .tp_basicsize = sizeof(BatchObject),
+    .tp_dealloc = (destructor)Batch_dealloc,
+    .tp_repr = (reprfunc)Batch_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One batch from a loader.  Its buffer goes back to the loader's ring when this\n"
+              "object and every array or tensor made from it have been freed.",
+    .tp_getset = Batch_getset,
+};
+
+/* ------------------------------------------------------------------ */
+/* Dataset                                                              */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    ds_ref *ref;
+    PyObject *path;
+} DatasetObject;
+
+static PyTypeObject DatasetType;
+
+static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"path", "kind", "read_delay_us", NULL};
+    PyObject *path = NULL;
+    int kind = CHUTE_SOURCE_AUTO;
+    unsigned int delay = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$I:Dataset", kwlist, PyUnicode_FSConverter,
+                                     &path, &kind, &delay))
+        return -1;
+    if (kind < CHUTE_SOURCE_AUTO || kind > CHUTE_SOURCE_SHARDS) {
+        Py_DECREF(path);
+        PyErr_SetString(PyExc_ValueError, "kind must be 0 (auto), 1 (tree) or 2 (shards)");
+        return -1;
+    }
+    if (self->ref) {
+        Py_DECREF(path);
+        PyErr_SetString(PyExc_RuntimeError, "Dataset is already open");
+        return -1;
+    }
+    chute_dataset *ds = NULL;
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    const char *p = PyBytes_AS_STRING(path);
+    int rc;
+    chute_dataset_options o;
+    memset(&o, 0, sizeof o);
+    o.kind = (chute_source_kind)kind;
+    o.read_delay_us = delay;
+    Py_BEGIN_ALLOW_THREADS
+    rc = chute_dataset_open_ex(p, &o, &ds, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != CHUTE_OK) {
+        Py_DECREF(path);
+        raise_status(rc, err.message);
+        return -1;
+    }
+    ds_ref *r = malloc(sizeof *r);
+    if (!r) {
+        chute_dataset_close(ds);
+        Py_DECREF(path);
+        PyErr_NoMemory();
+        return -1;
+    }
+    atomic_init(&r->refs, 1);
+    r->ds = ds;
+    self->ref = r;
+    self->path = PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path));
+    Py_DECREF(path);
+    return self->path ? 0 : -1;
+}
+
+static void Dataset_dealloc(DatasetObject *self)
+{
+    ds_ref_decref(self->ref);
+    Py_XDECREF(self->path);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int ds_check(DatasetObject *self)
+{
+    if (!self->ref) {
+        PyErr_SetString(PyExc_RuntimeError, "Dataset is not open");
+        return -1;
+    }
+    return 0;
+}
+
+static int ds_index(DatasetObject *self, PyObject *arg, uint64_t *out)
+{
+    if (ds_check(self))
+        return -1;
+    long long i = PyLong_AsLongLong(arg);
+    if (i == -1 && PyErr_Occurred())
+        return -1;
+    uint64_t n = chute_dataset_size(self->ref->ds);
+    if (i < 0)
+        i += (long long)n;
+    if (i < 0 || (uint64_t)i >= n) {
+        PyErr_Format(PyExc_IndexError, "sample index out of range (dataset has %llu samples)",
+                     (unsigned long long)n);
+        return -1;
+    }
+    *out = (uint64_t)i;
+    return 0;
+}
+
+static Py_ssize_t Dataset_len(DatasetObject *self)
+{
+    if (ds_check(self))
+        return -1;
+    return (Py_ssize_t)chute_dataset_size(self->ref->ds);
+}
+
+static PyObject *Dataset_get_classes(DatasetObject *self, void *c)
+{
+    if (ds_check(self))
+        return NULL;
+    uint32_t n = chute_dataset_num_classes(self->ref->ds);
+    PyObject *t = PyTuple_New(n);
+    if (!t)
+        return NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        const char *name = chute_dataset_class_name(self->ref->ds, i);
+        PyObject *s = PyUnicode_DecodeFSDefault(name ? name : "");
+        if (!s) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, s);
+    }
+    return t;
+}
+
+static PyObject *Dataset_get_num_classes(DatasetObject *self, void *c)
+{
+    if (ds_check(self))
+        return NULL;
+    return PyLong_FromUnsignedLong(chute_dataset_num_classes(self->ref->ds));
+}
+
+static PyObject *Dataset_get_kind(DatasetObject *self, void *c)
+{
+    if (ds_check(self))
+        return NULL;
+    return PyUnicode_FromString(chute_dataset_kind(self->ref->ds) == CHUTE_SOURCE_SHARDS ? "shards"
+                                                                                         : "tree");
+}
+
+static PyObject *Dataset_get_path(DatasetObject *self, void *c)
+{
+    if (!self->path)
+        Py_RETURN_NONE;
+    Py_INCREF(self->path);
+    return self->path;
+}
+
+static PyObject *Dataset_label(DatasetObject *self, PyObject *arg)
+{
+    uint64_t i;
+    if (ds_index(self, arg, &i))
+        return NULL;
+    return PyLong_FromLongLong(chute_dataset_label(self->ref->ds, i));
+}
+
+static PyObject *Dataset_labels(DatasetObject *self, PyObject *unused)
+{
+    if (ds_check(self))
+        return NULL;
+    uint64_t n = chute_dataset_size(self->ref->ds);
+    PyObject *l = PyList_New((Py_ssize_t)n);
+    if (!l)
+        return NULL;
+    for (uint64_t i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromLongLong(chute_dataset_label(self->ref->ds, i));
+        if (!v) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)i, v);
+    }
+    return l;
+}
+
+static PyObject *Dataset_describe(DatasetObject *self, PyObject *arg)
+{
+    uint64_t i;
+    if (ds_index(self, arg, &i))
+        return NULL;
+    char buf[4096];
+    chute_dataset_describe(self->ref->ds, i, buf, sizeof buf);
+    return PyUnicode_DecodeFSDefault(buf);
+}
+
+static PyObject *Dataset_sample_size(DatasetObject *self, PyObject *arg)
+{
+    uint64_t i;
+    if (ds_index(self, arg, &i))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(chute_dataset_sample_size(self->ref->ds, i));
+}
+
+static PyObject *Dataset_read(DatasetObject *self, PyObject *arg)
+{
+    uint64_t i;
+    if (ds_index(self, arg, &i))
+        return NULL;
+    uint64_t sz = chute_dataset_sample_size(self->ref->ds, i);
+    if (sz > (uint64_t)PY_SSIZE_T_MAX)
+        return PyErr_NoMemory();
+    PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sz);
+    if (!b)
+        return NULL;
+    size_t len = 0;
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    int rc;
+    char *dst = PyBytes_AS_STRING(b);
+    const chute_dataset *ds = self->ref->ds;
+    Py_BEGIN_ALLOW_THREADS
+    rc = chute_dataset_read(ds, i, dst, (size_t)sz, &len, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != CHUTE_OK) {
+        Py_DECREF(b);
+        return raise_status(rc, err.message);
+    }
+    if ((Py_ssize_t)len != (Py_ssize_t)sz)
+        _PyBytes_Resize(&b, (Py_ssize_t)len);
+    return b;
+}
+
+static PyObject *Dataset_repr(DatasetObject *self)
+{
+    if (!self->ref)
+        return PyUnicode_FromString("chute.Dataset(<closed>)");
+    return PyUnicode_FromFormat("chute.Dataset(%R, kind='%s', samples=%llu, classes=%u)", self->path,
+                                chute_dataset_kind(self->ref->ds) == CHUTE_SOURCE_SHARDS ? "shards"
+                                                                                         : "tree",
+                                (unsigned long long)chute_dataset_size(self->ref->ds),
+                                chute_dataset_num_classes(self->ref->ds));
+}
+
+static PyMethodDef Dataset_methods[] = {
+    {"label", (PyCFunction)Dataset_label, METH_O, "label(i)\n--\n\nLabel of sample i."},
+    {"labels", (PyCFunction)Dataset_labels, METH_NOARGS,
+     "labels()\n--\n\nEvery sample's label, in dataset order (torchvision's ImageFolder targets)."},
+    {"describe", (PyCFunction)Dataset_describe, METH_O,
+     "describe(i)\n--\n\nWhere sample i lives ('ROOT/cls/x.jpg' or 'shard-00003.chute@1048576')."},
+    {"sample_size", (PyCFunction)Dataset_sample_size, METH_O,
+     "sample_size(i)\n--\n\nEncoded size of sample i in bytes."},
+    {"read", (PyCFunction)Dataset_read, METH_O,
+     "read(i)\n--\n\nThe encoded bytes of sample i (shard records are checksum-verified)."},
+    {NULL},
+};
+
+static PyGetSetDef Dataset_getset[] = {
+    {"classes", (getter)Dataset_get_classes, NULL, "Class names, indexed by label.", NULL},
+    {"num_classes", (getter)Dataset_get_num_classes, NULL, "Number of classes.", NULL},
+    {"kind", (getter)Dataset_get_kind, NULL, "'tree' (ImageFolder) or 'shards'.", NULL},
+    {"path", (getter)Dataset_get_path, NULL, "The path it was opened from.", NULL},
+    {NULL},
+};
+
+static PySequenceMethods Dataset_as_sequence = {.sq_length = (lenfunc)Dataset_len};
+
+static PyTypeObject DatasetType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "chute.Dataset",
+    .tp_basicsize = sizeof(DatasetObject),
+    .tp_dealloc = (destructor)Dataset_dealloc,
+    .tp_repr = (reprfunc)Dataset_repr,
+    .tp_as_sequence = &Dataset_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Dataset(path, kind=0, *, read_delay_us=0)\n--\n\n"
+              "An opened source: an ImageFolder tree (ROOT/<class>/<file>) or a shard directory\n"
+              "written by chute.pack.  kind: 0 detect, 1 tree, 2 shards.  read_delay_us adds\n"
+              "latency to every sample read (tests; 'what if storage were slower').  Immutable;\n"
+              "any number of loaders may share it.",
+    .tp_methods = Dataset_methods,
+    .tp_getset = Dataset_getset,
+    .tp_init = (initproc)Dataset_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ------------------------------------------------------------------ */
+/* _Loader                                                              */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    ld_core *core;
+    PyObject *dataset;  /* the Dataset object, for attribute access */
+    uint32_t max_held;  /* batches the consumer may hold zero-copy */
+    int copy_on_limit;  /* hold policy: 1 copy, 0 raise */
+    int busy;           /* a thread is inside a library call (GIL released) */
+    uint64_t epoch;     /* last epoch started */
+} LoaderObject;
+
+static PyTypeObject LoaderType;
+
+static int parse_rgb(PyObject *o, float out[3], const char *what)
+{
+    if (o == Py_None)
+        return 0;
+    if (!PyArg_ParseTuple(o, "fff", &out[0], &out[1], &out[2])) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a tuple of 3 floats", what);
+        return -1;
+    }
+    return 0;
+}
+
+static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"dataset",      "batch_size",    "size",          "transform",
+                             "dtype",        "layout",        "workers",       "prefetch",
+                             "max_held",     "seed",          "shuffle",       "drop_last",
+                             "rank",         "world_size",    "remainder",     "on_corrupt",
+                             "normalize",    "mean",          "std",           "dct_scale",
+                             "max_pixels",   "max_sample_bytes", "scale_min_pct", "scale_max_pct",
+                             "copy_on_hold_limit", NULL};
+    PyObject *dataset = NULL, *mean = Py_None, *std = Py_None;
+    chute_loader_options o;
+    memset(&o, 0, sizeof o);
+    unsigned int batch_size = 0, size = 0, workers = 0, prefetch = 0, max_held = 2, rank = 0,
+                 world_size = 0, smin = 0, smax = 0;
+    int transform = 0, dtype = 0, layout = 0, remainder = 0, on_corrupt = 0;
+    unsigned long long seed = 0, max_pixels = 0, max_sample_bytes = 0;
+    int shuffle = 1, drop_last = 0, normalize = 1, dct_scale = 1, copy_on_limit = 1;
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "O!|$IIiiiIIIKppIIiipOOpKKIIp:_Loader", kwlist, &DatasetType, &dataset,
+            &batch_size, &size, &transform, &dtype, &layout, &workers, &prefetch, &max_held, &seed,
+            &shuffle, &drop_last, &rank, &world_size, &remainder, &on_corrupt, &normalize, &mean,
+            &std, &dct_scale, &max_pixels, &max_sample_bytes, &smin, &smax, &copy_on_limit))
+        return -1;
+    if (self->core) {
+        PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
+        return -1;
+    }
+    DatasetObject *dso = (DatasetObject *)dataset;
+    if (ds_check(dso))
+        return -1;
+    if (max_held < 1 || max_held > 63) {
+        PyErr_SetString(PyExc_ValueError, "max_held must be in 1..63");
+        return -1;
+    }
+    o.batch_size = batch_size;
+    o.size = size;
+    o.transform = (chute_transform)transform;
+    o.dtype = (chute_dtype)dtype;
+    o.layout = (chute_layout)layout;
+    o.workers = workers;
+    o.prefetch = prefetch;
+    /* One spare slot lets "copy" take a batch while max_held are held. */
+    o.max_held = max_held + (copy_on_limit ? 1 : 0);
+    o.seed = seed;
+    o.no_shuffle = !shuffle;
+    o.drop_last = drop_last;
+    o.rank = rank;
+    o.world_size = world_size;
+    o.remainder = (chute_remainder)remainder;
+    o.on_corrupt = (chute_corrupt_policy)on_corrupt;
+    o.no_normalize = !normalize;
+    o.no_dct_scale = !dct_scale;
+    o.max_pixels = max_pixels;
+    o.max_sample_bytes = max_sample_bytes;
+    o.scale_min_pct = smin;
+    o.scale_max_pct = smax;
+    if (parse_rgb(mean, o.mean, "mean") || parse_rgb(std, o.std, "std"))
+        return -1;
+
+    ld_core *c = calloc(1, sizeof *c);
+    if (!c) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    chute_loader *ld = NULL;
+    int rc;
+    const chute_dataset *ds = dso->ref->ds;
+    Py_BEGIN_ALLOW_THREADS /* allocates and pre-faults the ring, starts threads */
+    rc = chute_loader_create(ds, &o, &ld, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != CHUTE_OK) {
+        free(c);
+        raise_status(rc, err.message);
+        return -1;
+    }
+    atomic_init(&c->refs, 1);
+    atomic_init(&c->zero_copy_live, 0);
+    atomic_init(&c->copied, 0);
+    c->ld = ld;
+    atomic_fetch_add(&dso->ref->refs, 1);
+    c->ds = dso->ref;
+    self->core = c;
+    Py_INCREF(dataset);
+    self->dataset = dataset;
+    self->max_held = max_held;
+    self->copy_on_limit = copy_on_limit;
+    return 0;
+}
+
+/* Stop producing: batches still held by tensors stay valid. */
+static void loader_release_core(LoaderObject *self)
+{
+    ld_core *c = self->core;
+    if (!c)
+        return;
+    self->core = NULL;
+    if (atomic_load(&c->refs) > 1) {
+        /* Tensors outlive us; idle the workers until the last one dies. */
+        chute_loader *ld = c->ld;
+        Py_BEGIN_ALLOW_THREADS
+        chute_loader_stop(ld);
+        Py_END_ALLOW_THREADS
+    }
+    Py_BEGIN_ALLOW_THREADS /* may join worker threads */
+    ld_core_decref(c);
+    Py_END_ALLOW_THREADS
+}
+
+static void Loader_dealloc(LoaderObject *self)
+{
+    loader_release_core(self);
+    Py_XDECREF(self->dataset);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int loader_enter(LoaderObject *self)
+{
+    if (!self->core) {
+        PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
+        return -1;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the loader is in use by another thread (one consumer at a time)");
+        return -1;
+    }
+    self->busy = 1;
+    return 0;
+}
+
+static PyObject *Loader_close(LoaderObject *self, PyObject *unused)
+{
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot close the loader while another thread uses it");
+        return NULL;
+    }
+    loader_release_core(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Loader_start_epoch(LoaderObject *self, PyObject *args)
+{
+    unsigned long long epoch = 0, start = 0;
+    if (!PyArg_ParseTuple(args, "KK:start_epoch", &epoch, &start))
+        return NULL;
+    if (loader_enter(self))
+        return NULL;
+    chute_loader *ld = self->core->ld;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS /* waits for workers to leave the previous run */
+    rc = chute_loader_start_epoch(ld, epoch, start);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc != CHUTE_OK)
+        return raise_status(rc, chute_loader_errmsg(ld));
+    self->epoch = epoch;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Loader_next(LoaderObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"timeout", NULL};
+    PyObject *tobj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:next", kwlist, &tobj))
+        return NULL;
+    double timeout = -1;
+    if (tobj != Py_None) {
+        timeout = PyFloat_AsDouble(tobj);
+        if (timeout == -1 && PyErr_Occurred())
+            return NULL;
+        if (timeout < 0) {
+            PyErr_SetString(PyExc_ValueError, "timeout must be >= 0 or None");
+            return NULL;
+        }
+    }
+    if (loader_enter(self))
+        return NULL;
+    ld_core *c = self->core;
+    chute_loader *ld = c->ld;
+    double t0 = mono_s();
+    int gc_tried = 0, rc;
+    chute_batch *b = NULL;
+    for (;;) {
+        int slice = WAIT_SLICE_MS;
+        if (timeout >= 0) {
+            double left = timeout - (mono_s() - t0);
+            slice = left <= 0 ? 0 : left * 1000 < WAIT_SLICE_MS ? (int)(left * 1000) + 1
+                                                                 : WAIT_SLICE_MS;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        rc = chute_loader_next_timeout(ld, slice, &b);
+        Py_END_ALLOW_THREADS
+        if (rc == CHUTE_EINTERRUPTED) {
+            if (PyErr_CheckSignals() < 0)
+                goto fail;
+            if (timeout >= 0 && mono_s() - t0 >= timeout) {
+                PyErr_Format(PyExc_TimeoutError, "no batch within %.3f s", timeout);
+                goto fail;
+            }
+            continue;
+        }
+        if (rc == CHUTE_EBUSY && !gc_tried) {
+            /* Tensors caught in reference cycles may be all that holds
+             * the slots: collect once before giving up. */
+            gc_tried = 1;
+            PyGC_Collect();
+            continue;
+        }
+        break;
+    }
+    if (rc == CHUTE_END) {
+        self->busy = 0;
+        Py_RETURN_NONE;
+    }
+    if (rc != CHUTE_OK) {
+        char msg[1800];
+        if (rc == CHUTE_EBUSY)
+            snprintf(msg, sizeof msg,
+                     "%s. Keep fewer batches alive, .clone() the tensors you keep, raise max_held "
+                     "(now %u), or use hold_policy='copy'",
+                     chute_loader_errmsg(ld), self->max_held);
+        else
+            snprintf(msg, sizeof msg, "%s", chute_loader_errmsg(ld));
+        raise_status(rc, msg);
+        goto fail;
+    }
+
+    batch_ref *r = calloc(1, sizeof *r);
+    BatchObject *bo = r ? PyObject_New(BatchObject, &BatchType) : NULL;
+    if (!bo) {
+        free(r);
+        chute_batch_release(b);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    atomic_init(&r->refs, 1);
+    atomic_fetch_add(&c->refs, 1);
+    r->core = c;
+    r->b = b;
+    chute_batch_view_get(b, &r->v);
+    atomic_fetch_add(&c->zero_copy_live, 1);
+    bo->ref = r;
+    if (self->copy_on_limit && atomic_load(&c->zero_copy_live) > (long)self->max_held) {
+        /* Over the hold limit: move this batch out of the ring. */
+        size_t n = r->v.count;
+        size_t lab = n * sizeof(int64_t), idx = n * sizeof(uint64_t);
+        uint8_t *m = malloc(r->v.nbytes + lab + idx + 16);
+        if (!m) {
+            Py_DECREF(bo);
+            PyErr_NoMemory();
+            goto fail;
+        }
+        size_t off = (r->v.nbytes + 15) & ~(size_t)15;
+        Py_BEGIN_ALLOW_THREADS
+        memcpy(m, r->v.data, r->v.nbytes);
+        memcpy(m + off, r->v.labels, lab);
+        memcpy(m + off + lab, r->v.indices, idx);
+        Py_END_ALLOW_THREADS
+        r->owned = m;
+        r->v.data = m;
+        r->v.labels = (int64_t *)(m + off);
+        r->v.indices = (uint64_t *)(m + off + lab);
+        r->b = NULL;
+        chute_batch_release(b);
+        atomic_fetch_sub(&c->zero_copy_live, 1);
+        atomic_fetch_add(&c->copied, 1);
+    }
+    self->busy = 0;
+    return (PyObject *)bo;
+fail:
+    self->busy = 0;
+    return NULL;
+}
+
+static PyObject *Loader_get_num_batches(LoaderObject *self, void *c)
+{
+    if (!self->core) {
+        PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(chute_loader_num_batches(self->core->ld));
+}
+
+static PyObject *Loader_get_num_samples(LoaderObject *self, void *c)
+{
+    if (!self->core) {
+        PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(chute_loader_num_samples(self->core->ld));
+}
+
+static PyObject *Loader_get_dataset(LoaderObject *self, void *c)
+{
+    if (!self->dataset)
+        Py_RETURN_NONE;
+    Py_INCREF(self->dataset);
+    return self->dataset;
+}
+
+static PyObject *Loader_get_closed(LoaderObject *self, void *c) { return PyBool_FromLong(self->core == NULL); }
+
+static PyObject *Loader_get_held(LoaderObject *self, void *c)
+{
+    return PyLong_FromLong(self->core ? atomic_load(&self->core->zero_copy_live) : 0);
+}
+
+static PyObject *Loader_errmsg(LoaderObject *self, PyObject *unused)
+{
+    if (!self->core)
+        return PyUnicode_FromString("");
+    return PyUnicode_FromString(chute_loader_errmsg(self->core->ld));
+}
+
+static int dict_set(PyObject *d, const char *k, PyObject *v)
+{
+    if (!v)
+        return -1;
+    int rc = PyDict_SetItemString(d, k, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
+{
+    if (!self->core) {
+        PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
+        return NULL;
+    }
+    chute_stats s;
+    chute_loader_stats(self->core->ld, &s);
+    double wall = s.wall_ns / 1e9;
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+#define U(k, v) dict_set(d, k, PyLong_FromUnsignedLongLong((unsigned long long)(v)))
+#define F(k, v) dict_set(d, k, PyFloat_FromDouble(v))
+    if (F("images_per_sec", wall > 0 ? s.samples / wall : 0.0) ||
+        F("mb_per_sec", wall > 0 ? s.read.bytes / 1e6 / wall : 0.0) || U("batches", s.batches) ||
+        U("samples", s.samples) || U("bytes_read", s.read.bytes) || U("corrupt", s.corrupt) ||
+        U("dct_scaled", s.dct_scaled) || U("workers", s.workers) ||
+        U("read_items", s.read.items) || U("read_bytes", s.read.bytes) ||
+        F("read_busy_s", s.read.busy_ns / 1e9) || U("decode_items", s.decode.items) ||
+        U("decode_bytes", s.decode.bytes) || F("decode_busy_s", s.decode.busy_ns / 1e9) ||
+        U("transform_items", s.transform.items) || U("transform_bytes", s.transform.bytes) ||
+        F("transform_busy_s", s.transform.busy_ns / 1e9) || F("wait_s", s.wait_ns / 1e9) ||
+        F("wait_fraction", wall > 0 ? s.wait_ns / 1e9 / wall : 0.0) || F("wall_s", wall) ||
+        U("queue_fill_sum", s.queue_fill_sum) ||
+        F("queue_fill_avg", s.batches ? (double)s.queue_fill_sum / s.batches : 0.0) ||
+        U("copied_batches", atomic_load(&self->core->copied)) ||
+        U("held_batches", atomic_load(&self->core->zero_copy_live)) ||
+        U("queue_capacity", s.queue_capacity) || F("read_lat_p50_ms", s.read_lat_p50_ns / 1e6) ||
+        F("read_lat_p90_ms", s.read_lat_p90_ns / 1e6) ||
+        F("read_lat_p99_ms", s.read_lat_p99_ns / 1e6) ||
+        F("read_lat_max_ms", s.read_lat_max_ns / 1e6)) {
+        Py_DECREF(d);
+        return NULL;
+    }
+#undef U
+#undef F
+    return d;
+}
+
+static PyMethodDef Loader_methods[] = {
+    {"start_epoch", (PyCFunction)Loader_start_epoch, METH_VARARGS,
+     "start_epoch(epoch, start_batch)\n--\n\nBegin epoch `epoch`, skipping its first "
+     "`start_batch` batches."},
+    {"next", (PyCFunction)(void (*)(void))Loader_next, METH_VARARGS | METH_KEYWORDS,
+     "next(timeout=None)\n--\n\nThe next Batch of the epoch, or None after the last one."},
+    {"stats", (PyCFunction)Loader_stats, METH_NOARGS, "stats()\n--\n\nPipeline counters."},
+    {"errmsg", (PyCFunction)Loader_errmsg, METH_NOARGS,
+     "errmsg()\n--\n\nThe library's last message for this loader (e.g. a skipped sample)."},
+    {"close", (PyCFunction)Loader_close, METH_NOARGS,
+     "close()\n--\n\nStop the workers; held batches stay valid until freed."},
+    {NULL},
+};
+
+static PyGetSetDef Loader_getset[] = {
+    {"num_batches", (getter)Loader_get_num_batches, NULL, "Batches per epoch for this rank.", NULL},
+    {"num_samples", (getter)Loader_get_num_samples, NULL, "Samples per epoch for this rank.", NULL},
+    {"dataset", (getter)Loader_get_dataset, NULL, "The Dataset.", NULL},
+    {"closed", (getter)Loader_get_closed, NULL, "True after close().", NULL},
+    {"held", (getter)Loader_get_held, NULL, "Batches currently holding a ring slot.", NULL},
+    {NULL},
+};
+
+static PyTypeObject LoaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "chute._chute._Loader",
+    .tp_basicsize = sizeof(LoaderObject),
+    .tp_dealloc = (destructor)Loader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Low-level loader; use chute.Loader.",
+    .tp_methods = Loader_methods,
+    .tp_getset = Loader_getset,
+    .tp_init = (initproc)Loader_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ------------------------------------------------------------------ */
+/* pack                                                                  */
+/* ------------------------------------------------------------------ */
+
+typedef struct pack_ctx {
+    PyObject *progress; /* callable or NULL */
+    PyObject *skipped;  /* list of (path, reason) */
+    PyObject *exc_type, *exc_value, *exc_tb; /* error raised inside a callback */
+    double last;
+} pack_ctx;
+
+static void pack_keep_error(pack_ctx *p)
+{
+    if (!p->exc_type)
+        PyErr_Fetch(&p->exc_type, &p->exc_value, &p->exc_tb);
+    else
+        PyErr_Clear();
+}
+
+static int pack_progress_cb(const chute_pack_progress *pr, void *user)
+{
+    pack_ctx *p = user;
+    double t = mono_s();
+    /* Look at Python at most every 100 ms (and at the end). */
+    if (t - p->last < 0.1 && pr->files_done != pr->files_total)
+        return 0;
+    p->last = t;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int cancel = 0;
+    if (p->exc_type || PyErr_CheckSignals() < 0) {
+        cancel = 1;
+        if (PyErr_Occurred())
+            pack_keep_error(p);
+    } else if (p->progress) {
+        PyObject *d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:I,s:d}", "files_done",
+                                    (unsigned long long)pr->files_done, "files_total",
+                                    (unsigned long long)pr->files_total, "bytes_done",
+                                    (unsigned long long)pr->bytes_done, "bytes_total",
+                                    (unsigned long long)pr->bytes_total, "skipped",
+                                    (unsigned long long)pr->skipped, "shards_done",
+                                    (unsigned int)pr->shards_done, "seconds", pr->seconds);
+        PyObject *r = d ? PyObject_CallOneArg(p->progress, d) : NULL;
+        Py_XDECREF(d);
+        if (!r) {
+            cancel = 1;
+            pack_keep_error(p);
+        } else {
+            int truth = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (truth < 0) {
+                cancel = 1;
+                pack_keep_error(p);
+            } else if (truth) {
+                cancel = 1;
+            }
+        }
+    }
+    PyGILState_Release(g);
+    return cancel;
+}
+
+static void pack_skip_cb(const char *path, const char *reason, void *user)
+{
+    pack_ctx *p = user;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *t = Py_BuildValue("(NN)", PyUnicode_DecodeFSDefault(path),
+                                PyUnicode_DecodeLocale(reason, "surrogateescape"));
+    if (!t || PyList_Append(p->skipped, t) < 0)
+        pack_keep_error(p);
+    Py_XDECREF(t);
+    PyGILState_Release(g);
+}
+
+static PyObject *mod_pack(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"root",     "out_dir",    "shard_size", "threads", "strict",
+                             "validate", "align",      "max_pixels", "progress", NULL};
+    PyObject *root = NULL, *out = NULL, *progress = Py_None;
+    unsigned long long shard_size = 0, max_pixels = 0;
+    unsigned int threads = 0, align = 0;
+    int strict = 0, validate = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|$KIppIKO:pack", kwlist, PyUnicode_FSConverter,
+                                     &root, PyUnicode_FSConverter, &out, &shard_size, &threads,
+                                     &strict, &validate, &align, &max_pixels, &progress))
+        return NULL; /* the converters clean up after themselves (Py_CLEANUP_SUPPORTED) */
+    if (progress != Py_None && !PyCallable_Check(progress)) {
+        Py_DECREF(root);
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_TypeError, "progress must be callable or None");
+        return NULL;
+    }
+    pack_ctx p;
+    memset(&p, 0, sizeof p);
+    p.progress = progress == Py_None ? NULL : progress;
+    p.skipped = PyList_New(0);
+    if (!p.skipped) {
+        Py_DECREF(root);
+        Py_DECREF(out);
+        return NULL;
+    }
+    p.last = mono_s();
+    chute_pack_options o;
+    memset(&o, 0, sizeof o);
+    o.shard_size = shard_size;
+    o.threads = threads;
+    o.align = align;
+    o.strict = strict;
+    o.no_validate = !validate;
+    o.max_pixels = max_pixels;
+    o.progress = pack_progress_cb;
+    o.on_skip = pack_skip_cb;
+    o.user = &p;
+    chute_pack_result res;
+    memset(&res, 0, sizeof res);
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    const char *rp = PyBytes_AS_STRING(root), *op = PyBytes_AS_STRING(out);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = chute_pack(rp, op, &o, &res, &err);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(root);
+    Py_DECREF(out);
+    if (p.exc_type) {
+        PyErr_Restore(p.exc_type, p.exc_value, p.exc_tb);
+        Py_DECREF(p.skipped);
+        return NULL;
+    }
+    if (rc != CHUTE_OK) {
+        Py_DECREF(p.skipped);
+        return raise_status(rc, err.message);
+    }
+    return Py_BuildValue("{s:K,s:K,s:K,s:I,s:I,s:d,s:N}", "files", (unsigned long long)res.files,
+                         "bytes", (unsigned long long)res.bytes, "skipped",
+                         (unsigned long long)res.skipped, "shards", (unsigned int)res.shards,
+                         "classes", (unsigned int)res.classes, "seconds", res.seconds,
+                         "skipped_files", p.skipped);
+}
+
+static PyObject *mod_probe_image(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"data", "max_pixels", NULL};
+    Py_buffer buf;
+    unsigned long long max_pixels = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|K:probe_image", kwlist, &buf, &max_pixels))
+        return NULL;
+    uint32_t w = 0, h = 0, ch = 0;
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = chute_probe_image(buf.buf, (size_t)buf.len, max_pixels, &w, &h, &ch, &err);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    if (rc != CHUTE_OK)
+        return raise_status(rc, err.message);
+    return Py_BuildValue("(III)", w, h, ch);
+}
+
+static PyObject *mod_version(PyObject *m, PyObject *unused) { return PyUnicode_FromString(chute_version()); }
+
+static PyObject *mod_status_name(PyObject *m, PyObject *arg)
+{
+    long s = PyLong_AsLong(arg);
+    if (s == -1 && PyErr_Occurred())
+        return NULL;
+    return PyUnicode_FromString(chute_status_name((int)s));
+}
+
+static PyMethodDef module_methods[] = {
+    {"pack", (PyCFunction)(void (*)(void))mod_pack, METH_VARARGS | METH_KEYWORDS,
+     "pack(root, out_dir, *, shard_size=0, threads=0, strict=False, validate=True, align=0,\n"
+     "     max_pixels=0, progress=None)\n--\n\nLow-level chute_pack; see chute.pack."},
+    {"probe_image", (PyCFunction)(void (*)(void))mod_probe_image, METH_VARARGS | METH_KEYWORDS,
+     "probe_image(data, max_pixels=0)\n--\n\n"
+     "Decode-check an encoded image; returns (width, height, channels)."},
+    {"version", (PyCFunction)mod_version, METH_NOARGS,
+     "version()\n--\n\nThe linked libchute's version string."},
+    {"status_name", (PyCFunction)mod_status_name, METH_O,
+     "status_name(code)\n--\n\nName of a chute status code."},
+    {NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "chute._chute",
+    "CPython binding of libchute's public C API.  Use the chute package.", -1, module_methods,
+};
+
+static int add_type(PyObject *m, PyTypeObject *t, const char *name)
+{
+    if (PyType_Ready(t) < 0)
+        return -1;
+    Py_INCREF(t);
+    if (PyModule_AddObject(m, name, (PyObject *)t) < 0) {
+        Py_DECREF(t);
+        return -1;
+    }
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__chute(void)
+{
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m)
+        return NULL;
+    if (add_type(m, &ArrayType, "Array") || add_type(m, &BatchType, "Batch") ||
+        add_type(m, &DatasetType, "Dataset") || add_type(m, &LoaderType, "_Loader"))
+        goto fail;
+    ChuteError = PyErr_NewExceptionWithDoc(
+        "chute.ChuteError",
+        "Base class of libchute errors.  `code` is the chute status (negative int), `status`\n"
+        "its name (e.g. 'CHUTE_ECORRUPT'); the message is the library's, with file and offset\n"
+        "where there is one.",
+        NULL, NULL);
+    if (!ChuteError)
+        goto fail;
+    Py_INCREF(ChuteError);
+    if (PyModule_AddObject(m, "ChuteError", ChuteError) < 0)
+        goto fail;
+    for (size_t i = 0; i < sizeof exc_table / sizeof exc_table[0]; i++) {
+        PyObject *bases;
+        if (exc_table[i].builtin) {
+            PyObject *builtins = PyEval_GetBuiltins();
+            PyObject *b = PyDict_GetItemString(builtins, exc_table[i].builtin);
+            if (!b)
+                goto fail;
+            bases = PyTuple_Pack(2, ChuteError, b);
+        } else {
+            bases = PyTuple_Pack(1, ChuteError);
+        }
+        if (!bases)
+            goto fail;
+        char qual[96];
+        snprintf(qual, sizeof qual, "chute.%s", exc_table[i].name);
+        PyObject *e = PyErr_NewExceptionWithDoc(qual, exc_table[i].doc, bases, NULL);
+        Py_DECREF(bases);
+        if (!e)
+            goto fail;
+        status_exc[-exc_table[i].code] = e;
+        Py_INCREF(e);
+        if (PyModule_AddObject(m, exc_table[i].name, e) < 0) {
+            Py_DECREF(e);
+            goto fail;
+        }
+    }
+    if (PyModule_AddIntConstant(m, "VERSION_NUMBER", CHUTE_VERSION_NUMBER) < 0 ||
+        PyModule_AddIntConstant(m, "WAIT_SLICE_MS", WAIT_SLICE_MS) < 0)
+        goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}
