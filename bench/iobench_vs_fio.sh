@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR="${1:-bench/data/iobench}"; shift || true
-TIME=10; QD=16; SIZE=2G
+TIME=2; QD=16; SIZE=2G
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) TIME="$2"; shift 2;; --qd) QD="$2"; shift 2;; --size) SIZE="$2"; shift 2;;
@@ -21,7 +21,7 @@ FILE="$DIR/chute-iobench.dat"
 ./build/chute iobench "$DIR" --size "$SIZE" --time 0.1s --json >/dev/null
 MIX="2k/1:4k/2:8k/4:16k/8:32k/13:64k/38:128k/33:256k/1"
 PY=/usr/bin/python3
-REPS=3
+REPS="${REPS:-12}"
 summarise() { # name file-with-chute-jsons file-with-fio-jsons
   $PY - "$1" "$2" "$3" <<'PYEOF'
 import json, statistics as st, sys
@@ -33,12 +33,16 @@ fi = st.median(f["iops"] for f in fs); fm = st.median(f["bw_bytes"] / 1e6 for f 
 c50 = st.median(c["lat_p50_us"] for c in cs); c99 = st.median(c["lat_p99_us"] for c in cs)
 f50 = st.median(f["clat_ns"]["percentile"]["50.000000"] / 1e3 for f in fs)
 f99 = st.median(f["clat_ns"]["percentile"]["99.000000"] / 1e3 for f in fs)
-print(f"| {name} | {ci:,.0f} | {fi:,.0f} | {ci/fi:.3f} | {cm:,.1f} | {fm:,.1f} | {cm/fm:.3f} | {c50:.0f} / {f50:.0f} | {c99:.0f} / {f99:.0f} |")
+# Storage on shared machines drifts between runs: also give the median of
+# the ratios of back-to-back pairs, which cancels slow drift.
+pr_i = st.median(c["iops"] / f["iops"] for c, f in zip(cs, fs))
+pr_m = st.median(c["mb_per_sec"] / (f["bw_bytes"] / 1e6) for c, f in zip(cs, fs))
+print(f"| {name} | {ci:,.0f} | {fi:,.0f} | {ci/fi:.3f} ({pr_i:.3f}) | {cm:,.1f} | {fm:,.1f} | {cm/fm:.3f} ({pr_m:.3f}) | {c50:.0f} / {f50:.0f} | {c99:.0f} / {f99:.0f} |")
 PYEOF
 }
 echo "iobench vs fio $(fio --version) on $FILE ($SIZE), O_DIRECT, io_uring, 1 job; medians of $REPS alternating runs of ${TIME}s each; $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo
-echo "| pattern | chute IOPS | fio IOPS | ratio | chute MB/s | fio MB/s | ratio | p50 us chute/fio | p99 us chute/fio |"
+echo "| pattern | chute IOPS | fio IOPS | ratio of medians (median of pair ratios) | chute MB/s | fio MB/s | ratio (pairs) | p50 us chute/fio | p99 us chute/fio |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 for i in $(seq $REPS); do
