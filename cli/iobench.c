@@ -185,6 +185,19 @@ static void *psync_thread(void *arg)
 }
 
 #ifdef CHUTE_HAVE_URING
+/* Prepare (not submit) the next read into slot s's buffer. */
+static void queue_read(struct io_uring *ring, io_thread *t, ch_rng *r, uint64_t *seq, int fd,
+                       uint8_t *buf, uint64_t s, uint64_t *t_sub)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+    uint64_t off;
+    uint32_t len;
+    next_io(t, r, seq, &off, &len);
+    io_uring_prep_read(sqe, fd, buf, len, off);
+    io_uring_sqe_set_data64(sqe, s);
+    t_sub[s] = ch_now_ns();
+}
+
 static void *uring_thread(void *arg)
 {
     io_thread *t = arg;
@@ -206,16 +219,8 @@ static void *uring_thread(void *arg)
     }
     uint64_t seq = 0;
     uint32_t inflight = 0;
-    for (uint32_t s = 0; s < j->qd; s++) {
-        struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-        uint64_t off;
-        uint32_t len;
-        next_io(t, &r, &seq, &off, &len);
-        io_uring_prep_read(sqe, fd, bufs + s * cap, len, off);
-        io_uring_sqe_set_data64(sqe, s);
-        t_sub[s] = ch_now_ns();
-        inflight++;
-    }
+    for (uint32_t s = 0; s < j->qd; s++, inflight++)
+        queue_read(&ring, t, &r, &seq, fd, bufs + s * cap, s, t_sub);
     io_uring_submit(&ring);
     int stop = 0;
     while (inflight > 0) {
@@ -248,13 +253,7 @@ static void *uring_thread(void *arg)
                           cli_now_s() >= j->deadline))
                 stop = 1;
             if (!stop) {
-                struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-                uint64_t off;
-                uint32_t len;
-                next_io(t, &r, &seq, &off, &len);
-                io_uring_prep_read(sqe, fd, bufs + s * cap, len, off);
-                io_uring_sqe_set_data64(sqe, s);
-                t_sub[s] = now;
+                queue_read(&ring, t, &r, &seq, fd, bufs + s * cap, s, t_sub);
                 inflight++;
                 queued++;
             }

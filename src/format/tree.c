@@ -79,6 +79,20 @@ static int is_dir_at(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* Is this entry of `parent` a directory?  Symbolic links are followed, as
+ * os.walk(followlinks=True) and os.scandir().is_dir() do. */
+static int entry_is_dir(const char *parent, const struct dirent *de)
+{
+    if (de->d_type == DT_DIR)
+        return 1;
+    if (de->d_type != DT_LNK && de->d_type != DT_UNKNOWN)
+        return 0;
+    char child[4096];
+    if (snprintf(child, sizeof child, "%s/%s", parent, de->d_name) >= (int)sizeof child)
+        return 0;
+    return is_dir_at(child);
+}
+
 /* Order of torchvision's sorted(os.walk(...)) then sorted(fnames): by
  * directory path as a whole string first, then by file name.  Note this
  * puts "a/b-c/x" before "a/b/x" ('-' < '/'), which a per-level sorted walk
@@ -113,13 +127,11 @@ static int walk(const char *root, const char *rel, strvec *files, int depth, chu
     while (rc == CHUTE_OK && (de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
-        char child[4096];
-        if (snprintf(child, sizeof child, "%s/%s", abs, de->d_name) >= (int)sizeof child) {
+        if (strlen(abs) + strlen(de->d_name) + 2 > 4096) {
             rc = ch_err(err, CHUTE_EINVAL, "%s/%s: path too long", abs, de->d_name);
             break;
         }
-        int isdir = de->d_type == DT_DIR ||
-                    ((de->d_type == DT_LNK || de->d_type == DT_UNKNOWN) && is_dir_at(child));
+        int isdir = entry_is_dir(abs, de);
         char *p = NULL;
         if (isdir || has_image_ext(de->d_name)) {
             if (asprintf(&p, "%s/%s", rel, de->d_name) < 0)
@@ -168,10 +180,7 @@ int ch_tree_list_build(const char *root, ch_tree_list *out, chute_error *err)
     while (rc == CHUTE_OK && (de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
-        char child[4096];
-        snprintf(child, sizeof child, "%s/%s", root, de->d_name);
-        if (de->d_type == DT_DIR ||
-            ((de->d_type == DT_LNK || de->d_type == DT_UNKNOWN) && is_dir_at(child)))
+        if (entry_is_dir(root, de))
             rc = strvec_push(&classes, strdup(de->d_name));
     }
     closedir(d);
