@@ -53,6 +53,8 @@ void ch_decoder_abort(ch_decoder *d)
     if (d && d->kind == CH_IMG_JPEG)
         ch_jpeg_abort(d);
     if (d)
+        ch_png_abort(d);
+    if (d)
         d->kind = CH_IMG_UNKNOWN;
 }
 

@@ -25,7 +25,8 @@ struct ch_decoder {
     ch_jpeg_err jerr;
     int jpeg_started;         /* header read, decompress not finished */
     int adobe_inverted;
-    /* PNG: handled per image, nothing kept */
+    /* PNG: the libspng context of the image in progress (begin -> finish) */
+    void *png_ctx;
 };
 
 int ch_jpeg_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err);
@@ -35,6 +36,7 @@ void ch_jpeg_scaled_size(const ch_decoder *d, uint32_t denom, uint32_t *w, uint3
 void ch_jpeg_abort(ch_decoder *d);
 
 int ch_png_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err);
+void ch_png_abort(ch_decoder *d);
 int ch_png_finish(ch_decoder *d, ch_buf *buf, ch_image *out, chute_error *err);
 
 #endif

@@ -13,8 +13,17 @@
 #ifdef CHUTE_HAVE_SPNG
 #include <spng.h>
 
+void ch_png_abort(ch_decoder *d)
+{
+    if (d->png_ctx) {
+        spng_ctx_free(d->png_ctx);
+        d->png_ctx = NULL;
+    }
+}
+
 int ch_png_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
 {
+    /* One context per image, kept from the header to the pixels. */
     spng_ctx *ctx = spng_ctx_new(0);
     if (!ctx)
         return ch_err(err, CHUTE_ENOMEM, "out of memory creating a PNG decoder");
@@ -22,12 +31,16 @@ int ch_png_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
     int e = spng_set_png_buffer(ctx, d->data, d->len);
     if (!e)
         e = spng_get_ihdr(ctx, &ihdr);
-    spng_ctx_free(ctx);
-    if (e)
+    if (e) {
+        spng_ctx_free(ctx);
         return ch_err(err, CHUTE_ECORRUPT, "PNG header: %s", spng_strerror(e));
-    if ((uint64_t)ihdr.width * ihdr.height > max_pixels)
+    }
+    if ((uint64_t)ihdr.width * ihdr.height > max_pixels) {
+        spng_ctx_free(ctx);
         return ch_err(err, CHUTE_ELIMIT, "PNG %ux%u exceeds the limit of %llu pixels", ihdr.width,
                       ihdr.height, (unsigned long long)max_pixels);
+    }
+    d->png_ctx = ctx;
     d->info.width = ihdr.width;
     d->info.height = ihdr.height;
     d->info.channels = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE ? 1
@@ -39,23 +52,21 @@ int ch_png_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
 
 int ch_png_finish(ch_decoder *d, ch_buf *buf, ch_image *out, chute_error *err)
 {
-    spng_ctx *ctx = spng_ctx_new(0);
+    spng_ctx *ctx = d->png_ctx;
     if (!ctx)
-        return ch_err(err, CHUTE_ENOMEM, "out of memory creating a PNG decoder");
+        return ch_err(err, CHUTE_EINVAL, "PNG: finish without begin");
     size_t need = 0;
-    int e = spng_set_png_buffer(ctx, d->data, d->len);
-    if (!e)
-        e = spng_set_image_limits(ctx, d->info.width, d->info.height);
+    int e = spng_set_image_limits(ctx, d->info.width, d->info.height);
     if (!e)
         e = spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &need);
     if (!e && ch_buf_reserve(buf, need) != CHUTE_OK) {
-        spng_ctx_free(ctx);
+        ch_png_abort(d);
         return ch_err(err, CHUTE_ENOMEM, "out of memory for a %ux%u PNG", d->info.width,
                       d->info.height);
     }
     if (!e)
         e = spng_decode_image(ctx, buf->data, need, SPNG_FMT_RGB8, 0);
-    spng_ctx_free(ctx);
+    ch_png_abort(d);
     if (e)
         return ch_err(err, CHUTE_ECORRUPT, "PNG data: %s", spng_strerror(e));
     out->pixels = buf->data;
@@ -70,6 +81,8 @@ int ch_png_finish(ch_decoder *d, ch_buf *buf, ch_image *out, chute_error *err)
 }
 
 #else
+
+void ch_png_abort(ch_decoder *d) { (void)d; }
 
 int ch_png_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
 {
