@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Throughput of the Python loop over chute.Loader, for comparison with the CLI.
 
-    python3 python/bench_loop.py SOURCE [--size 224 --batch-size 256 ...]
-    python3 python/bench_loop.py SOURCE --compare build/chute --repeat 5
+    python3 bench/python_loop.py SOURCE [--size 224 --batch-size 256 ...]
+    python3 bench/python_loop.py SOURCE --compare build/chute --repeat 5
 
 Takes the options of `chute bench` (same names and defaults) and measures the
 same thing: images per second from the first batch request to the end, with
@@ -27,7 +27,8 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
+HERE = os.path.abspath(HERE)
 if glob.glob(os.path.join(HERE, "chute", "_chute*.so")):
     sys.path.insert(0, HERE)  # the checkout's package, built in place, first
 else:  # python/chute without its extension would shadow an installed chute
@@ -38,7 +39,7 @@ def import_chute():
     try:
         import chute
     except ImportError as e:
-        sys.exit("bench_loop.py: cannot import chute (%s). Run `pip install .` or "
+        sys.exit("python_loop.py: cannot import chute (%s). Run `pip install .` or "
                  "`python3 setup.py build_ext --inplace` at the repository root." % e)
     return chute
 
