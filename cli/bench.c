@@ -6,24 +6,7 @@
 #include "util.h"
 
 #include <string.h>
-#include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static double cpu_s(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
-           ru.ru_stime.tv_usec / 1e6;
-}
 
 static const char *busiest(const chute_stats *s)
 {
@@ -70,13 +53,13 @@ int cmd_bench(int argc, char **argv)
 
     chute_error err = {0};
     chute_dataset *ds = NULL;
-    double t_open = now_s();
+    double t_open = cli_now_s();
     rc = chute_dataset_open(pos[0], CHUTE_SOURCE_AUTO, &ds, &err);
     if (rc != CHUTE_OK) {
         fprintf(stderr, "chute bench: %s\n", err.message);
         return 1;
     }
-    t_open = now_s() - t_open;
+    t_open = cli_now_s() - t_open;
     chute_loader *ld = NULL;
     rc = chute_loader_create(ds, &o, &ld, &err);
     if (rc != CHUTE_OK) {
@@ -89,7 +72,7 @@ int cmd_bench(int argc, char **argv)
     uint64_t gpu_samples = 0, gpu_idle = 0;
     double last_gpu = 0;
     uint64_t images = 0, batches = 0;
-    double cpu0 = cpu_s(), t0 = now_s(), last = t0;
+    double cpu0 = cli_cpu_s(), t0 = cli_now_s(), last = t0;
     chute_stats s0;
     chute_loader_stats(ld, &s0);
     int failed = 0;
@@ -115,7 +98,7 @@ int cmd_bench(int argc, char **argv)
             if (step_ms)
                 cli_sleep_s(step_ms / 1000.0);
             chute_batch_release(b);
-            double t = now_s();
+            double t = cli_now_s();
             if (gpu && t - last_gpu >= 0.1) {
                 int u = cli_gpu_util(gpu);
                 if (u >= 0) {
@@ -140,7 +123,7 @@ int cmd_bench(int argc, char **argv)
         if (max_batches && batches >= max_batches)
             break;
     }
-    double secs = now_s() - t0, cpu = cpu_s() - cpu0;
+    double secs = cli_now_s() - t0, cpu = cli_cpu_s() - cpu0;
     if (live)
         fprintf(stderr, "\r\033[K");
     chute_stats s;

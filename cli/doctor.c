@@ -35,6 +35,7 @@ typedef struct store_job {
     const uint64_t *order;
     uint64_t n;
     _Atomic uint64_t next;
+    _Atomic uint64_t reads;   /* samples read (or failed), not merely claimed */
     _Atomic uint64_t bytes;
     _Atomic uint64_t errors;
     double deadline;
@@ -45,7 +46,7 @@ static void *store_thread(void *arg)
     store_job *j = arg;
     ch_buf buf = {0};
     ch_buf_reserve(&buf, 1 << 20);
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, reads = 0;
     for (;;) {
         if (cli_now_s() >= j->deadline)
             break;
@@ -53,15 +54,14 @@ static void *store_thread(void *arg)
         if (k >= j->n)
             break;
         size_t len = 0;
-        int rc = ch_ds_read(j->ds, j->order[k], buf.data, buf.cap, &len, NULL);
-        if (rc == CH_ESMALL && ch_buf_reserve(&buf, len) == CHUTE_OK)
-            rc = ch_ds_read(j->ds, j->order[k], buf.data, buf.cap, &len, NULL);
-        if (rc != CHUTE_OK)
+        reads++;
+        if (ch_ds_read_buf(j->ds, j->order[k], &buf, UINT64_MAX, &len, NULL) != CHUTE_OK)
             atomic_fetch_add(&j->errors, 1);
         else
             bytes += len;
     }
     atomic_fetch_add(&j->bytes, bytes);
+    atomic_fetch_add(&j->reads, reads);
     ch_buf_free(&buf);
     return NULL;
 }
@@ -74,14 +74,8 @@ static int measure_storage(const chute_dataset *ds, uint32_t threads, double sec
     uint64_t *order = malloc(n * sizeof *order);
     if (!order)
         return -1;
-    for (uint64_t i = 0; i < n; i++)
-        order[i] = i;
     ch_rng rng = ch_rng_for(1234, 5, 6);
-    for (uint64_t i = n - 1; i > 0; i--) {
-        uint64_t k = ch_rng_below(&rng, i + 1), t = order[i];
-        order[i] = order[k];
-        order[k] = t;
-    }
+    ch_permutation(order, n, &rng);
     /* Evict what we may read: bounded so huge datasets don't spend minutes here. */
     uint64_t evict = n < 200000 ? n : 200000;
     for (uint64_t i = 0; i < evict; i++)
@@ -102,12 +96,7 @@ static int measure_storage(const chute_dataset *ds, uint32_t threads, double sec
         pthread_join(th[i], NULL);
     free(th);
     double el = cli_now_s() - t0;
-    uint64_t done = atomic_load(&j.next);
-    if (done > j.n)
-        done = j.n;
-    /* Threads that passed the deadline bumped `next` without reading. */
-    if (done > started && el >= seconds)
-        done -= started;
+    uint64_t done = atomic_load(&j.reads);
     r->storage_ips = el > 0 ? done / el : 0;
     r->storage_mbs = el > 0 ? atomic_load(&j.bytes) / 1e6 / el : 0;
     r->storage_samples = done;

@@ -8,13 +8,13 @@
  */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "common/common.h"
 #include "util.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define SIZE_BINS 40
 #define MAX_BAD 50
@@ -182,10 +182,8 @@ int cmd_inspect(int argc, char **argv)
     uint32_t nc = chute_dataset_num_classes(ds);
     s.per_class = calloc(nc ? nc : 1, sizeof *s.per_class);
     pthread_mutex_init(&s.mu, NULL);
-    if (!threads) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = c > 0 ? (uint32_t)c : 1;
-    }
+    if (!threads)
+        threads = (uint32_t)ch_online_cores();
     double t0 = cli_now_s();
     pthread_t *th = calloc(threads, sizeof *th);
     uint32_t started = 0;

@@ -69,7 +69,7 @@ typedef struct io_job {
     double deadline;
     _Atomic int failed;
     _Atomic uint64_t file_next;  /* files: position in the shuffled pass */
-    uint32_t *file_order;
+    uint64_t *file_order;
     char errmsg[512];
     pthread_mutex_t mu;
 } io_job;
@@ -318,16 +318,6 @@ static int layout_file(const char *path, uint64_t size, int quiet)
     return 0;
 }
 
-static void drop_cache(const char *path)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd >= 0) {
-        fdatasync(fd);
-        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-        close(fd);
-    }
-}
-
 static int layout_files(const char *dir, uint32_t n, char ***out, int quiet)
 {
     char marker[4200];
@@ -386,7 +376,7 @@ int cmd_iobench(int argc, char **argv)
 {
     io_job j;
     memset(&j, 0, sizeof j);
-    int pattern = 0, engine = 0, direct = 0, json = 0, keep = 1;
+    int pattern = 0, engine = 0, direct = 0, json = 0;
     uint32_t qd = 32, threads = 1, nfiles = 20000;
     uint64_t size = 1ull << 30, bs = 1ull << 20;
     const char *time_s = "10s";
@@ -405,7 +395,6 @@ int cmd_iobench(int argc, char **argv)
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
-    (void)keep;
     const char *pos[1];
     int np = 0;
     int rc = cli_parse("iobench", "PATH [options]   (PATH: a directory or a test file)", opts,
@@ -435,7 +424,7 @@ int cmd_iobench(int argc, char **argv)
             return 1;
         if (!direct)
             for (uint32_t i = 0; i < nfiles; i++)
-                drop_cache(files[i]);
+                ch_drop_page_cache(files[i]);
     } else {
         snprintf(path, sizeof path, "%s%s", pos[0], isdir ? "/chute-iobench.dat" : "");
         if (layout_file(path, size, json) != 0)
@@ -448,7 +437,7 @@ int cmd_iobench(int argc, char **argv)
             return 1;
         }
         if (!direct)
-            drop_cache(path);
+            ch_drop_page_cache(path);
     }
     int use_uring = 0;
 #ifdef CHUTE_HAVE_URING
@@ -475,14 +464,8 @@ int cmd_iobench(int argc, char **argv)
         j.file_order = malloc(nfiles * sizeof *j.file_order);
         if (!j.file_order)
             return 1;
-        for (uint32_t i = 0; i < nfiles; i++)
-            j.file_order[i] = i;
         ch_rng sr = ch_rng_for(0x5eed, 3, 3);
-        for (uint32_t i = nfiles - 1; i > 0; i--) {
-            uint32_t k = (uint32_t)ch_rng_below(&sr, i + 1), t = j.file_order[i];
-            j.file_order[i] = j.file_order[k];
-            j.file_order[k] = t;
-        }
+        ch_permutation(j.file_order, nfiles, &sr);
     }
     io_thread *ts = calloc(threads, sizeof *ts);
     if (!ts)

@@ -34,6 +34,18 @@ int ch_err_errno(chute_error *err, int code, int errnum, const char *fmt, ...)
     return code;
 }
 
+void ch_permutation(uint64_t *v, uint64_t n, ch_rng *r)
+{
+    for (uint64_t i = 0; i < n; i++)
+        v[i] = i;
+    for (uint64_t i = n; i > 1; i--) {
+        uint64_t j = ch_rng_below(r, i);
+        uint64_t t = v[i - 1];
+        v[i - 1] = v[j];
+        v[j] = t;
+    }
+}
+
 void *ch_aligned_alloc(size_t align, size_t size)
 {
     void *p = NULL;

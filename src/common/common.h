@@ -74,6 +74,10 @@ static inline uint64_t ch_rng_below(ch_rng *r, uint64_t n)
     return (uint64_t)(((unsigned __int128)ch_rng_next(r) * n) >> 64);
 }
 
+/* Fill v with a uniformly random permutation of 0..n-1 (Fisher-Yates
+ * drawing from r), so the same stream always gives the same order. */
+void ch_permutation(uint64_t *v, uint64_t n, ch_rng *r);
+
 /* Allocation aligned to `align` bytes (power of two); free with free(). */
 void *ch_aligned_alloc(size_t align, size_t size);
 /* Touch every page of a fresh buffer once so the first batch doesn't pay
@@ -85,6 +89,8 @@ typedef struct ch_buf {
     uint8_t *data;
     size_t cap;
 } ch_buf;
+/* Make room for n bytes.  Growing does not keep the old contents: the
+ * buffers are scratch, refilled after every reserve. */
 int ch_buf_reserve(ch_buf *b, size_t n);
 void ch_buf_free(ch_buf *b);
 

@@ -7,7 +7,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -40,14 +39,7 @@ static int looks_like_partial_pack(const char *dir)
     int found = 0;
     struct dirent *de;
     while (!found && (de = readdir(d)) != NULL) {
-        const char *n = de->d_name;
-        size_t len = strlen(n);
-        if (strncmp(n, "shard-", 6) == 0 &&
-            ((len > 6 && strcmp(n + len - 6, ".chute") == 0) ||
-             (len > 4 && strcmp(n + len - 4, ".tmp") == 0)))
-            found = 1;
-        else if (strcmp(n, CH_MANIFEST_NAME ".tmp") == 0)
-            found = 1;
+        found = ch_packfile_kind(de->d_name, NULL) != CH_PACKFILE_OTHER;
     }
     closedir(d);
     return found;
@@ -72,17 +64,33 @@ int ch_ds_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, size_
     return ds->fmt->read(ds, i, buf, cap, out_len, err);
 }
 
+int ch_ds_read_buf(const chute_dataset *ds, uint64_t i, ch_buf *buf, uint64_t max_bytes,
+                   size_t *out_len, chute_error *err)
+{
+    /* Never offer the format more room than the limit, so an over-limit
+     * sample comes back as "too small" whatever the buffer has grown to. */
+    size_t cap = buf->cap < max_bytes ? buf->cap : (size_t)max_bytes;
+    int rc = ch_ds_read(ds, i, buf->data, cap, out_len, err);
+    if (rc == CH_ESMALL) {
+        if (*out_len > max_bytes)
+            return ch_err(err, CHUTE_ELIMIT, "%zu bytes exceeds the sample size limit of %llu",
+                          *out_len, (unsigned long long)max_bytes);
+        if (ch_buf_reserve(buf, *out_len) != CHUTE_OK)
+            return ch_err(err, CHUTE_ENOMEM, "out of memory for a %zu-byte sample", *out_len);
+        rc = ch_ds_read(ds, i, buf->data, buf->cap, out_len, err);
+    }
+    if (rc == CH_ESMALL)
+        return ch_err(err, CHUTE_EIO, "sample changed size while being read");
+    return rc;
+}
+
 void ch_ds_drop_cache(const chute_dataset *ds, uint64_t i)
 {
     char path[4096];
     if (i >= ds->n)
         return;
     ds->fmt->file_of(ds, i, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-        close(fd);
-    }
+    ch_drop_page_cache(path);
 }
 
 int chute_dataset_open_ex(const char *path, const chute_dataset_options *opt,

@@ -48,6 +48,12 @@ struct chute_dataset {
 int ch_ds_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, size_t *out_len,
                chute_error *err);
 
+/* Read sample i into a worker's growable buffer: grows it when the sample
+ * is larger, but never past max_bytes (CHUTE_ELIMIT then, whatever the
+ * buffer has already grown to).  *out_len gets the sample's size. */
+int ch_ds_read_buf(const chute_dataset *ds, uint64_t i, ch_buf *buf, uint64_t max_bytes,
+                   size_t *out_len, chute_error *err);
+
 /* Evict sample i's bytes from the page cache (posix_fadvise DONTNEED on
  * its file, or on the whole shard that holds it).  Best effort. */
 void ch_ds_drop_cache(const chute_dataset *ds, uint64_t i);
@@ -118,5 +124,11 @@ int ch_shard_writer_finish(ch_shard_writer *w, chute_error *err);
 void ch_shard_writer_abort(ch_shard_writer *w);
 
 uint32_t ch_crc32(const void *data, size_t len);
+
+/* What a file name in a shard directory is to pack: one of its shards
+ * ("shard-N.chute", N in *out_index), one of its temporaries (a shard or
+ * manifest being written), or anything else. */
+enum { CH_PACKFILE_OTHER = 0, CH_PACKFILE_SHARD = 1, CH_PACKFILE_TEMP = 2 };
+int ch_packfile_kind(const char *name, unsigned *out_index);
 
 #endif

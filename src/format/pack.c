@@ -149,16 +149,9 @@ static void remove_stale(const char *dir, uint32_t keep)
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         const char *n = de->d_name;
-        unsigned k;
-        char tail[16];
-        int stale = 0;
-        size_t len = strlen(n);
-        if (strncmp(n, "shard-", 6) == 0 && len > 4 && strcmp(n + len - 4, ".tmp") == 0)
-            stale = 1;
-        else if (strcmp(n, CH_MANIFEST_NAME ".tmp") == 0)
-            stale = 1;
-        else if (sscanf(n, "shard-%u.%15s", &k, tail) == 2 && strcmp(tail, "chute") == 0 && k >= keep)
-            stale = 1;
+        unsigned k = 0;
+        int kind = ch_packfile_kind(n, &k);
+        int stale = kind == CH_PACKFILE_TEMP || (kind == CH_PACKFILE_SHARD && k >= keep);
         if (stale) {
             char p[4096];
             snprintf(p, sizeof p, "%s/%s", dir, n);
@@ -402,59 +395,5 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
     }
     free(recs);
     ch_tree_list_free(&list);
-    return rc;
-}
-
-int chute_image_header(const void *data, size_t len, uint32_t *out_w, uint32_t *out_h,
-                       uint32_t *out_channels, int *out_format, chute_error *err)
-{
-    if (!data && len)
-        return ch_err(err, CHUTE_EINVAL, "chute_image_header: no data");
-    ch_decoder *dec = NULL;
-    if (ch_decoder_create(&dec) != CHUTE_OK)
-        return ch_err(err, CHUTE_ENOMEM, "out of memory");
-    ch_image_info info;
-    int rc = ch_decoder_begin(dec, data, len, UINT64_MAX, &info, err);
-    if (rc == CHUTE_OK) {
-        if (out_w)
-            *out_w = info.width;
-        if (out_h)
-            *out_h = info.height;
-        if (out_channels)
-            *out_channels = info.channels;
-        if (out_format)
-            *out_format = info.kind;
-    }
-    ch_decoder_destroy(dec);
-    return rc;
-}
-
-int chute_probe_image(const void *data, size_t len, uint64_t max_pixels, uint32_t *out_w,
-                      uint32_t *out_h, uint32_t *out_channels, chute_error *err)
-{
-    if (!data && len)
-        return ch_err(err, CHUTE_EINVAL, "chute_probe_image: no data");
-    if (!max_pixels)
-        max_pixels = 64ull << 20;
-    ch_decoder *dec = NULL;
-    if (ch_decoder_create(&dec) != CHUTE_OK)
-        return ch_err(err, CHUTE_ENOMEM, "out of memory");
-    ch_buf pix = {0};
-    ch_image_info info;
-    int rc = ch_decoder_begin(dec, data, len, max_pixels, &info, err);
-    if (rc == CHUTE_OK) {
-        ch_image img;
-        rc = ch_decoder_finish(dec, 1, 0, 0, info.width, info.height, &pix, &img, err);
-    }
-    if (rc == CHUTE_OK) {
-        if (out_w)
-            *out_w = info.width;
-        if (out_h)
-            *out_h = info.height;
-        if (out_channels)
-            *out_channels = info.channels;
-    }
-    ch_buf_free(&pix);
-    ch_decoder_destroy(dec);
     return rc;
 }

@@ -39,6 +39,22 @@ uint32_t ch_crc32(const void *data, size_t len)
     return (uint32_t)c;
 }
 
+int ch_packfile_kind(const char *name, unsigned *out_index)
+{
+    size_t len = strlen(name);
+    unsigned k;
+    char tail[16];
+    if (strcmp(name, CH_MANIFEST_NAME ".tmp") == 0 ||
+        (strncmp(name, "shard-", 6) == 0 && len > 4 && strcmp(name + len - 4, ".tmp") == 0))
+        return CH_PACKFILE_TEMP;
+    if (sscanf(name, "shard-%u.%15s", &k, tail) == 2 && strcmp(tail, "chute") == 0) {
+        if (out_index)
+            *out_index = k;
+        return CH_PACKFILE_SHARD;
+    }
+    return CH_PACKFILE_OTHER;
+}
+
 /* Little-endian field access, independent of host byte order. */
 static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 static void put_u32(uint8_t *p, uint32_t v)

@@ -52,5 +52,8 @@ int ch_pwrite_all(int fd, const char *path, const void *buf, size_t len, uint64_
                   chute_error *err);
 int ch_fsync_dir(const char *dir, chute_error *err);
 int ch_mkdir_p(const char *dir, chute_error *err);
+/* Evict a file's pages from the page cache (flushing dirty ones first),
+ * so the next read comes from the device.  Best effort, no privileges. */
+void ch_drop_page_cache(const char *path);
 
 #endif

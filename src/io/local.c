@@ -180,3 +180,13 @@ int ch_mkdir_p(const char *dir, chute_error *err)
         return ch_err(err, CHUTE_EIO, "%s: not a directory", dir);
     return CHUTE_OK;
 }
+
+void ch_drop_page_cache(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    fdatasync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+}

@@ -144,7 +144,8 @@ uint16_t ch_f32_to_f16(float f)
     return (uint16_t)half;
 }
 
-/* Write one output row (W RGB floats in 0..255) into the slot. */
+/* Write one output row (W RGB floats in 0..255) into the slot, for every
+ * output but float32 NCHW, which hpass_planar writes directly. */
 static void write_row(const float *row, uint32_t y, int flip, const ch_out_spec *o, void *dst)
 {
     const uint32_t W = o->size;
@@ -160,20 +161,6 @@ static void write_row(const float *row, uint32_t y, int flip, const ch_out_spec 
                 else
                     ((uint8_t *)dst)[c * plane + (size_t)y * W + ox] = b;
             }
-        }
-        return;
-    }
-    if (o->dtype == CHUTE_DTYPE_FLOAT32 && o->layout == CHUTE_LAYOUT_NCHW) {
-        /* The hot case: three planar loops the compiler vectorises. */
-        for (int c = 0; c < 3; c++) {
-            float *d = (float *)dst + c * plane + (size_t)y * W;
-            const float m = o->mul[c], a = o->add[c];
-            if (!flip)
-                for (uint32_t x = 0; x < W; x++)
-                    d[x] = row[x * 3 + c] * m + a;
-            else
-                for (uint32_t x = 0; x < W; x++)
-                    d[W - 1 - x] = row[x * 3 + c] * m + a;
         }
         return;
     }

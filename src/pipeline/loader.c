@@ -133,20 +133,9 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     ch_worker_stats *st = w->stats;
     uint64_t t0 = ch_now_ns();
     size_t len = 0;
-    /* Never offer the format more room than the limit, so an over-limit
-     * sample comes back as "too small" whatever the buffer has grown to. */
-    size_t cap = w->rbuf.cap < ld->o.max_sample_bytes ? w->rbuf.cap : (size_t)ld->o.max_sample_bytes;
-    int rc = ch_ds_read(ds, idx, w->rbuf.data, cap, &len, err);
-    if (rc == CH_ESMALL) {
-        if (len > ld->o.max_sample_bytes)
-            return ch_err(err, CHUTE_ELIMIT, "%zu bytes exceeds the sample size limit of %llu", len,
-                          (unsigned long long)ld->o.max_sample_bytes);
-        if (ch_buf_reserve(&w->rbuf, len) != CHUTE_OK)
-            return ch_err(err, CHUTE_ENOMEM, "out of memory for a %zu-byte sample", len);
-        rc = ch_ds_read(ds, idx, w->rbuf.data, w->rbuf.cap, &len, err);
-    }
+    int rc = ch_ds_read_buf(ds, idx, &w->rbuf, ld->o.max_sample_bytes, &len, err);
     if (rc != CHUTE_OK)
-        return rc == CH_ESMALL ? ch_err(err, CHUTE_EIO, "sample changed size while being read") : rc;
+        return rc;
     uint64_t t1 = ch_now_ns();
     ch_stage_add(&st->read, 1, len, t1 - t0);
     ch_hist_add(&w->read_lat, t1 - t0);

@@ -37,17 +37,13 @@ void ch_sampler_set_epoch(ch_sampler *s, uint64_t epoch)
     if (s->epoch == epoch)
         return;
     s->epoch = epoch;
-    for (uint64_t i = 0; i < s->n; i++)
-        s->perm[i] = i;
-    if (!s->shuffle)
+    if (!s->shuffle) {
+        for (uint64_t i = 0; i < s->n; i++)
+            s->perm[i] = i;
         return;
+    }
     /* Same (seed, epoch) gives the same order on every rank: that is what
      * lets ranks split the epoch without talking to each other. */
     ch_rng r = ch_rng_for(s->seed, 0x5348554646ull /* "SHUFF" */, epoch);
-    for (uint64_t i = s->n - 1; i > 0; i--) {
-        uint64_t j = ch_rng_below(&r, i + 1);
-        uint64_t t = s->perm[i];
-        s->perm[i] = s->perm[j];
-        s->perm[j] = t;
-    }
+    ch_permutation(s->perm, s->n, &r);
 }
