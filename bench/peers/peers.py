@@ -217,14 +217,16 @@ def sys_torch(a, tree):
     loader = torch.utils.data.DataLoader(ds, batch_size=a.batch_size, shuffle=True,
                                          num_workers=a.workers, pin_memory=False,
                                          persistent_workers=True, drop_last=False)
+    return "NCHW", epochs_of(loader, a.epochs), {"torch": torch.__version__, "dataset_images": len(ds)}
 
-    def it():
-        for _ in range(a.epochs):
-            for x, y in loader:
-                yield x, y
-        if loader._iterator is not None:
-            loader._iterator._shutdown_workers()
-    return "NCHW", it(), {"torch": torch.__version__, "dataset_images": len(ds)}
+
+def epochs_of(loader, epochs):
+    """Batches of a torch DataLoader over `epochs` epochs, then its workers stopped."""
+    for _ in range(epochs):
+        for x, y in loader:
+            yield x, y
+    if loader._iterator is not None:
+        loader._iterator._shutdown_workers()
 
 
 def tv_transform(a):
@@ -253,14 +255,7 @@ def sys_wds(a, data):
           .batched(a.batch_size, partial=True))
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=a.workers,
                                          persistent_workers=True, pin_memory=False)
-
-    def it():
-        for _ in range(a.epochs):
-            for x, y in loader:
-                yield x, y
-        if loader._iterator is not None:
-            loader._iterator._shutdown_workers()
-    return "NCHW", it(), {"webdataset": wds.__version__ if hasattr(wds, "__version__") else "?",
+    return "NCHW", epochs_of(loader, a.epochs), {"webdataset": wds.__version__ if hasattr(wds, "__version__") else "?",
                           "shards": len(urls)}
 
 
