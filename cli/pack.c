@@ -65,7 +65,7 @@ int cmd_pack(int argc, char **argv)
         {"--strict", CLI_FLAG, &strict, NULL, 0, 0,
          "fail on the first undecodable or over-limit file"},
         {"--no-validate", CLI_FLAG, &no_validate, NULL, 0, 0,
-         "don't decode files while packing (only check type, header and limits)"},
+         "don't decode files while packing (only check their type and the size and pixel limits)"},
         {"--max-sample-bytes", CLI_SIZE, &o.max_sample_bytes, NULL, 1, 0xFFFFFFFFull,
          "skip files larger than this (default 64M, the loader's default limit)"},
         {"--max-pixels", CLI_U64, &o.max_pixels, NULL, 1, 1ull << 40,

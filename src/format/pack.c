@@ -171,9 +171,9 @@ static void check_one(pack_job *j, ch_decoder *dec, ch_buf *pix, uint64_t i)
                  ch_sniff_name(it->data.data, it->len));
         return;
     }
-    /* The header (and with it the pixel limit) is checked even without
-     * validation: it costs a few hundred bytes of parsing, and a sample
-     * over the limit is one the loader will always reject. */
+    /* The pixel limit is checked even without validation: reading the
+     * header costs a few hundred bytes of parsing, and a sample over the
+     * limit is one the loader will always reject. */
     chute_error err = {0};
     ch_image_info info;
     int rc = ch_decoder_begin(dec, it->data.data, it->len, j->max_pixels, &info, &err);
@@ -185,8 +185,10 @@ static void check_one(pack_job *j, ch_decoder *dec, ch_buf *pix, uint64_t i)
     } else if (rc == CHUTE_OK) {
         ch_decoder_abort(dec);
     }
-    if (rc == CHUTE_EUNSUPPORTED && !j->validate)
-        rc = CHUTE_OK; /* this build cannot read the header; packing unchecked was asked for */
+    /* Without validation only the limit counts: a header this build cannot
+     * read or parse is packed unchecked, as asked. */
+    if (!j->validate && (rc == CHUTE_EUNSUPPORTED || rc == CHUTE_ECORRUPT || rc == CHUTE_EFORMAT))
+        rc = CHUTE_OK;
     if (rc == CHUTE_ECORRUPT || rc == CHUTE_EFORMAT)
         item_set(it, ITEM_UNDECODABLE, rc, "%s", err.message);
     else if (rc == CHUTE_ELIMIT)
