@@ -26,8 +26,8 @@ lock_wait            a pack waits while OUT_DIR's lock is held (and leaves the
                      reported as already packed, another tree's is refused
                      (not overwritten), no dataset means it packs.
 io_errors            EIO on a read (LD_PRELOAD fault shim), EACCES (as another
-                     user), ENOSPC on a shard write, EIO on fsync, a failed
-                     rename: pack fails naming the file, writes no manifest,
+                     user), ENOSPC on a shard write, EIO on the manifest's or
+                     the directory's fsync, a failed rename: pack fails naming the file, writes no manifest,
                      leaves no temporary; a transient EIO is retried and
                      reported; never counted as "undecodable".
 limits               the loader's default limits (64 MiB per file, 64 Mpx)
@@ -519,6 +519,12 @@ def io_errors(ctx):
     p = ctx.run(pack + [out] + opts, expect="nonzero",
                 env=fault_env(ctx, "chute.manifest", "fsync", "EIO"))
     failed_cleanly("manifest fsync", out, p, "chute.manifest", "fsync")
+    # The directory fsync that makes the old manifest's removal durable
+    # fails (this one was ignored: exit 0).
+    out = os.path.join(work, "dirsync")
+    p = ctx.run(pack + [out] + opts, expect="nonzero",
+                env=fault_env(ctx, "=" + out, "fsync", "EIO", CHUTE_FAULT_COUNT=1))
+    failed_cleanly("directory fsync", out, p, out, "fsync failed")
     # A shard's rename fails.
     out = os.path.join(work, "rename")
     p = ctx.run(pack + [out] + opts, expect="nonzero",

@@ -9,7 +9,8 @@
  * done from outside: nothing in libchute knows about it.
  *
  * Configured by the environment (read once, at the first intercepted call):
- *   CHUTE_FAULT_PATH   substring of the path to hit (required; unset = inert)
+ *   CHUTE_FAULT_PATH   substring of the path to hit (required; unset = inert);
+ *                      "=PATH" hits exactly PATH as the program spells it
  *   CHUTE_FAULT_OP     open | read | write | fsync | rename   (default read)
  *                      read/write/fsync hit fds opened from a matching path
  *                      (read, pread, write, pwrite, fsync, fdatasync);
@@ -90,7 +91,9 @@ static void *next(const char *name)
 static int path_hits(const char *p)
 {
     pthread_once(&g_once, init);
-    return g_path && p && strstr(p, g_path) != NULL;
+    if (!g_path || !p)
+        return 0;
+    return g_path[0] == '=' ? strcmp(p, g_path + 1) == 0 : strstr(p, g_path) != NULL;
 }
 
 /* A matching call: fail it (errno set, returns 1) or let it through. */
