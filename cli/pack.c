@@ -37,6 +37,16 @@ static int on_progress(const chute_pack_progress *p, void *user)
     return 0;
 }
 
+static int on_wait(const char *out_dir, const char *holder, double waited_s, void *user)
+{
+    (void)user;
+    if (waited_s < 1.0) /* the first call; later ones only offer a chance to cancel */
+        fprintf(stderr, "chute pack: %s is being packed by another process (%s); waiting for it "
+                        "(--no-wait to fail instead)\n",
+                out_dir, holder[0] ? holder : "holder unknown");
+    return 0;
+}
+
 static void on_skip(const char *path, const char *reason, void *user)
 {
     pack_ui *ui = user;
@@ -46,15 +56,22 @@ static void on_skip(const char *path, const char *reason, void *user)
 int cmd_pack(int argc, char **argv)
 {
     chute_pack_options o = {0};
-    int strict = 0, no_validate = 0;
+    int strict = 0, no_validate = 0, no_wait = 0;
     const cli_opt opts[] = {
         {"--shard-size", CLI_SIZE, &o.shard_size, NULL, 1 << 16, 1ull << 40,
          "target bytes per shard (default 256M)"},
         {"--threads", CLI_U32, &o.threads, NULL, 1, 256, "reading/checking threads (default: cores)"},
         {"--align", CLI_U32, &o.align, NULL, 64, 1 << 20, "record alignment in bytes (default 4096)"},
-        {"--strict", CLI_FLAG, &strict, NULL, 0, 0, "fail on the first undecodable file"},
+        {"--strict", CLI_FLAG, &strict, NULL, 0, 0,
+         "fail on the first undecodable or over-limit file"},
         {"--no-validate", CLI_FLAG, &no_validate, NULL, 0, 0,
-         "don't decode files while packing (only check their type)"},
+         "don't decode files while packing (only check their type and the size and pixel limits)"},
+        {"--max-sample-bytes", CLI_SIZE, &o.max_sample_bytes, NULL, 1, 0xFFFFFFFFull,
+         "skip files larger than this (default 64M, the loader's default limit)"},
+        {"--max-pixels", CLI_U64, &o.max_pixels, NULL, 1, 1ull << 40,
+         "skip images with more pixels (default 64Mi, the loader's default limit)"},
+        {"--no-wait", CLI_FLAG, &no_wait, NULL, 0, 0,
+         "fail at once if another process is packing into OUT_DIR (default: wait)"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
     const char *pos[2];
@@ -71,6 +88,8 @@ int cmd_pack(int argc, char **argv)
     o.no_validate = no_validate;
     o.progress = on_progress;
     o.on_skip = on_skip;
+    o.no_wait = no_wait;
+    o.on_wait = on_wait;
     o.user = &ui;
     chute_pack_result r = {0};
     chute_error err = {0};
@@ -81,9 +100,22 @@ int cmd_pack(int argc, char **argv)
         fprintf(stderr, "chute pack: %s\n", err.message);
         return 1;
     }
+    if (r.already_packed) {
+        printf("already packed: %s holds %llu files (%.1f MB) of %u classes in %u shards, "
+               "packed from %s by another process while this one waited; it left out %llu "
+               "undecodable files and %llu over the loader's limits\n",
+               pos[1], (unsigned long long)r.files, r.bytes / 1e6, r.classes, r.shards, pos[0],
+               (unsigned long long)(r.skipped - r.skipped_over_limit),
+               (unsigned long long)r.skipped_over_limit);
+        return 0;
+    }
     printf("packed %llu files (%.1f MB) of %u classes into %u shards in %s in %.2f s; "
-           "skipped %llu undecodable files\n",
+           "skipped %llu undecodable files and %llu over the loader's limits",
            (unsigned long long)r.files, r.bytes / 1e6, r.classes, r.shards, pos[1], r.seconds,
-           (unsigned long long)r.skipped);
+           (unsigned long long)(r.skipped - r.skipped_over_limit),
+           (unsigned long long)r.skipped_over_limit);
+    if (r.reads_retried)
+        printf("; %llu files read only on a retry", (unsigned long long)r.reads_retried);
+    printf("\n");
     return 0;
 }

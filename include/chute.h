@@ -278,10 +278,16 @@ CHUTE_API void chute_loader_stats(const chute_loader *ld, chute_stats *out);
 /* ------------------------------------------------------------------ */
 /* Pack: ImageFolder tree -> shard directory.                           */
 /* ------------------------------------------------------------------ */
+/* The loader's default limits (chute_loader_options.max_pixels and
+ * .max_sample_bytes).  chute_pack applies the same limits by default, so
+ * it never packs a sample that a default loader would always reject.    */
+#define CHUTE_DEFAULT_MAX_PIXELS (64ull << 20)
+#define CHUTE_DEFAULT_MAX_SAMPLE_BYTES (64ull << 20)
+
 typedef struct chute_pack_progress {
     uint64_t files_done, files_total;
     uint64_t bytes_done, bytes_total;
-    uint64_t skipped;          /* files left out as undecodable */
+    uint64_t skipped;          /* files left out (undecodable, or over a limit) */
     uint32_t shards_done;
     double seconds;
 } chute_pack_progress;
@@ -291,16 +297,27 @@ typedef int (*chute_pack_progress_fn)(const chute_pack_progress *p, void *user);
 /* Called for each file left out (path, reason). */
 typedef void (*chute_pack_skip_fn)(const char *path, const char *reason, void *user);
 
+/* Called when another process holds out_dir's pack lock: once at once,
+ * then about once a second while this pack waits (holder: "pid N on HOST",
+ * or "" if unknown).  Return nonzero to stop waiting (CHUTE_EINTERRUPTED). */
+typedef int (*chute_pack_wait_fn)(const char *out_dir, const char *holder, double waited_s,
+                                  void *user);
+
 typedef struct chute_pack_options {
     uint64_t shard_size;       /* target bytes per shard; default 256 MiB */
     uint32_t threads;          /* validating threads; default online cores */
     uint32_t align;            /* record alignment, power of two; default 4096 */
-    int strict;                /* nonzero: an undecodable file fails the pack */
+    int strict;                /* nonzero: an undecodable or over-limit file fails the pack */
     int no_validate;           /* nonzero: don't decode files, only sniff type */
     uint64_t max_pixels;       /* validation limit; default 64 Mpx */
     chute_pack_progress_fn progress;
     chute_pack_skip_fn on_skip;
     void *user;
+    uint64_t max_sample_bytes; /* encoded size limit per file; default 64 MiB (the loader's);
+                                  at most 4 GiB - 1 (a shard record's limit) */
+    int no_wait;               /* nonzero: fail with CHUTE_EBUSY at once if another process
+                                  is packing into out_dir, instead of waiting for it */
+    chute_pack_wait_fn on_wait;
 } chute_pack_options;
 
 typedef struct chute_pack_result {
@@ -310,12 +327,37 @@ typedef struct chute_pack_result {
     uint32_t shards;
     uint32_t classes;
     double seconds;
+    uint64_t skipped_over_limit; /* of `skipped`: over max_sample_bytes or max_pixels */
+    uint64_t reads_retried;    /* files whose read failed, then succeeded when retried */
+    int already_packed;        /* 1: this call waited for another pack of the same tree into
+                                  out_dir and reports that pack's dataset (nothing written) */
 } chute_pack_result;
 
 /* Pack the tree at `root` into `out_dir` (created if missing).  Shards
  * are written under temporary names, synced and renamed; the manifest
  * that makes the directory a dataset is written last, so an interrupted
- * pack never leaves a directory that opens as a dataset.                 */
+ * pack never leaves a directory that opens as a dataset.  Success means
+ * the new dataset has been opened and checked.
+ *
+ * Files whose content is not a decodable JPEG/PNG, or is over the
+ * loader's limits (max_sample_bytes, max_pixels), are skipped and counted
+ * (or fail the pack with `strict`).  An I/O error reading a file is never
+ * a skip: the read is retried, then the pack fails naming the file.
+ *
+ * out_dir may not be root, inside root, or contain root (paths compared
+ * after resolving symlinks): CHUTE_EINVAL.
+ *
+ * Concurrent packs into one out_dir (every rank running the same prep
+ * script): a pack holds an flock on out_dir/chute.lock from before it
+ * touches anything there until it returns.  Another pack waits for that
+ * lock (or fails at once with CHUTE_EBUSY under `no_wait`); once it has
+ * it, if out_dir now holds a complete dataset of the same tree (same
+ * classes, samples a subsequence of its files with the same labels) it
+ * returns CHUTE_OK with out_result->already_packed = 1 and writes
+ * nothing; if it holds a dataset of a different tree it fails
+ * (CHUTE_EBUSY) rather than overwrite what the other process just made;
+ * if it holds none (the other pack failed or was killed) it packs.  A pack
+ * that did not have to wait always packs afresh.                          */
 CHUTE_API int chute_pack(const char *root, const char *out_dir, const chute_pack_options *opt,
                          chute_pack_result *out_result, chute_error *err);
 

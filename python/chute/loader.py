@@ -538,6 +538,8 @@ def pack(
     align: Optional[int] = None,
     max_pixels: Optional[int] = None,
     progress: Optional[Callable[[Dict[str, Any]], Any]] = None,
+    max_sample_bytes: Optional[int] = None,
+    wait: bool = True,
 ) -> Dict[str, Any]:
     """Pack the ImageFolder tree at ``root`` into a shard directory ``out_dir``.
 
@@ -551,9 +553,19 @@ def pack(
         bytes_done, bytes_total, skipped, shards_done, seconds); return True
         to cancel (raises chute.CancelledError).  Ctrl-C also cancels.
 
-    Returns a dict: files, bytes, skipped, shards, classes, seconds and
-    skipped_files (a list of (path, reason)).  The manifest is written last,
-    so an interrupted pack never leaves a directory that opens as a dataset.
+    max_sample_bytes: skip files larger than this (default 64 MiB, the
+        loader's default limit; max_pixels' default is the loader's too).
+    wait: if another process is packing into ``out_dir``, wait for it
+        (default; Ctrl-C stops waiting) or raise chute.ChuteError at once.
+        After waiting, a complete dataset of the same tree is reported with
+        already_packed=True; another tree's dataset is not overwritten.
+
+    Returns a dict: files, bytes, skipped, shards, classes, seconds,
+    skipped_files (a list of (path, reason)), skipped_over_limit (of
+    skipped: over max_sample_bytes/max_pixels), reads_retried and
+    already_packed.  An I/O error reading a file raises, never skips.  The
+    manifest is written last, so an interrupted pack never leaves a
+    directory that opens as a dataset.
     """
     return _chute.pack(
         os.fspath(root), os.fspath(out_dir),
@@ -563,5 +575,8 @@ def pack(
         align=0 if align is None else _uint("align", align, 1, 1 << 30),
         max_pixels=0 if max_pixels is None else _uint("max_pixels", max_pixels, 1, 2 ** 63),
         progress=progress,
+        max_sample_bytes=0 if max_sample_bytes is None else _uint("max_sample_bytes",
+                                                                  max_sample_bytes, 1, 2 ** 32 - 1),
+        wait=bool(wait),
     )
 

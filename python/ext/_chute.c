@@ -1427,17 +1427,35 @@ static void pack_skip_cb(const char *path, const char *reason, void *user)
     PyGILState_Release(g);
 }
 
+/* While another pack holds out_dir: let Ctrl-C (or an earlier callback
+ * error) stop the wait. */
+static int pack_wait_cb(const char *out_dir, const char *holder, double waited_s, void *user)
+{
+    (void)out_dir, (void)holder, (void)waited_s;
+    pack_ctx *p = user;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int cancel = p->exc_type != NULL;
+    if (!cancel && PyErr_CheckSignals() < 0) {
+        cancel = 1;
+        pack_keep_error(p);
+    }
+    PyGILState_Release(g);
+    return cancel;
+}
+
 static PyObject *mod_pack(PyObject *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"root",     "out_dir",    "shard_size", "threads", "strict",
-                             "validate", "align",      "max_pixels", "progress", NULL};
+                             "validate", "align",      "max_pixels", "progress",
+                             "max_sample_bytes", "wait", NULL};
     PyObject *root = NULL, *out = NULL, *progress = Py_None;
-    unsigned long long shard_size = 0, max_pixels = 0;
+    unsigned long long shard_size = 0, max_pixels = 0, max_sample_bytes = 0;
     unsigned int threads = 0, align = 0;
-    int strict = 0, validate = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|$KIppIKO:pack", kwlist, PyUnicode_FSConverter,
-                                     &root, PyUnicode_FSConverter, &out, &shard_size, &threads,
-                                     &strict, &validate, &align, &max_pixels, &progress))
+    int strict = 0, validate = 1, wait = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|$KIppIKOKp:pack", kwlist,
+                                     PyUnicode_FSConverter, &root, PyUnicode_FSConverter, &out,
+                                     &shard_size, &threads, &strict, &validate, &align,
+                                     &max_pixels, &progress, &max_sample_bytes, &wait))
         return NULL; /* the converters clean up after themselves (Py_CLEANUP_SUPPORTED) */
     if (progress != Py_None && !PyCallable_Check(progress)) {
         Py_DECREF(root);
@@ -1466,6 +1484,9 @@ static PyObject *mod_pack(PyObject *m, PyObject *args, PyObject *kw)
     o.progress = pack_progress_cb;
     o.on_skip = pack_skip_cb;
     o.user = &p;
+    o.max_sample_bytes = max_sample_bytes;
+    o.no_wait = !wait;
+    o.on_wait = pack_wait_cb;
     chute_pack_result res;
     memset(&res, 0, sizeof res);
     chute_error err;
@@ -1486,11 +1507,14 @@ static PyObject *mod_pack(PyObject *m, PyObject *args, PyObject *kw)
         Py_DECREF(p.skipped);
         return raise_status(rc, err.message);
     }
-    return Py_BuildValue("{s:K,s:K,s:K,s:I,s:I,s:d,s:N}", "files", (unsigned long long)res.files,
-                         "bytes", (unsigned long long)res.bytes, "skipped",
-                         (unsigned long long)res.skipped, "shards", (unsigned int)res.shards,
-                         "classes", (unsigned int)res.classes, "seconds", res.seconds,
-                         "skipped_files", p.skipped);
+    return Py_BuildValue("{s:K,s:K,s:K,s:I,s:I,s:d,s:N,s:K,s:K,s:O}", "files",
+                         (unsigned long long)res.files, "bytes", (unsigned long long)res.bytes,
+                         "skipped", (unsigned long long)res.skipped, "shards",
+                         (unsigned int)res.shards, "classes", (unsigned int)res.classes,
+                         "seconds", res.seconds, "skipped_files", p.skipped,
+                         "skipped_over_limit", (unsigned long long)res.skipped_over_limit,
+                         "reads_retried", (unsigned long long)res.reads_retried,
+                         "already_packed", res.already_packed ? Py_True : Py_False);
 }
 
 static PyObject *mod_probe_image(PyObject *m, PyObject *args, PyObject *kw)
@@ -1526,7 +1550,8 @@ static PyObject *mod_status_name(PyObject *m, PyObject *arg)
 static PyMethodDef module_methods[] = {
     {"pack", (PyCFunction)(void (*)(void))mod_pack, METH_VARARGS | METH_KEYWORDS,
      "pack(root, out_dir, *, shard_size=0, threads=0, strict=False, validate=True, align=0,\n"
-     "     max_pixels=0, progress=None)\n--\n\nLow-level chute_pack; see chute.pack."},
+     "     max_pixels=0, progress=None, max_sample_bytes=0, wait=True)\n--\n\n"
+     "Low-level chute_pack; see chute.pack."},
     {"probe_image", (PyCFunction)(void (*)(void))mod_probe_image, METH_VARARGS | METH_KEYWORDS,
      "probe_image(data, max_pixels=0)\n--\n\n"
      "Decode-check an encoded image; returns (width, height, channels)."},

@@ -9,11 +9,39 @@
  * still decoded, so truncation and corruption are caught, at a fraction
  * of a full decode's cost.
  *
+ * What is skipped and what fails.  Only a file's *content* may be left
+ * out: not an image, a damaged image, or one over the loader's limits
+ * (max_sample_bytes, max_pixels — the loader's defaults, so pack never
+ * writes a sample that a default loader always rejects).  Those are
+ * counted apart in the result and fail the pack under `strict`.  Anything
+ * else — an I/O error (EIO, EACCES, a file gone since the listing), out
+ * of memory, a decoder this build lacks — says nothing about the file and
+ * must not shrink the dataset silently: reads are retried, then the pack
+ * fails naming the file.
+ *
+ * Concurrency.  Every rank of a job may run the same prep script, so
+ * several packs can target one OUT_DIR.  A pack takes an flock on
+ * OUT_DIR/chute.lock before it changes anything there and keeps it until
+ * it returns; all temporaries, stale-file cleanup and the manifest are
+ * only ever touched under that lock, so the writer's fixed temporary
+ * names cannot collide and a dead process's temporaries (flock dies with
+ * it) are removed by the next pack, under the lock.  A pack that had to
+ * wait re-checks OUT_DIR once it holds the lock: a complete dataset of
+ * the same tree is reported as already packed, one of another tree is an
+ * error (not overwritten), none (the other pack died) is packed afresh.
+ * The lock file is removed on the way out; a waiter that locked the
+ * removed file notices (its inode is no longer the path's) and retries.
+ *
  * Crash safety: the old manifest is removed first, shards are written as
  * "*.tmp" and renamed when complete and synced, and the new manifest is
  * written (tmp + fsync + rename + fsync dir) only after every shard is
  * in place.  A directory without a manifest never opens as a dataset, and
- * re-running pack after any interruption rewrites everything.
+ * re-running pack after any interruption rewrites everything.  Before
+ * reporting success pack opens the new dataset through the reader.
+ *
+ * OUT_DIR may not be ROOT, lie inside it (its shards would become a class
+ * of the tree on the next pack) or contain it; both are compared after
+ * resolving symlinks, OUT_DIR's missing tail lexically.
  */
 #define _GNU_SOURCE
 #include "../codec/codec.h"
@@ -22,17 +50,27 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#define PACK_LOCK_NAME "chute.lock"
+#define PACK_READ_TRIES 3
+
+/* What the check of one file found. */
+enum { ITEM_OK = 0, ITEM_UNDECODABLE, ITEM_OVER_LIMIT, ITEM_FAIL };
 
 typedef struct pack_item {
     ch_buf data;
     size_t len;
-    int ok;
+    int status;               /* ITEM_* */
+    int code;                 /* ITEM_FAIL: the chute_status to fail with */
+    int retried;              /* the read succeeded only on a retry */
     int kind;
     char reason[512];
 } pack_item;
@@ -44,6 +82,7 @@ typedef struct pack_job {
     pack_item *items;
     _Atomic uint64_t next;
     uint64_t max_pixels;
+    uint64_t max_sample_bytes;
     int validate;
     /* thread pool handshake */
     pthread_mutex_t mu;
@@ -53,54 +92,109 @@ typedef struct pack_job {
     int quit;
 } pack_job;
 
+static void item_set(pack_item *it, int status, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void item_set(pack_item *it, int status, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(it->reason, sizeof it->reason, fmt, ap);
+    va_end(ap);
+    it->status = status;
+    it->code = code;
+}
+
+/* Read one file into the item's buffer, never growing it past the size
+ * limit.  I/O errors are retried (a flaky network mount, an EIO that the
+ * next read does not repeat); a file that is missing now although the
+ * listing saw it is not retried.  Returns CHUTE_OK, or with the item
+ * already marked (over the limit, or failed). */
+static int read_item(pack_job *j, pack_item *it, const char *path)
+{
+    chute_error err = {0};
+    int rc = CHUTE_OK;
+    for (int attempt = 0; attempt < PACK_READ_TRIES; attempt++) {
+        if (attempt > 0) {
+            struct timespec ts = {0, attempt * 20 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        size_t len = 0;
+        size_t cap = CH_MIN(it->data.cap, (size_t)j->max_sample_bytes);
+        rc = ch_source_local.read_file(path, it->data.data, cap, &len, &err);
+        if (rc == CH_ESMALL) {
+            if (len > j->max_sample_bytes) {
+                item_set(it, ITEM_OVER_LIMIT, CHUTE_ELIMIT,
+                         "%zu bytes is over the loader's sample size limit of %llu bytes "
+                         "(max_sample_bytes)",
+                         len, (unsigned long long)j->max_sample_bytes);
+                return CHUTE_ELIMIT;
+            }
+            if (ch_buf_reserve(&it->data, len) != CHUTE_OK) {
+                item_set(it, ITEM_FAIL, CHUTE_ENOMEM, "out of memory for a %zu-byte file", len);
+                return CHUTE_ENOMEM;
+            }
+            rc = ch_source_local.read_file(path, it->data.data, it->data.cap, &len, &err);
+            if (rc == CH_ESMALL)
+                rc = ch_err(&err, CHUTE_EIO, "%s: file changed size while being read", path);
+        }
+        if (rc == CHUTE_OK) {
+            it->len = len;
+            it->retried = attempt > 0;
+            return CHUTE_OK;
+        }
+        if (rc == CHUTE_ENOTFOUND)
+            break;
+    }
+    if (rc == CHUTE_ENOTFOUND)
+        item_set(it, ITEM_FAIL, CHUTE_EIO, "%s (listed, but gone: the tree changed during the pack)",
+                 err.message);
+    else
+        item_set(it, ITEM_FAIL, rc == CHUTE_ENOMEM ? CHUTE_ENOMEM : CHUTE_EIO,
+                 "%s (I/O error, not a content problem; %d tries)", err.message, PACK_READ_TRIES);
+    return it->code;
+}
+
 static void check_one(pack_job *j, ch_decoder *dec, ch_buf *pix, uint64_t i)
 {
     pack_item *it = &j->items[i - j->base];
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", j->root, j->list->paths[i]);
-    chute_error err = {0};
-    it->ok = 0;
+    it->status = ITEM_OK;
+    it->code = CHUTE_OK;
+    it->retried = 0;
     it->reason[0] = '\0';
-    size_t len = 0;
-    int rc = ch_source_local.read_file(path, it->data.data, it->data.cap, &len, &err);
-    if (rc == CH_ESMALL) {
-        if (len > 0xFFFFFFFFu) {
-            snprintf(it->reason, sizeof it->reason, "%zu bytes is too large for a shard record",
-                     len);
-            return;
-        }
-        if (ch_buf_reserve(&it->data, len) != CHUTE_OK) {
-            snprintf(it->reason, sizeof it->reason, "out of memory");
-            return;
-        }
-        rc = ch_source_local.read_file(path, it->data.data, it->data.cap, &len, &err);
-    }
-    if (rc != CHUTE_OK) {
-        snprintf(it->reason, sizeof it->reason, "%s", rc == CH_ESMALL ? "file changed size" : err.message);
+    if (read_item(j, it, path) != CHUTE_OK)
         return;
-    }
-    it->len = len;
-    it->kind = ch_sniff(it->data.data, len);
+    it->kind = ch_sniff(it->data.data, it->len);
     if (it->kind == CH_IMG_UNKNOWN) {
-        snprintf(it->reason, sizeof it->reason, "not a JPEG or PNG image (%s)",
-                 ch_sniff_name(it->data.data, len));
+        item_set(it, ITEM_UNDECODABLE, CHUTE_EFORMAT, "not a JPEG or PNG image (%s)",
+                 ch_sniff_name(it->data.data, it->len));
         return;
     }
-    if (j->validate) {
-        ch_image_info info;
-        rc = ch_decoder_begin(dec, it->data.data, len, j->max_pixels, &info, &err);
-        if (rc == CHUTE_OK) {
-            uint32_t denom = info.kind == CH_IMG_JPEG ? 8 : 1, sw, sh;
-            ch_decoder_scaled_size(dec, denom, &sw, &sh);
-            ch_image img;
-            rc = ch_decoder_finish(dec, denom, 0, 0, sw, sh, pix, &img, &err);
-        }
-        if (rc != CHUTE_OK) {
-            snprintf(it->reason, sizeof it->reason, "%s", err.message);
-            return;
-        }
+    /* The pixel limit is checked even without validation: reading the
+     * header costs a few hundred bytes of parsing, and a sample over the
+     * limit is one the loader will always reject. */
+    chute_error err = {0};
+    ch_image_info info;
+    int rc = ch_decoder_begin(dec, it->data.data, it->len, j->max_pixels, &info, &err);
+    if (rc == CHUTE_OK && j->validate) {
+        uint32_t denom = info.kind == CH_IMG_JPEG ? 8 : 1, sw, sh;
+        ch_decoder_scaled_size(dec, denom, &sw, &sh);
+        ch_image img;
+        rc = ch_decoder_finish(dec, denom, 0, 0, sw, sh, pix, &img, &err);
+    } else if (rc == CHUTE_OK) {
+        ch_decoder_abort(dec);
     }
-    it->ok = 1;
+    /* Without validation only the limit counts: a header this build cannot
+     * read or parse is packed unchecked, as asked. */
+    if (!j->validate && (rc == CHUTE_EUNSUPPORTED || rc == CHUTE_ECORRUPT || rc == CHUTE_EFORMAT))
+        rc = CHUTE_OK;
+    if (rc == CHUTE_ECORRUPT || rc == CHUTE_EFORMAT)
+        item_set(it, ITEM_UNDECODABLE, rc, "%s", err.message);
+    else if (rc == CHUTE_ELIMIT)
+        item_set(it, ITEM_OVER_LIMIT, rc, "%s (the loader's max_pixels)", err.message);
+    else if (rc != CHUTE_OK)
+        item_set(it, ITEM_FAIL, rc, "%s: %s", path, err.message);
 }
 
 static void *pack_thread(void *arg)
@@ -122,12 +216,11 @@ static void *pack_thread(void *arg)
             uint64_t k = atomic_fetch_add(&j->next, 1);
             if (k >= j->count)
                 break;
-            if (have_dec) {
+            if (have_dec)
                 check_one(j, dec, &pix, j->base + k);
-            } else {
-                j->items[k].ok = 0;
-                snprintf(j->items[k].reason, sizeof j->items[k].reason, "out of memory");
-            }
+            else
+                item_set(&j->items[k], ITEM_FAIL, CHUTE_ENOMEM,
+                         "out of memory creating a decoder");
         }
         pthread_mutex_lock(&j->mu);
         if (--j->busy == 0)
@@ -139,15 +232,213 @@ static void *pack_thread(void *arg)
     return NULL;
 }
 
-/* Remove leftovers of earlier runs: temporary files and shards that the
- * new manifest will not list (names at or past `keep`). */
-static void remove_stale(const char *dir, uint32_t keep)
+/* ------------------------------------------------------------------ */
+/* Where pack may write                                                */
+/* ------------------------------------------------------------------ */
+
+/* Absolute, symlink-free form of `path`, which need not exist yet: the
+ * longest existing prefix goes through realpath(); the missing rest will
+ * be created by mkdir as real directories, so folding its "." and ".."
+ * lexically gives where it will be. */
+static int resolve_path(const char *path, char *out, size_t outsz, chute_error *err)
+{
+    char head[PATH_MAX], tail[PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof head)
+        return ch_err(err, CHUTE_EINVAL, "bad path '%s'", path);
+    memcpy(head, path, n + 1);
+    tail[0] = '\0';
+    char real[PATH_MAX];
+    for (;;) {
+        if (realpath(head, real))
+            break;
+        if (errno != ENOENT)
+            return ch_err_errno(err, CHUTE_EINVAL, errno, "%s: cannot resolve", path);
+        /* Move the last component of head to the front of tail. */
+        size_t hl = strlen(head);
+        while (hl > 1 && head[hl - 1] == '/')
+            head[--hl] = '\0';
+        char *slash = strrchr(head, '/');
+        const char *comp = slash ? slash + 1 : head;
+        char t2[PATH_MAX];
+        if ((size_t)snprintf(t2, sizeof t2, "%s%s%s", comp, tail[0] ? "/" : "", tail) >= sizeof t2)
+            return ch_err(err, CHUTE_EINVAL, "%s: path too long", path);
+        memcpy(tail, t2, strlen(t2) + 1);
+        if (!slash)
+            snprintf(head, sizeof head, ".");
+        else if (slash == head)
+            snprintf(head, sizeof head, "/");
+        else
+            *slash = '\0';
+    }
+    size_t len = strlen(real);
+    for (char *save = NULL, *c = strtok_r(tail, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+        if (strcmp(c, ".") == 0)
+            continue;
+        if (strcmp(c, "..") == 0) {
+            char *slash = strrchr(real, '/');
+            len = slash && slash != real ? (size_t)(slash - real) : 1;
+            real[len] = '\0';
+            continue;
+        }
+        size_t cl = strlen(c);
+        if (len + 1 + cl >= sizeof real)
+            return ch_err(err, CHUTE_EINVAL, "%s: path too long", path);
+        if (len > 1)
+            real[len++] = '/';
+        memcpy(real + len, c, cl + 1);
+        len += cl;
+    }
+    if (len >= outsz)
+        return ch_err(err, CHUTE_EINVAL, "%s: path too long", path);
+    memcpy(out, real, len + 1);
+    return CHUTE_OK;
+}
+
+/* Is resolved path `inner` equal to or below resolved path `outer`? */
+static int path_within(const char *inner, const char *outer)
+{
+    size_t n = strlen(outer);
+    if (n == 1 && outer[0] == '/')
+        return 1;
+    return strncmp(inner, outer, n) == 0 && (inner[n] == '/' || inner[n] == '\0');
+}
+
+static int check_paths(const char *root, const char *out_dir, chute_error *err)
+{
+    char r[PATH_MAX], o[PATH_MAX];
+    int rc = resolve_path(root, r, sizeof r, err);
+    if (rc == CHUTE_OK)
+        rc = resolve_path(out_dir, o, sizeof o, err);
+    if (rc)
+        return rc;
+    if (strcmp(r, o) == 0)
+        return ch_err(err, CHUTE_EINVAL,
+                      "OUT_DIR %s is ROOT itself (%s): pack into a directory outside the tree",
+                      out_dir, r);
+    if (path_within(o, r))
+        return ch_err(err, CHUTE_EINVAL,
+                      "OUT_DIR %s (%s) is inside ROOT %s: its files would become a class of "
+                      "the tree and shift every label; pack into a directory outside the tree",
+                      out_dir, o, r);
+    if (path_within(r, o))
+        return ch_err(err, CHUTE_EINVAL,
+                      "ROOT %s (%s) is inside OUT_DIR %s: pack would write shards among the "
+                      "images' parent directories; pack into a directory of its own",
+                      root, r, out_dir);
+    return CHUTE_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* The OUT_DIR lock                                                    */
+/* ------------------------------------------------------------------ */
+
+static void read_holder(int fd, char *buf, size_t n)
+{
+    ssize_t got = pread(fd, buf, n - 1, 0);
+    buf[got > 0 ? got : 0] = '\0';
+    buf[strcspn(buf, "\n")] = '\0';
+}
+
+/* Take the exclusive lock on out_dir; *out_waited says whether another
+ * process held it first.  Polls (rather than blocking in flock) so the
+ * caller's on_wait can cancel, and reopens the file on each try so a
+ * lock file that its holder removed is never the one locked. */
+static int lock_out_dir(const char *out_dir, const chute_pack_options *o, int *out_fd,
+                        int *out_waited, chute_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", out_dir, PACK_LOCK_NAME);
+    uint64_t t0 = ch_now_ns();
+    double next_notice = 0;
+    long sleep_ms = 20;
+    *out_waited = 0;
+    for (;;) {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+            return ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot create the pack lock file",
+                                path);
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            if (e != EWOULDBLOCK && e != EINTR) {
+                close(fd);
+                return ch_err_errno(err, CHUTE_EIO, e,
+                                    "%s: cannot lock (pack needs flock on OUT_DIR to keep "
+                                    "concurrent packs apart)",
+                                    path);
+            }
+            char holder[256];
+            read_holder(fd, holder, sizeof holder);
+            close(fd);
+            if (e == EINTR)
+                continue;
+            *out_waited = 1;
+            if (o->no_wait)
+                return ch_err(err, CHUTE_EBUSY,
+                              "%s: another process is packing into it (%s); not waiting (no_wait)",
+                              out_dir, holder[0] ? holder : "holder unknown");
+            double waited = (ch_now_ns() - t0) / 1e9;
+            if (o->on_wait && waited >= next_notice) {
+                next_notice = waited + 1.0;
+                if (o->on_wait(out_dir, holder, waited, o->user))
+                    return ch_err(err, CHUTE_EINTERRUPTED,
+                                  "pack cancelled while waiting for another pack into %s",
+                                  out_dir);
+            }
+            struct timespec ts = {0, sleep_ms * 1000000L};
+            nanosleep(&ts, NULL);
+            sleep_ms = CH_MIN(sleep_ms * 2, 500);
+            continue;
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_dev != b.st_dev ||
+            a.st_ino != b.st_ino) {
+            close(fd); /* locked a file its holder had just removed: again */
+            continue;
+        }
+        /* Who holds it, for the message of anyone who waits.  Best effort:
+         * the lock itself does not depend on these bytes. */
+        char host[128] = "";
+        gethostname(host, sizeof host - 1);
+        char who[256];
+        int wn = snprintf(who, sizeof who, "pid %ld on %s\n", (long)getpid(), host);
+        if (ftruncate(fd, 0) == 0 && wn > 0)
+            (void)!pwrite(fd, who, (size_t)wn, 0);
+        *out_fd = fd;
+        return CHUTE_OK;
+    }
+}
+
+/* Remove the lock file, then release: a waiter holding the old file open
+ * sees that it is no longer at the path and retries. */
+static void unlock_out_dir(const char *out_dir, int fd)
+{
+    if (fd < 0)
+        return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", out_dir, PACK_LOCK_NAME);
+    unlink(path);
+    close(fd);
+}
+
+/* ------------------------------------------------------------------ */
+/* Files in OUT_DIR                                                    */
+/* ------------------------------------------------------------------ */
+
+/* Remove leftovers of earlier runs (only ever called under the lock):
+ * temporary files and shards that the new manifest will not list (names
+ * at or past `keep`).  A leftover that cannot be removed is an error: it
+ * would stay beside (or, for a stale shard, look like part of) the
+ * dataset. */
+static int remove_stale(const char *dir, uint32_t keep, chute_error *err)
 {
     DIR *d = opendir(dir);
     if (!d)
-        return;
+        return ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot list", dir);
+    int rc = CHUTE_OK;
     struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
+    errno = 0;
+    while (rc == CHUTE_OK && (de = readdir(d)) != NULL) {
         const char *n = de->d_name;
         unsigned k = 0;
         int kind = ch_packfile_kind(n, &k);
@@ -155,10 +446,15 @@ static void remove_stale(const char *dir, uint32_t keep)
         if (stale) {
             char p[4096];
             snprintf(p, sizeof p, "%s/%s", dir, n);
-            unlink(p);
+            if (unlink(p) != 0 && errno != ENOENT)
+                rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot remove a stale pack file", p);
         }
+        errno = 0;
     }
+    if (rc == CHUTE_OK && errno != 0)
+        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot list", dir);
     closedir(d);
+    return rc;
 }
 
 typedef struct shard_rec {
@@ -177,6 +473,7 @@ static int write_manifest(const char *dir, const shard_rec *recs, uint32_t n, ch
     char *txt = malloc(cap);
     if (!txt) {
         close(fd);
+        unlink(tmp);
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     }
     uint64_t total = 0;
@@ -192,13 +489,16 @@ static int write_manifest(const char *dir, const shard_rec *recs, uint32_t n, ch
     free(txt);
     if (rc == CHUTE_OK && fsync(fd) != 0)
         rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: fsync failed", tmp);
-    close(fd);
+    if (close(fd) != 0 && rc == CHUTE_OK)
+        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: close failed", tmp);
     if (rc == CHUTE_OK && rename(tmp, fin) != 0)
         rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: rename failed", tmp);
     if (rc == CHUTE_OK)
         rc = ch_fsync_dir(dir, err);
-    if (rc != CHUTE_OK)
+    if (rc != CHUTE_OK) {
         unlink(tmp);
+        unlink(fin); /* a manifest whose rename was not made durable is not trusted */
+    }
     return rc;
 }
 
@@ -231,61 +531,203 @@ static int close_shard(ch_shard_writer *w, const char *out_dir, uint32_t k, shar
     return CHUTE_OK;
 }
 
-int chute_pack(const char *root, const char *out_dir, const chute_pack_options *opt,
-               chute_pack_result *out_result, chute_error *err)
+/* Shard count from the manifest's end line (0 if unreadable). */
+static uint32_t manifest_shard_count(const char *dir)
 {
-    if (!root || !out_dir)
-        return ch_err(err, CHUTE_EINVAL, "chute_pack: root and out_dir are required");
-    chute_pack_options o = opt ? *opt : (chute_pack_options){0};
-    if (!o.shard_size)
-        o.shard_size = 256ull << 20;
-    if (!o.threads)
-        o.threads = (uint32_t)ch_online_cores();
-    if (o.threads > 256)
-        o.threads = 256;
-    if (!o.align)
-        o.align = 4096;
-    if (!o.max_pixels)
-        o.max_pixels = 64ull << 20;
-    if (o.align < 64 || (o.align & (o.align - 1)))
-        return ch_err(err, CHUTE_EINVAL, "--align %u is not a power of two >= 64", o.align);
-    uint64_t t_start = ch_now_ns();
+    char p[4096], line[256];
+    snprintf(p, sizeof p, "%s/%s", dir, CH_MANIFEST_NAME);
+    FILE *f = fopen(p, "re");
+    unsigned n = 0;
+    unsigned long long total;
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "end %u %llu", &n, &total) == 2)
+            break;
+    fclose(f);
+    return n;
+}
 
-    ch_tree_list list;
-    int rc = ch_tree_list_build(root, &list, err);
-    if (rc)
-        return rc;
-    rc = ch_mkdir_p(out_dir, err);
-    if (rc) {
-        ch_tree_list_free(&list);
-        return rc;
-    }
-    char mpath[4096];
-    snprintf(mpath, sizeof mpath, "%s/%s", out_dir, CH_MANIFEST_NAME);
-    if (unlink(mpath) != 0 && errno != ENOENT) {
-        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot remove the old manifest", mpath);
-        ch_tree_list_free(&list);
-        return rc;
-    }
-    ch_fsync_dir(out_dir, NULL);
-    remove_stale(out_dir, UINT32_MAX);
+/* Would this pack leave file j out too?  1: yes (its content is
+ * undecodable or over a limit), 0: no (it packs), <0: checking it failed
+ * (an I/O error), or `strict` would fail on it: err says why. */
+static int would_skip(pack_job *j, ch_decoder *dec, ch_buf *pix, uint64_t i, int strict,
+                      chute_error *err)
+{
+    j->base = i;
+    check_one(j, dec, pix, i);
+    const pack_item *it = &j->items[0];
+    if (it->status == ITEM_OK)
+        return 0;
+    if (it->status == ITEM_FAIL)
+        return ch_err(err, it->code, "%s", it->reason);
+    if (strict)
+        return ch_err(err, it->status == ITEM_OVER_LIMIT ? CHUTE_ELIMIT : CHUTE_ECORRUPT,
+                      "%s/%s: %s (--strict)", j->root, j->list->paths[i], it->reason);
+    return 1;
+}
 
-    const uint64_t window = (uint64_t)o.threads * 32;
+/* Is `ds` this tree as this pack would write it: the same classes; its
+ * samples the tree's files in order with the same labels and sizes; and
+ * every file it lacks one that this pack would skip too?  1: yes, 0: no,
+ * <0: an error (err set) that packing would have hit as well. */
+static int dataset_is_tree(const chute_dataset *ds, const char *root, const ch_tree_list *list,
+                           const chute_pack_options *o, uint64_t *over_limit, chute_error *err)
+{
+    *over_limit = 0;
+    if (chute_dataset_num_classes(ds) != list->nclasses || chute_dataset_size(ds) > list->n)
+        return 0;
+    for (uint32_t c = 0; c < list->nclasses; c++)
+        if (strcmp(chute_dataset_class_name(ds, c), list->class_names[c]) != 0)
+            return 0;
+    pack_item item;
+    memset(&item, 0, sizeof item);
     pack_job job;
     memset(&job, 0, sizeof job);
-    job.list = &list;
+    job.list = list;
     job.root = root;
-    job.max_pixels = o.max_pixels;
-    job.validate = !o.no_validate;
+    job.items = &item;
+    job.max_pixels = o->max_pixels;
+    job.max_sample_bytes = o->max_sample_bytes;
+    job.validate = !o->no_validate;
+    ch_decoder *dec = NULL;
+    ch_buf pix = {0};
+    if (ch_decoder_create(&dec) != CHUTE_OK)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory creating a decoder");
+    int rc = 1;
+    char where[8192], path[4096];
+    uint64_t j = 0, n = chute_dataset_size(ds);
+    for (uint64_t i = 0; rc == 1 && i <= n; i++) {
+        const char *want = NULL;
+        size_t wl = 0;
+        int64_t lab = -1;
+        if (i < n) {
+            chute_dataset_describe(ds, i, where, sizeof where);
+            wl = strlen(where);
+            want = where;
+            lab = chute_dataset_label(ds, i);
+        }
+        /* Advance through the tree to sample i's file; each file passed
+         * over must be one this pack skips. */
+        for (; rc == 1; j++) {
+            if (j >= list->n) {
+                rc = want ? 0 : 1;
+                break;
+            }
+            size_t pl = strlen(list->paths[j]);
+            /* describe: "<shard>@<offset> (<relative path>)" */
+            if (want && lab == list->labels[j] && wl >= pl + 3 && where[wl - 1] == ')' &&
+                memcmp(where + wl - 1 - pl, list->paths[j], pl) == 0 &&
+                memcmp(where + wl - 3 - pl, " (", 2) == 0)
+                break;
+            int sk = would_skip(&job, dec, &pix, j, o->strict, err);
+            rc = sk < 0 ? sk : sk == 1 ? 1 : 0;
+            *over_limit += sk == 1 && item.status == ITEM_OVER_LIMIT;
+        }
+        if (rc != 1 || !want)
+            break;
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", root, list->paths[j]);
+        if (stat(path, &st) != 0 || (uint64_t)st.st_size != chute_dataset_sample_size(ds, i))
+            rc = 0;
+        j++;
+    }
+    ch_decoder_destroy(dec);
+    ch_buf_free(&pix);
+    ch_buf_free(&item.data);
+    return rc;
+}
+
+/* After waiting for another pack: CHUTE_OK with *found = 1 if out_dir now
+ * holds a complete dataset of this tree (result filled), *found = 0 if it
+ * holds none that opens (then this pack packs), an error if it holds a
+ * dataset of another tree (or checking the tree hit an error that packing
+ * it would hit too). */
+static int check_existing(const char *root, const char *out_dir, const ch_tree_list *list,
+                          const chute_pack_options *o, int *found, chute_pack_result *res,
+                          chute_error *err)
+{
+    *found = 0;
+    chute_dataset *ds = NULL;
+    chute_error e2 = {0};
+    if (chute_dataset_open(out_dir, CHUTE_SOURCE_SHARDS, &ds, &e2) != CHUTE_OK)
+        return CHUTE_OK;
+    uint64_t over_limit = 0;
+    int rc = dataset_is_tree(ds, root, list, o, &over_limit, err);
+    if (rc < 0) {
+        /* packing would hit the same error */
+    } else if (rc == 0) {
+        rc = ch_err(err, CHUTE_EBUSY,
+                    "%s: while this pack waited for its lock, another process packed a "
+                    "different tree into it (%llu samples, %u classes; %s has %llu files, %u "
+                    "classes); not overwriting it (run pack again to replace it)",
+                    out_dir, (unsigned long long)chute_dataset_size(ds),
+                    chute_dataset_num_classes(ds), root, (unsigned long long)list->n,
+                    list->nclasses);
+    } else {
+        rc = CHUTE_OK;
+        *found = 1;
+        memset(res, 0, sizeof *res);
+        res->files = chute_dataset_size(ds);
+        for (uint64_t i = 0; i < res->files; i++)
+            res->bytes += chute_dataset_sample_size(ds, i);
+        res->skipped = list->n - res->files;
+        res->skipped_over_limit = over_limit;
+        res->shards = manifest_shard_count(out_dir);
+        res->classes = list->nclasses;
+        res->already_packed = 1;
+    }
+    chute_dataset_close(ds);
+    return rc;
+}
+
+/* The new dataset opens through the reader and holds what was written. */
+static int verify_output(const char *out_dir, uint64_t written, uint32_t nclasses,
+                         chute_error *err)
+{
+    chute_dataset *ds = NULL;
+    chute_error e2 = {0};
+    int rc = chute_dataset_open(out_dir, CHUTE_SOURCE_SHARDS, &ds, &e2);
+    if (rc != CHUTE_OK)
+        return ch_err(err, rc, "the packed dataset does not open: %s", e2.message);
+    if (chute_dataset_size(ds) != written || chute_dataset_num_classes(ds) != nclasses)
+        rc = ch_err(err, CHUTE_ECORRUPT,
+                    "%s: the packed dataset has %llu samples and %u classes, pack wrote %llu "
+                    "and %u",
+                    out_dir, (unsigned long long)chute_dataset_size(ds),
+                    chute_dataset_num_classes(ds), (unsigned long long)written, nclasses);
+    chute_dataset_close(ds);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* chute_pack                                                          */
+/* ------------------------------------------------------------------ */
+
+/* Write the shards of `list` into out_dir (locked, cleaned); fills the
+ * counts of *res on success. */
+static int pack_shards(const char *root, const char *out_dir, const ch_tree_list *list,
+                       const chute_pack_options *o, uint64_t t_start, chute_pack_result *res,
+                       chute_error *err)
+{
+    int rc = CHUTE_OK;
+    const uint64_t window = (uint64_t)o->threads * 32;
+    pack_job job;
+    memset(&job, 0, sizeof job);
+    job.list = list;
+    job.root = root;
+    job.max_pixels = o->max_pixels;
+    job.max_sample_bytes = o->max_sample_bytes;
+    job.validate = !o->no_validate;
     job.items = calloc(window, sizeof *job.items);
     pthread_mutex_init(&job.mu, NULL);
     pthread_cond_init(&job.cv_start, NULL);
     pthread_cond_init(&job.cv_done, NULL);
-    pthread_t *th = calloc(o.threads, sizeof *th);
+    pthread_t *th = calloc(o->threads, sizeof *th);
     uint32_t nth = 0;
     if (!job.items || !th)
         rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
-    for (; rc == CHUTE_OK && nth < o.threads; nth++)
+    for (; rc == CHUTE_OK && nth < o->threads; nth++)
         if (pthread_create(&th[nth], NULL, pack_thread, &job) != 0) {
             if (nth == 0)
                 rc = ch_err(err, CHUTE_ENOMEM, "cannot start pack threads");
@@ -293,16 +735,16 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
         }
 
     chute_pack_progress pr = {0};
-    pr.files_total = list.n;
+    pr.files_total = list->n;
     shard_rec *recs = NULL;
     uint32_t nrecs = 0, reccap = 0;
     ch_shard_writer *w = NULL;
-    uint64_t written = 0, bytes = 0, skipped = 0;
+    uint64_t written = 0, bytes = 0, skipped = 0, over_limit = 0, retried = 0;
 
-    for (uint64_t base = 0; rc == CHUTE_OK && base < list.n; base += window) {
+    for (uint64_t base = 0; rc == CHUTE_OK && base < list->n; base += window) {
         pthread_mutex_lock(&job.mu);
         job.base = base;
-        job.count = CH_MIN(window, list.n - base);
+        job.count = CH_MIN(window, list->n - base);
         atomic_store(&job.next, 0);
         job.busy = nth;
         job.round++;
@@ -315,41 +757,49 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
             pack_item *it = &job.items[k];
             uint64_t i = base + k;
             pr.files_done++;
-            if (!it->ok) {
+            if (it->status == ITEM_FAIL) {
+                rc = ch_err(err, it->code, "%s", it->reason);
+                break;
+            }
+            if (it->status != ITEM_OK) {
                 char path[4096];
-                snprintf(path, sizeof path, "%s/%s", root, list.paths[i]);
+                snprintf(path, sizeof path, "%s/%s", root, list->paths[i]);
                 skipped++;
-                if (o.on_skip)
-                    o.on_skip(path, it->reason, o.user);
-                if (o.strict)
-                    rc = ch_err(err, CHUTE_ECORRUPT, "%s: %s (--strict)", path, it->reason);
+                over_limit += it->status == ITEM_OVER_LIMIT;
+                if (o->on_skip)
+                    o->on_skip(path, it->reason, o->user);
+                if (o->strict)
+                    rc = ch_err(err, it->status == ITEM_OVER_LIMIT ? CHUTE_ELIMIT : CHUTE_ECORRUPT,
+                                "%s: %s (--strict)", path, it->reason);
                 continue;
             }
+            retried += it->retried;
             if (!w) {
                 char sp[4096];
                 snprintf(sp, sizeof sp, "%s/shard-%05u.chute", out_dir, nrecs);
-                rc = ch_shard_writer_open(sp, o.align, list.nclasses, list.class_names, &w, err);
+                rc = ch_shard_writer_open(sp, o->align, list->nclasses, list->class_names, &w,
+                                          err);
                 if (rc)
                     break;
             }
-            rc = ch_shard_writer_add(w, it->data.data, (uint32_t)it->len, list.labels[i],
-                                     (uint32_t)it->kind, list.paths[i], err);
+            rc = ch_shard_writer_add(w, it->data.data, (uint32_t)it->len, list->labels[i],
+                                     (uint32_t)it->kind, list->paths[i], err);
             if (rc)
                 break;
             written++;
             bytes += it->len;
             pr.bytes_done += it->len;
-            if (ch_shard_writer_bytes(w) >= o.shard_size) {
+            if (ch_shard_writer_bytes(w) >= o->shard_size) {
                 rc = close_shard(w, out_dir, nrecs, &recs, &nrecs, &reccap, err);
                 w = NULL;
                 if (rc)
                     break;
                 pr.shards_done = nrecs;
             }
-            if (o.progress) {
+            if (o->progress) {
                 pr.skipped = skipped;
                 pr.seconds = (ch_now_ns() - t_start) / 1e9;
-                if (o.progress(&pr, o.user)) {
+                if (o->progress(&pr, o->user)) {
                     rc = ch_err(err, CHUTE_EINTERRUPTED, "pack cancelled");
                     break;
                 }
@@ -379,21 +829,95 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
     pthread_cond_destroy(&job.cv_done);
 
     if (rc == CHUTE_OK && written == 0)
-        rc = ch_err(err, CHUTE_ENOTFOUND, "%s: no decodable images (%llu files skipped)", root,
-                    (unsigned long long)skipped);
+        rc = ch_err(err, CHUTE_ENOTFOUND,
+                    "%s: no packable images (%llu files skipped: %llu undecodable, %llu over the "
+                    "loader's limits)",
+                    root, (unsigned long long)skipped, (unsigned long long)(skipped - over_limit),
+                    (unsigned long long)over_limit);
     if (rc == CHUTE_OK)
         rc = write_manifest(out_dir, recs, nrecs, err);
     if (rc == CHUTE_OK)
-        remove_stale(out_dir, nrecs);
-    if (rc == CHUTE_OK && out_result) {
-        out_result->files = written;
-        out_result->bytes = bytes;
-        out_result->skipped = skipped;
-        out_result->shards = nrecs;
-        out_result->classes = list.nclasses;
-        out_result->seconds = (ch_now_ns() - t_start) / 1e9;
+        rc = remove_stale(out_dir, nrecs, err);
+    if (rc == CHUTE_OK)
+        rc = verify_output(out_dir, written, list->nclasses, err);
+    if (rc == CHUTE_OK) {
+        res->files = written;
+        res->bytes = bytes;
+        res->skipped = skipped;
+        res->skipped_over_limit = over_limit;
+        res->reads_retried = retried;
+        res->shards = nrecs;
+        res->classes = list->nclasses;
+    } else {
+        /* Whatever failed after the manifest was written, the directory
+         * must not open as a dataset. */
+        char mpath[4096];
+        snprintf(mpath, sizeof mpath, "%s/%s", out_dir, CH_MANIFEST_NAME);
+        if (unlink(mpath) == 0)
+            ch_fsync_dir(out_dir, NULL);
     }
     free(recs);
+    return rc;
+}
+
+int chute_pack(const char *root, const char *out_dir, const chute_pack_options *opt,
+               chute_pack_result *out_result, chute_error *err)
+{
+    if (!root || !out_dir)
+        return ch_err(err, CHUTE_EINVAL, "chute_pack: root and out_dir are required");
+    chute_pack_options o = opt ? *opt : (chute_pack_options){0};
+    if (!o.shard_size)
+        o.shard_size = 256ull << 20;
+    if (!o.threads)
+        o.threads = (uint32_t)ch_online_cores();
+    if (o.threads > 256)
+        o.threads = 256;
+    if (!o.align)
+        o.align = 4096;
+    if (!o.max_pixels)
+        o.max_pixels = CHUTE_DEFAULT_MAX_PIXELS;
+    if (!o.max_sample_bytes)
+        o.max_sample_bytes = CHUTE_DEFAULT_MAX_SAMPLE_BYTES;
+    if (o.align < 64 || (o.align & (o.align - 1)))
+        return ch_err(err, CHUTE_EINVAL, "--align %u is not a power of two >= 64", o.align);
+    if (o.max_sample_bytes > 0xFFFFFFFFull)
+        return ch_err(err, CHUTE_EINVAL,
+                      "max_sample_bytes %llu is over a shard record's limit of 4 GiB - 1",
+                      (unsigned long long)o.max_sample_bytes);
+    uint64_t t_start = ch_now_ns();
+
+    int rc = check_paths(root, out_dir, err);
+    if (rc)
+        return rc;
+    ch_tree_list list;
+    rc = ch_tree_list_build(root, &list, err);
+    if (rc)
+        return rc;
+    rc = ch_mkdir_p(out_dir, err);
+    int lock_fd = -1, waited = 0;
+    if (rc == CHUTE_OK)
+        rc = lock_out_dir(out_dir, &o, &lock_fd, &waited, err);
+    chute_pack_result res = {0};
+    int done = 0;
+    if (rc == CHUTE_OK && waited)
+        rc = check_existing(root, out_dir, &list, &o, &done, &res, err);
+    if (rc == CHUTE_OK && !done) {
+        char mpath[4096];
+        snprintf(mpath, sizeof mpath, "%s/%s", out_dir, CH_MANIFEST_NAME);
+        if (unlink(mpath) != 0 && errno != ENOENT)
+            rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot remove the old manifest", mpath);
+        if (rc == CHUTE_OK)
+            rc = ch_fsync_dir(out_dir, err);
+        if (rc == CHUTE_OK)
+            rc = remove_stale(out_dir, UINT32_MAX, err);
+        if (rc == CHUTE_OK)
+            rc = pack_shards(root, out_dir, &list, &o, t_start, &res, err);
+    }
+    unlock_out_dir(out_dir, lock_fd);
+    if (rc == CHUTE_OK && out_result) {
+        res.seconds = (ch_now_ns() - t_start) / 1e9;
+        *out_result = res;
+    }
     ch_tree_list_free(&list);
     return rc;
 }

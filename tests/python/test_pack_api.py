@@ -36,3 +36,32 @@ def test_pack_progress_exception_propagates(tree, tmp_path):
 
     with pytest.raises(KeyError):
         chute.pack(tree, str(tmp_path / "e"), progress=boom)
+
+
+def test_pack_summary_separates_limits_from_undecodable(corrupt_tree, tmp_path):
+    # corrupt_tree has one truncated and one garbage JPEG; a limit just under
+    # the largest file's size makes that one "over the limit" instead.
+    import os
+    files = [os.path.join(r, f) for r, _, fs in os.walk(corrupt_tree) for f in fs]
+    big = max(files, key=os.path.getsize)
+    res = chute.pack(corrupt_tree, str(tmp_path / "s"), max_sample_bytes=os.path.getsize(big) - 1)
+    assert res["skipped"] == 3 and res["skipped_over_limit"] == 1
+    assert res["files"] == len(files) - 3 and res["already_packed"] is False
+    assert any(p == big and "limit" in why for p, why in res["skipped_files"])
+
+
+def test_pack_no_wait_fails_while_another_pack_holds_out_dir(tree, tmp_path):
+    import fcntl
+    import os
+    out = tmp_path / "locked"
+    out.mkdir()
+    fd = os.open(str(out / "chute.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(chute.ChuteError, match="another process"):
+            chute.pack(tree, str(out), wait=False)
+        assert sorted(os.listdir(str(out))) == ["chute.lock"]
+    finally:
+        os.close(fd)
+    res = chute.pack(tree, str(out), threads=2)
+    assert res["files"] == TREE_IMAGES and not os.path.exists(str(out / "chute.lock"))
