@@ -48,6 +48,22 @@ int ch_err_errno(chute_error *err, int code, int errnum, const char *fmt, ...)
     return code;
 }
 
+int ch_error_kind(int status)
+{
+    switch (status) {
+    case CHUTE_ECORRUPT:
+    case CHUTE_EFORMAT:
+    case CHUTE_ELIMIT:       /* same answer on every read: a property of the sample */
+    case CHUTE_EUNSUPPORTED: /* an image this build cannot decode */
+        return CH_ERR_CONTENT;
+    case CHUTE_EIO:
+    case CHUTE_ENOTFOUND:    /* a file listed at open has gone */
+        return CH_ERR_IO;
+    default:
+        return CH_ERR_FATAL;
+    }
+}
+
 void ch_permutation(uint64_t *v, uint64_t n, ch_rng *r)
 {
     for (uint64_t i = 0; i < n; i++)

@@ -25,6 +25,13 @@ int ch_err(chute_error *err, int code, const char *fmt, ...)
 int ch_err_errno(chute_error *err, int code, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* What an error that stopped one sample says about the run (chute.h,
+ * above chute_corrupt_policy): bad content of that sample (skip or fail
+ * per policy), an I/O problem (retry, then fail; never skip), or anything
+ * else (fail). */
+enum { CH_ERR_CONTENT = 0, CH_ERR_IO = 1, CH_ERR_FATAL = 2 };
+int ch_error_kind(int status);
+
 static inline uint64_t ch_now_ns(void)
 {
     struct timespec ts;

@@ -9,6 +9,11 @@
  * still decoded, so truncation and corruption are caught, at a fraction
  * of a full decode's cost.
  *
+ * Only files whose *content* is bad (undecodable, over a limit) are left
+ * out and reported; a file that cannot be read (I/O error, vanished) or
+ * memory running out fails the pack with that status, since leaving such
+ * a file out would silently make a smaller dataset.
+ *
  * Crash safety: the old manifest is removed first, shards are written as
  * "*.tmp" and renamed when complete and synced, and the new manifest is
  * written (tmp + fsync + rename + fsync dir) only after every shard is
@@ -33,6 +38,7 @@ typedef struct pack_item {
     ch_buf data;
     size_t len;
     int ok;
+    int code;                 /* status when !ok: content errors skip, others fail */
     int kind;
     char reason[512];
 } pack_item;
@@ -60,28 +66,33 @@ static void check_one(pack_job *j, ch_decoder *dec, ch_buf *pix, uint64_t i)
     snprintf(path, sizeof path, "%s/%s", j->root, j->list->paths[i]);
     chute_error err = {0};
     it->ok = 0;
+    it->code = CHUTE_OK;
     it->reason[0] = '\0';
     size_t len = 0;
     int rc = ch_source_local.read_file(path, it->data.data, it->data.cap, &len, &err);
     if (rc == CH_ESMALL) {
         if (len > 0xFFFFFFFFu) {
+            it->code = CHUTE_ELIMIT;
             snprintf(it->reason, sizeof it->reason, "%zu bytes is too large for a shard record",
                      len);
             return;
         }
         if (ch_buf_reserve(&it->data, len) != CHUTE_OK) {
-            snprintf(it->reason, sizeof it->reason, "out of memory");
+            it->code = CHUTE_ENOMEM;
+            snprintf(it->reason, sizeof it->reason, "out of memory for %zu bytes", len);
             return;
         }
         rc = ch_source_local.read_file(path, it->data.data, it->data.cap, &len, &err);
     }
     if (rc != CHUTE_OK) {
+        it->code = rc == CH_ESMALL ? CHUTE_EIO : rc;
         snprintf(it->reason, sizeof it->reason, "%s", rc == CH_ESMALL ? "file changed size" : err.message);
         return;
     }
     it->len = len;
     it->kind = ch_sniff(it->data.data, len);
     if (it->kind == CH_IMG_UNKNOWN) {
+        it->code = CHUTE_EFORMAT;
         snprintf(it->reason, sizeof it->reason, "not a JPEG or PNG image (%s)",
                  ch_sniff_name(it->data.data, len));
         return;
@@ -96,6 +107,7 @@ static void check_one(pack_job *j, ch_decoder *dec, ch_buf *pix, uint64_t i)
             rc = ch_decoder_finish(dec, denom, 0, 0, sw, sh, pix, &img, &err);
         }
         if (rc != CHUTE_OK) {
+            it->code = rc;
             snprintf(it->reason, sizeof it->reason, "%s", err.message);
             return;
         }
@@ -126,7 +138,9 @@ static void *pack_thread(void *arg)
                 check_one(j, dec, &pix, j->base + k);
             } else {
                 j->items[k].ok = 0;
-                snprintf(j->items[k].reason, sizeof j->items[k].reason, "out of memory");
+                j->items[k].code = CHUTE_ENOMEM;
+                snprintf(j->items[k].reason, sizeof j->items[k].reason,
+                         "out of memory for a decoder");
             }
         }
         pthread_mutex_lock(&j->mu);
@@ -321,6 +335,15 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
             if (!it->ok) {
                 char path[4096];
                 snprintf(path, sizeof path, "%s/%s", root, list.paths[i]);
+                if (ch_error_kind(it->code) != CH_ERR_CONTENT) {
+                    /* Not the file's content: leaving it out would hide
+                     * the failure in a smaller dataset. */
+                    if (strstr(it->reason, path))
+                        rc = ch_err(err, it->code, "%s", it->reason);
+                    else
+                        rc = ch_err(err, it->code, "%s: %s", path, it->reason);
+                    break;
+                }
                 skipped++;
                 if (o.on_skip)
                     o.on_skip(path, it->reason, o.user);

@@ -278,25 +278,6 @@ static void finish_task(chute_loader *ld, slot *s)
     }
 }
 
-enum { ERR_CONTENT, ERR_IO, ERR_FATAL };
-
-/* Which of the three kinds an error from fill_sample is (see the essay). */
-static int error_kind(int rc)
-{
-    switch (rc) {
-    case CHUTE_ECORRUPT:
-    case CHUTE_EFORMAT:
-    case CHUTE_ELIMIT:       /* same answer on every read: a property of the sample */
-    case CHUTE_EUNSUPPORTED: /* an image this build cannot decode */
-        return ERR_CONTENT;
-    case CHUTE_EIO:
-    case CHUTE_ENOTFOUND:    /* a file listed at open has gone */
-        return ERR_IO;
-    default:
-        return ERR_FATAL;
-    }
-}
-
 static void sleep_ms(uint32_t ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -310,14 +291,14 @@ static int make_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
 {
     int rc = fill_sample(ld, w, idx, dst, err);
     int attempts = 1;
-    while (rc != CHUTE_OK && error_kind(rc) == ERR_IO && attempts < IO_ATTEMPTS &&
+    while (rc != CHUTE_OK && ch_error_kind(rc) == CH_ERR_IO && attempts < IO_ATTEMPTS &&
            atomic_load_explicit(&ld->cancel_gen, memory_order_acquire) == gen) {
         sleep_ms(io_backoff_ms[attempts - 1]);
         ch_counter_inc(&w->stats->io_retries);
         attempts++;
         rc = fill_sample(ld, w, idx, dst, err);
     }
-    if (rc != CHUTE_OK && error_kind(rc) == ERR_IO && attempts > 1) {
+    if (rc != CHUTE_OK && ch_error_kind(rc) == CH_ERR_IO && attempts > 1) {
         size_t n = strnlen(err->message, sizeof err->message);
         snprintf(err->message + n, sizeof err->message - n, " (failed %d times)", attempts);
     }
@@ -375,8 +356,8 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
     if (rc != CHUTE_OK) {
         char where[512];
         ld->ds->fmt->describe(ld->ds, idx, where, sizeof where);
-        int kind = error_kind(rc);
-        if (kind != ERR_CONTENT) {
+        int kind = ch_error_kind(rc);
+        if (kind != CH_ERR_CONTENT) {
             fail_slot(ld, s, rc, where, err.message, NULL);
         } else if (ld->o.on_corrupt == CHUTE_CORRUPT_FAIL) {
             ch_counter_inc(&w->stats->corrupt);
@@ -397,7 +378,7 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
                 if (rc == CHUTE_OK)
                     break;
                 ld->ds->fmt->describe(ld->ds, used, rwhere, sizeof rwhere);
-                if (error_kind(rc) != ERR_CONTENT) {
+                if (ch_error_kind(rc) != CH_ERR_CONTENT) {
                     char extra[600];
                     snprintf(extra, sizeof extra, " (while replacing skipped sample %s)", where);
                     fail_slot(ld, s, rc, rwhere, rerr.message, extra);

@@ -203,3 +203,30 @@ def test_default_workers_follow_affinity(tree):
         alone, _, _ = run(pair)
         w, n, why = run(pair, LOCAL_WORLD_SIZE="2")
         assert w == max(1, alone // 2) and "LOCAL_WORLD_SIZE=2" in why, (alone, w, why)
+
+
+def test_pack_fails_on_unreadable_file_instead_of_leaving_it_out(corrupt_tree, tmp_path):
+    """pack leaves out files with bad content (the corrupt tree's two), but a
+    file it cannot read is an I/O error: the pack fails naming it, rather
+    than writing a dataset that silently lacks the file."""
+    import shutil
+    import socket
+    src = tmp_path / "tree"
+    shutil.copytree(corrupt_tree, src)
+    bad = src / "class00" / "unreadable.jpg"  # a socket: open() fails with ENXIO
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.bind(str(bad))
+    except OSError as e:
+        pytest.skip("cannot make a socket file: %s" % e)
+    try:
+        with pytest.raises(chute.ChuteIOError) as e:
+            chute.pack(str(src), str(tmp_path / "out"))
+        assert "unreadable.jpg" in str(e.value)
+        with pytest.raises(chute.ChuteError):
+            chute.Dataset(str(tmp_path / "out"))  # no manifest: not a dataset
+    finally:
+        s.close()
+    os.unlink(str(bad))
+    res = chute.pack(str(src), str(tmp_path / "out"))
+    assert res["skipped"] == 2 and res["files"] == 30
