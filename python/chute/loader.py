@@ -596,7 +596,7 @@ def pack(
     """Pack the ImageFolder tree at ``root`` into a shard directory ``out_dir``.
 
     shard_size: target bytes per shard (default 256 MiB).
-    threads: validating threads (default: online cores).
+    threads: validating threads (default: :func:`chute.default_workers`).
     strict: fail on the first undecodable file instead of leaving it out.
     validate: decode-check every file (default) or only sniff its type.
     align: record alignment in bytes, a power of two (default 4096).
