@@ -24,7 +24,8 @@ int cmd_bench(int argc, char **argv)
         {"--transform", CLI_CHOICE, &transform, "train|eval|none", 0, 0, "transform (default train)"},
         {"--size", CLI_U32, &o.size, NULL, 1, 8192, "output height and width (default 224)"},
         {"--batch-size", CLI_U32, &o.batch_size, NULL, 1, 1 << 20, "samples per batch (default 256)"},
-        {"--workers", CLI_U32, &o.workers, NULL, 1, 1024, "worker threads (default: cores)"},
+        {"--workers", CLI_U32, &o.workers, NULL, 1, 1024,
+         "worker threads (default: the CPUs this process may use / LOCAL_WORLD_SIZE)"},
         {"--prefetch", CLI_U32, &o.prefetch, NULL, 1, 64, "batches prepared ahead (default 2)"},
         {"--epochs", CLI_U32, &epochs, NULL, 1, 1000000, "epochs to run (default 1)"},
         {"--max-batches", CLI_U64, &max_batches, NULL, 0, UINT64_MAX,
@@ -50,6 +51,10 @@ int cmd_bench(int argc, char **argv)
     o.transform = (chute_transform)transform;
     o.dtype = dtype == 0 ? CHUTE_DTYPE_FLOAT32 : dtype == 1 ? CHUTE_DTYPE_UINT8 : CHUTE_DTYPE_FLOAT16;
     o.no_dct_scale = no_dct;
+    /* The library picks the same count for workers = 0; say why. */
+    char workers_why[256] = "--workers";
+    if (!o.workers)
+        chute_default_workers(workers_why, sizeof workers_why);
 
     chute_error err = {0};
     chute_dataset *ds = NULL;
@@ -134,9 +139,21 @@ int cmd_bench(int argc, char **argv)
     const char *kind = chute_dataset_kind(ds) == CHUTE_SOURCE_SHARDS ? "shards" : "tree";
     static const char *tnames[] = {"train", "eval", "none"};
     if (json) {
+        char workers_json[512]; /* the reason names files: escape for JSON */
+        size_t j = 0;
+        for (const char *p = workers_why; *p && j + 7 < sizeof workers_json; p++) {
+            unsigned char ch = (unsigned char)*p;
+            if (ch == '"' || ch == '\\')
+                workers_json[j++] = '\\';
+            if (ch < 0x20)
+                j += (size_t)snprintf(workers_json + j, sizeof workers_json - j, "\\u%04x", ch);
+            else
+                workers_json[j++] = (char)ch;
+        }
+        workers_json[j] = '\0';
         printf("{\"system\":\"chute\",\"source\":\"%s\",\"transform\":\"%s\",\"images\":%llu,"
                "\"batches\":%llu,\"seconds\":%.4f,\"images_per_sec\":%.2f,\"mb_per_sec\":%.2f,"
-               "\"workers\":%u,\"batch_size\":%u,\"wait_seconds\":%.4f,\"wait_fraction\":%.4f,"
+               "\"workers\":%u,\"workers_reason\":\"%s\",\"batch_size\":%u,\"wait_seconds\":%.4f,\"wait_fraction\":%.4f,"
                "\"cpu_seconds\":%.3f,\"cpu_seconds_per_1k\":%.4f,\"corrupt\":%llu,"
                "\"dct_scaled\":%llu,\"read_busy_s\":%.3f,\"decode_busy_s\":%.3f,"
                "\"transform_busy_s\":%.3f,\"open_seconds\":%.4f,\"read_lat_p50_us\":%.1f,"
@@ -144,7 +161,7 @@ int cmd_bench(int argc, char **argv)
                "\"queue_capacity\":%u,\"samples_delivered\":%llu,\"wall_seconds\":%.4f,"
                "\"gpu_idle_fraction\":%.3f,\"failed\":%s}\n",
                kind, tnames[transform], (unsigned long long)images, (unsigned long long)batches,
-               secs, ips, mbs, s.workers, o.batch_size ? o.batch_size : 256, wait,
+               secs, ips, mbs, s.workers, workers_json, o.batch_size ? o.batch_size : 256, wait,
                secs > 0 ? wait / secs : 0, cpu, images ? cpu / images * 1000 : 0,
                (unsigned long long)s.corrupt, (unsigned long long)s.dct_scaled,
                s.read.busy_ns / 1e9, s.decode.busy_ns / 1e9, s.transform.busy_ns / 1e9, t_open,
@@ -153,9 +170,9 @@ int cmd_bench(int argc, char **argv)
                (unsigned long long)s.samples, s.wall_ns / 1e9,
                gpu_samples ? (double)gpu_idle / gpu_samples : -1.0, failed ? "true" : "false");
     } else {
-        printf("%s (%s, %s): %llu images in %.2f s = %.1f images/s, %.1f MB/s, %u workers\n",
+        printf("%s (%s, %s): %llu images in %.2f s = %.1f images/s, %.1f MB/s, %u workers (%s)\n",
                pos[0], kind, tnames[transform], (unsigned long long)images, secs, ips, mbs,
-               s.workers);
+               s.workers, workers_why);
         printf("  consumer waited %.2f s (%.1f%%); cpu %.2f s (%.3f s per 1000 images); "
                "busy: read %.2f s, decode %.2f s, transform %.2f s; corrupt %llu\n",
                wait, secs > 0 ? 100 * wait / secs : 0, cpu, images ? cpu / images * 1000 : 0,

@@ -1,7 +1,7 @@
 /*
  * inspect.c — `chute inspect SOURCE`: what is in this dataset?
  *
- * Reads every sample once (threads = cores) and parses only its header:
+ * Reads every sample once (threads = usable CPUs) and parses only its header:
  * counts per class, file sizes in power-of-two bins, image dimensions,
  * formats and colour spaces, and the samples that do not parse (path and
  * reason).  --verify decodes every image fully instead.
@@ -155,7 +155,7 @@ int cmd_inspect(int argc, char **argv)
     uint32_t threads = 0;
     const cli_opt opts[] = {
         {"--verify", CLI_FLAG, &verify, NULL, 0, 0, "decode every image fully (slower)"},
-        {"--threads", CLI_U32, &threads, NULL, 1, 1024, "threads (default: cores)"},
+        {"--threads", CLI_U32, &threads, NULL, 1, 1024, "threads (default: the CPUs this process may use)"},
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
@@ -182,8 +182,8 @@ int cmd_inspect(int argc, char **argv)
     uint32_t nc = chute_dataset_num_classes(ds);
     s.per_class = calloc(nc ? nc : 1, sizeof *s.per_class);
     pthread_mutex_init(&s.mu, NULL);
-    if (!threads)
-        threads = (uint32_t)ch_online_cores();
+    if (!threads) /* the CPUs this process may use, as the loader's workers */
+        threads = chute_default_workers(NULL, 0);
     double t0 = cli_now_s();
     pthread_t *th = calloc(threads, sizeof *th);
     uint32_t started = 0;

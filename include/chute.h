@@ -95,6 +95,15 @@ typedef struct chute_dataset_options {
     chute_source_kind kind;   /* default AUTO */
     uint32_t read_delay_us;   /* add this latency to every sample read: for tests and
                                  "what if my storage were slower" runs; default 0 */
+    /* Fault injection, for tests only (like read_delay_us): the first
+     * inject_fail_reads reads of sample inject_fail_sample fail with status
+     * inject_fail_status (0 = CHUTE_EIO; CHUTE_ENOMEM, CHUTE_ECORRUPT,
+     * CHUTE_ELIMIT, ... are accepted) and a message naming the sample.
+     * inject_fail_reads = 0 (the default) injects nothing.  The count is
+     * per dataset, shared by every loader and thread reading it. */
+    uint32_t inject_fail_reads;
+    int32_t inject_fail_status;
+    uint64_t inject_fail_sample;
 } chute_dataset_options;
 
 /* chute_dataset_open with options. */
@@ -141,6 +150,26 @@ typedef enum chute_layout {
     CHUTE_LAYOUT_NHWC = 2
 } chute_layout;
 
+/* What a sample that cannot be made does to the run depends on why:
+ *
+ *   bad content  CHUTE_ECORRUPT, CHUTE_EFORMAT (decode or checksum),
+ *                CHUTE_ELIMIT (over max_pixels / max_sample_bytes: a
+ *                property of the sample, the same on every read) and
+ *                CHUTE_EUNSUPPORTED (an image this build cannot decode):
+ *                skipped and counted (stats.corrupt) or failed, per the
+ *                policy below.  Under FAIL, chute_loader_next returns
+ *                CHUTE_ECORRUPT with the sample's location and reason.
+ *   I/O          CHUTE_EIO, CHUTE_ENOTFOUND (a listed file vanished):
+ *                retried 3 times with backoff (10, 40, 160 ms;
+ *                stats.io_retries counts them); if the read still fails,
+ *                chute_loader_next returns that status with the location
+ *                and reason.  Never skipped: a substitute sample would
+ *                hide a failing disk or mount.
+ *   anything else, e.g. CHUTE_ENOMEM: chute_loader_next returns it at
+ *                once, whatever the policy.
+ *
+ * After an error from chute_loader_next the epoch is over (CHUTE_END
+ * until the next chute_loader_start_epoch).                              */
 typedef enum chute_corrupt_policy {
     CHUTE_CORRUPT_SKIP = 0,   /* count it, fill its slot with a replacement sample */
     CHUTE_CORRUPT_FAIL = 1    /* chute_loader_next fails with the sample's location */
@@ -158,7 +187,7 @@ typedef struct chute_loader_options {
     chute_transform transform;/* default TRAIN */
     chute_dtype dtype;        /* default FLOAT32 */
     chute_layout layout;      /* default NCHW for floats, NHWC for uint8 */
-    uint32_t workers;         /* worker threads; default: online cores */
+    uint32_t workers;         /* worker threads; default: chute_default_workers() */
     uint32_t prefetch;        /* batches prepared ahead of the consumer; default 2 */
     uint32_t max_held;        /* batches the consumer may hold at once; default 2 */
     uint64_t seed;            /* shuffle + augmentation seed; default 0 */
@@ -182,10 +211,19 @@ typedef struct chute_loader chute_loader;
 
 /* Create a loader over an open dataset (borrowed: keep `ds` open until the
  * loader is destroyed).  Worker threads start idle; batches are produced
- * once an epoch is started.                                              */
+ * once an epoch is started.
+ *
+ * fork(): a loader belongs to the process that created it; its worker
+ * threads do not exist in a forked child.  In a child, next, next_timeout,
+ * start_epoch and stop return CHUTE_EINVAL with a message saying so,
+ * chute_batch_release does nothing, chute_loader_stats reads without
+ * locking, and chute_loader_destroy frees the memory without joining or
+ * locking anything.  Create loaders in the child instead (e.g. in a
+ * DataLoader's worker_init_fn).                                          */
 CHUTE_API int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt,
                                   chute_loader **out_loader, chute_error *err);
-/* Stops workers, frees buffers.  Batches not yet released become invalid. */
+/* Stops workers, frees buffers.  Batches not yet released become invalid.
+ * In a forked child: frees memory only (see chute_loader_create).        */
 CHUTE_API void chute_loader_destroy(chute_loader *ld);
 
 /* Begin (or restart) epoch `epoch`, skipping the first `start_batch`
@@ -218,6 +256,8 @@ typedef struct chute_batch_view {
     size_t nbytes;            /* bytes of `data` in use */
     int64_t *labels;          /* `count` int64 labels */
     uint64_t *indices;        /* `count` dataset sample indices */
+                              /* data, labels and indices each start on a
+                                 64-byte boundary */
     uint32_t count;
     uint64_t epoch;
     uint64_t batch_index;     /* position of this batch within the epoch */
@@ -243,6 +283,15 @@ CHUTE_API void chute_batch_release(chute_batch *b);
  * Read it on the thread that calls chute_loader_next; it stays valid
  * until the next call on this loader.                                    */
 CHUTE_API const char *chute_loader_errmsg(const chute_loader *ld);
+
+/* The worker count a loader uses when `workers` is 0: the CPUs this
+ * process may use (the smaller of its affinity mask and its cgroup CPU
+ * quota, cgroup v1 or v2), divided by the LOCAL_WORLD_SIZE environment
+ * variable when that is set (torchrun: ranks per host), at least 1.
+ * Writes a one-line reason ("affinity mask: 1 of 16 online CPUs") to
+ * `why` when it is not NULL.  Pack's default thread count is the same.
+ * Thread-safe.                                                           */
+CHUTE_API uint32_t chute_default_workers(char *why, size_t why_len);
 
 /* ------------------------------------------------------------------ */
 /* Statistics.  Busy times are summed over workers.                      */
@@ -270,6 +319,7 @@ typedef struct chute_stats {
     uint64_t read_lat_p90_ns;
     uint64_t read_lat_p99_ns;
     uint64_t read_lat_max_ns;  /* upper bound of the slowest read's bucket */
+    uint64_t io_retries;       /* sample reads retried after an I/O error */
 } chute_stats;
 
 /* Snapshot of the counters; callable from any thread. */
@@ -305,7 +355,7 @@ typedef int (*chute_pack_wait_fn)(const char *out_dir, const char *holder, doubl
 
 typedef struct chute_pack_options {
     uint64_t shard_size;       /* target bytes per shard; default 256 MiB */
-    uint32_t threads;          /* validating threads; default online cores */
+    uint32_t threads;          /* validating threads; default chute_default_workers() */
     uint32_t align;            /* record alignment, power of two; default 4096 */
     int strict;                /* nonzero: an undecodable or over-limit file fails the pack */
     int no_validate;           /* nonzero: don't decode files, only sniff type */

@@ -19,6 +19,9 @@ Contents
     Batch, Array what Loader.next_batch() returns; Array speaks DLPack,
                  the NumPy array interface and the buffer protocol
     pack         ImageFolder tree -> shard directory
+    default_workers  the default worker count and why (affinity, cgroup quota,
+                 LOCAL_WORLD_SIZE)
+    SkippedSamplesWarning  once per epoch when on_corrupt="skip" replaced samples
     probe_image  decode-check encoded bytes
     ChuteError   base of the exceptions (InvalidArgumentError, NotFoundError,
                  CorruptDataError, BusyError, ...)
@@ -41,9 +44,9 @@ from ._chute import (  # noqa: F401
     probe_image,
 )
 from ._chute import version as _lib_version
-from .loader import Loader, distributed_defaults, pack
+from .loader import Loader, SkippedSamplesWarning, default_workers, distributed_defaults, pack
 
-for _obj in (Loader, pack, distributed_defaults):
+for _obj in (Loader, pack, distributed_defaults, default_workers, SkippedSamplesWarning):
     _obj.__module__ = __name__  # help() and reprs say chute.Loader, not chute.loader.Loader
 del _obj
 
@@ -58,6 +61,8 @@ __all__ = [
     "pack",
     "probe_image",
     "distributed_defaults",
+    "default_workers",
+    "SkippedSamplesWarning",
     "ChuteError",
     "InvalidArgumentError",
     "OutOfMemoryError",

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Uni
 
 from . import _chute
 
-__all__ = ["Loader", "pack", "distributed_defaults"]
+__all__ = ["Loader", "pack", "distributed_defaults", "SkippedSamplesWarning", "default_workers"]
 
 PathLike = Union[str, os.PathLike]
 
@@ -82,6 +82,22 @@ def _rgb(name: str, value: Optional[Sequence[float]]) -> Optional[Tuple[float, f
     if len(t) != 3:
         raise ValueError("%s must have 3 values (R, G, B), got %d" % (name, len(t)))
     return t  # type: ignore[return-value]
+
+
+class SkippedSamplesWarning(UserWarning):
+    """Issued once per epoch, with a count, when ``on_corrupt="skip"`` replaced
+    samples whose content could not be decoded (``stats()["corrupt"]`` counts
+    them too).  Turn it into an error with
+    ``warnings.simplefilter("error", chute.SkippedSamplesWarning)``."""
+
+
+def default_workers() -> Tuple[int, str]:
+    """``(count, reason)``: the worker count a :class:`Loader` (and :func:`pack`)
+    uses by default — the CPUs this process may use (its affinity mask, as set
+    by ``taskset``, and its cgroup CPU quota in a container), divided by
+    ``LOCAL_WORLD_SIZE`` when set (torchrun's processes per host), at least 1."""
+    n, why = _chute.default_workers()
+    return int(n), str(why)
 
 
 def distributed_defaults() -> Tuple[int, int, str]:
@@ -167,7 +183,9 @@ class Loader:
             epoch's first samples, default) or ``"drop"``.
 
     Pipeline
-        workers: decoding threads (default: online cores).
+        workers: decoding threads (default: :func:`chute.default_workers`, the CPUs
+            this process may use — affinity mask and cgroup CPU quota — divided
+            by ``LOCAL_WORLD_SIZE`` when set).
         prefetch: batches prepared ahead of the consumer (default 2).
         max_held: batches that may be alive zero-copy at once, counting the one
             just returned and the previous one still bound to your loop
@@ -180,9 +198,14 @@ class Loader:
             overwritten while you use it (``stats()["copied_batches"]`` counts
             these); ``"raise"`` raises :class:`chute.BusyError` instead (after one
             garbage collection).
-        on_corrupt: ``"skip"`` (count the sample and substitute another one of this
-            epoch, deterministically) or ``"fail"`` (raise
-            :class:`chute.CorruptDataError` naming the file).
+        on_corrupt: what a sample with bad *content* does (undecodable, failing its
+            checksum, or over max_pixels / max_sample_bytes): ``"skip"`` (count it,
+            substitute another sample of this epoch, deterministically, and issue
+            one :class:`chute.SkippedSamplesWarning` per epoch with the count) or
+            ``"fail"`` (raise :class:`chute.CorruptDataError` naming the file).
+            I/O errors are never skipped: a read is retried 3 times with backoff
+            (``stats()["io_retries"]``), then :class:`chute.ChuteIOError` names the
+            file; out of memory raises :class:`chute.OutOfMemoryError` at once.
         max_pixels, max_sample_bytes: per-sample limits (default 64 Mpx, 64 MiB).
         timeout: seconds to wait for one batch before :class:`TimeoutError`
             (default: forever; Ctrl-C interrupts the wait either way).
@@ -193,6 +216,12 @@ class Loader:
     across iterations, epochs, and even after the loader is closed or freed —
     and the buffer returns to the ring when the last tensor referring to it is
     freed.  Write ``images.clone()`` for tensors you keep for long.
+
+    fork: a Loader belongs to the process that created it.  In a ``fork()``
+    child (``multiprocessing`` with the fork start method, a ``DataLoader``
+    with workers wrapping this Loader) its threads do not exist: iterating
+    raises RuntimeError, and freeing it there frees memory without waiting
+    for them.  Create the Loader in the child, or use ``spawn``/``forkserver``.
 
     Resume: :meth:`state_dict` records (seed, epoch, batches consumed); a new
     loader given :meth:`load_state_dict` continues that epoch with exactly the
@@ -335,6 +364,8 @@ class Loader:
         self._generation = 0        # bumps on every start; stale iterators stop
         self._active = False        # an epoch run is in progress
         self._warned_copy = False
+        self._corrupt_base = 0      # stats()["corrupt"] when the current epoch started
+        self._skip_epoch: Optional[int] = None  # epoch whose skips are not yet reported
 
     # ------------------------------------------------------------------
     # Epochs and iteration
@@ -357,12 +388,31 @@ class Loader:
         """The epoch set by :meth:`set_epoch` (or restored by :meth:`load_state_dict`)."""
         return self._epoch
 
+    def _report_skips(self) -> None:
+        """Warn once, with a count, about samples skipped in the epoch that
+        just ended (or was abandoned)."""
+        epoch, self._skip_epoch = self._skip_epoch, None
+        if epoch is None or self._core is None or self.on_corrupt != "skip":
+            return
+        n = int(self._core.stats()["corrupt"]) - self._corrupt_base
+        if n > 0:
+            last = self._core.errmsg()
+            warnings.warn("chute.Loader: epoch %d: %d sample%s with bad content (undecodable, "
+                          "failing a checksum or over a size limit) replaced by other samples of "
+                          "the epoch (on_corrupt='skip')%s. on_corrupt='fail' raises instead."
+                          % (epoch, n, "" if n == 1 else "s",
+                             "; last: " + last if last.startswith("skipped") else ""),
+                          SkippedSamplesWarning, stacklevel=4)
+
     def _begin(self) -> None:
+        self._report_skips()
         start = 0
         if self._resume is not None and self._resume[0] == self._epoch:
             start = self._resume[1]
         self._resume = None
+        self._corrupt_base = int(self._core.stats()["corrupt"])
         self._core.start_epoch(self._epoch, start)
+        self._skip_epoch = self._epoch
         self._consumed = min(start, self._core.num_batches)
         self._generation += 1
         self._active = True
@@ -396,6 +446,7 @@ class Loader:
         b = self._core.next(timeout=self.timeout if timeout is None else timeout)
         if b is None:
             self._active = False
+            self._report_skips()
             return None
         self._consumed += 1
         if b.copied and not self._warned_copy:
@@ -468,7 +519,8 @@ class Loader:
         mb_per_sec, bytes_read, per-stage items/bytes/busy seconds (read_*,
         decode_*, transform_*; busy time summed over workers), wait_s and
         wait_fraction (time the consumer spent blocked), queue_fill_avg (ready
-        batches found per next()), batches, samples, corrupt, dct_scaled,
+        batches found per next()), batches, samples, corrupt (samples skipped or
+        failed for bad content), io_retries (reads retried after an I/O error), dct_scaled,
         workers, wall_s, queue_capacity, read latency percentiles
         (read_lat_p50_ms, _p90_, _p99_, _max_), copied_batches (see
         hold_policy) and held_batches (batches alive zero-copy now)."""
@@ -478,6 +530,8 @@ class Loader:
         """Stop the workers and free the ring.  Tensors still alive keep their
         batch's memory valid; it is freed with the last of them."""
         if self._core is not None:
+            if not self._core.closed:
+                self._report_skips()
             self._core.close()
         self._active = False
 
@@ -544,7 +598,7 @@ def pack(
     """Pack the ImageFolder tree at ``root`` into a shard directory ``out_dir``.
 
     shard_size: target bytes per shard (default 256 MiB).
-    threads: validating threads (default: online cores).
+    threads: validating threads (default: :func:`chute.default_workers`).
     strict: fail on the first undecodable file instead of leaving it out.
     validate: decode-check every file (default) or only sniff its type.
     align: record alignment in bytes, a power of two (default 4096).

@@ -39,6 +39,13 @@
  * inside next() (the GIL is released there) instead of racing.  Batch
  * release is thread-safe in the library and needs no guard.
  *
+ * fork().  A _Loader remembers the pid that created it.  In a forked
+ * child (multiprocessing with fork, a DataLoader wrapping a chute.Loader)
+ * its worker threads do not exist; every call that would use them raises
+ * RuntimeError saying so, and freeing it in the child frees memory
+ * without joining threads (the library's destroy knows it is in a child).
+ * A Dataset has no threads and works in a child.
+ *
  * The module keeps its exception types in static variables, so it
  * supports one interpreter per process (no sub-interpreters).
  */
@@ -50,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "chute.h"
 #include "dlpack.h"
@@ -664,12 +672,15 @@ static PyTypeObject DatasetType;
 
 static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"path", "kind", "read_delay_us", NULL};
+    static char *kwlist[] = {"path", "kind", "read_delay_us", "inject_fail_sample",
+                             "inject_fail_reads", "inject_fail_status", NULL};
     PyObject *path = NULL;
-    int kind = CHUTE_SOURCE_AUTO;
-    unsigned int delay = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$I:Dataset", kwlist, PyUnicode_FSConverter,
-                                     &path, &kind, &delay))
+    int kind = CHUTE_SOURCE_AUTO, fail_status = 0;
+    unsigned int delay = 0, fail_reads = 0;
+    unsigned long long fail_sample = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIi:Dataset", kwlist, PyUnicode_FSConverter,
+                                     &path, &kind, &delay, &fail_sample, &fail_reads,
+                                     &fail_status))
         return -1;
     if (kind < CHUTE_SOURCE_AUTO || kind > CHUTE_SOURCE_SHARDS) {
         Py_DECREF(path);
@@ -690,6 +701,9 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     memset(&o, 0, sizeof o);
     o.kind = (chute_source_kind)kind;
     o.read_delay_us = delay;
+    o.inject_fail_sample = fail_sample;
+    o.inject_fail_reads = fail_reads;
+    o.inject_fail_status = fail_status;
     Py_BEGIN_ALLOW_THREADS
     rc = chute_dataset_open_ex(p, &o, &ds, &err);
     Py_END_ALLOW_THREADS
@@ -914,11 +928,15 @@ static PyTypeObject DatasetType = {
     .tp_repr = (reprfunc)Dataset_repr,
     .tp_as_sequence = &Dataset_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "Dataset(path, kind=0, *, read_delay_us=0)\n--\n\n"
+    .tp_doc = "Dataset(path, kind=0, *, read_delay_us=0, inject_fail_sample=0, "
+              "inject_fail_reads=0, inject_fail_status=0)\n--\n\n"
               "An opened source: an ImageFolder tree (ROOT/<class>/<file>) or a shard directory\n"
               "written by chute.pack.  kind: 0 detect, 1 tree, 2 shards.  read_delay_us adds\n"
               "latency to every sample read (tests; 'what if storage were slower').  Immutable;\n"
-              "any number of loaders may share it.",
+              "any number of loaders may share it.\n\n"
+              "inject_fail_*: fault injection for tests only: the first inject_fail_reads reads\n"
+              "of sample inject_fail_sample fail with the library status inject_fail_status\n"
+              "(0 = CHUTE_EIO, e.g. -2 CHUTE_ENOMEM, -5 CHUTE_ECORRUPT).",
     .tp_methods = Dataset_methods,
     .tp_getset = Dataset_getset,
     .tp_init = (initproc)Dataset_init,
@@ -937,6 +955,7 @@ typedef struct {
     int copy_on_limit;  /* hold policy: 1 copy, 0 raise */
     int busy;           /* a thread is inside a library call (GIL released) */
     uint64_t epoch;     /* last epoch started */
+    pid_t pid;          /* process that created it (fork detection) */
 } LoaderObject;
 
 static PyTypeObject LoaderType;
@@ -1041,7 +1060,22 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     self->dataset = dataset;
     self->max_held = max_held;
     self->copy_on_limit = copy_on_limit;
+    self->pid = getpid();
     return 0;
+}
+
+/* Nonzero (with RuntimeError set) in a fork() child of the creator. */
+static int loader_forked(LoaderObject *self)
+{
+    if (!self->core || self->pid == getpid())
+        return 0;
+    PyErr_Format(PyExc_RuntimeError,
+                 "this chute.Loader was created in process %ld and cannot be used in process "
+                 "%ld, a fork() child: its worker threads exist only in the parent. Create the "
+                 "Loader in the child (e.g. in a DataLoader worker_init_fn, or use the 'spawn' "
+                 "or 'forkserver' start method)",
+                 (long)self->pid, (long)getpid());
+    return -1;
 }
 
 /* Stop producing: batches still held by tensors stay valid. */
@@ -1076,6 +1110,8 @@ static int loader_enter(LoaderObject *self)
         PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
         return -1;
     }
+    if (loader_forked(self))
+        return -1;
     if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError,
                         "the loader is in use by another thread (one consumer at a time)");
@@ -1087,7 +1123,7 @@ static int loader_enter(LoaderObject *self)
 
 static PyObject *Loader_close(LoaderObject *self, PyObject *unused)
 {
-    if (self->busy) {
+    if (self->busy && !(self->core && self->pid != getpid())) {
         PyErr_SetString(PyExc_RuntimeError, "cannot close the loader while another thread uses it");
         return NULL;
     }
@@ -1198,25 +1234,28 @@ static PyObject *Loader_next(LoaderObject *self, PyObject *args, PyObject *kw)
     atomic_fetch_add(&c->zero_copy_live, 1);
     bo->ref = r;
     if (self->copy_on_limit && atomic_load(&c->zero_copy_live) > (long)self->max_held) {
-        /* Over the hold limit: move this batch out of the ring. */
+        /* Over the hold limit: move this batch out of the ring, keeping
+         * the library's layout promise: every array 64-byte aligned. */
         size_t n = r->v.count;
         size_t lab = n * sizeof(int64_t), idx = n * sizeof(uint64_t);
-        uint8_t *m = malloc(r->v.nbytes + lab + idx + 16);
-        if (!m) {
+        size_t off = (r->v.nbytes + 63) & ~(size_t)63;
+        size_t off2 = off + ((lab + 63) & ~(size_t)63);
+        void *mem = NULL;
+        if (posix_memalign(&mem, 64, off2 + idx + 64) != 0) {
             Py_DECREF(bo);
             PyErr_NoMemory();
             goto fail;
         }
-        size_t off = (r->v.nbytes + 15) & ~(size_t)15;
+        uint8_t *m = mem;
         Py_BEGIN_ALLOW_THREADS
         memcpy(m, r->v.data, r->v.nbytes);
         memcpy(m + off, r->v.labels, lab);
-        memcpy(m + off + lab, r->v.indices, idx);
+        memcpy(m + off2, r->v.indices, idx);
         Py_END_ALLOW_THREADS
         r->owned = m;
         r->v.data = m;
-        r->v.labels = (int64_t *)(m + off);
-        r->v.indices = (uint64_t *)(m + off + lab);
+        r->v.labels = (int64_t *)(void *)(m + off);
+        r->v.indices = (uint64_t *)(void *)(m + off2);
         r->b = NULL;
         chute_batch_release(b);
         atomic_fetch_sub(&c->zero_copy_live, 1);
@@ -1295,6 +1334,7 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
     if (F("images_per_sec", wall > 0 ? s.samples / wall : 0.0) ||
         F("mb_per_sec", wall > 0 ? s.read.bytes / 1e6 / wall : 0.0) || U("batches", s.batches) ||
         U("samples", s.samples) || U("bytes_read", s.read.bytes) || U("corrupt", s.corrupt) ||
+        U("io_retries", s.io_retries) ||
         U("dct_scaled", s.dct_scaled) || U("workers", s.workers) ||
         U("read_items", s.read.items) || U("read_bytes", s.read.bytes) ||
         F("read_busy_s", s.read.busy_ns / 1e9) || U("decode_items", s.decode.items) ||
@@ -1539,6 +1579,13 @@ static PyObject *mod_probe_image(PyObject *m, PyObject *args, PyObject *kw)
 
 static PyObject *mod_version(PyObject *m, PyObject *unused) { return PyUnicode_FromString(chute_version()); }
 
+static PyObject *mod_default_workers(PyObject *m, PyObject *unused)
+{
+    char why[256];
+    uint32_t n = chute_default_workers(why, sizeof why);
+    return Py_BuildValue("(Is)", (unsigned int)n, why);
+}
+
 static PyObject *mod_status_name(PyObject *m, PyObject *arg)
 {
     long s = PyLong_AsLong(arg);
@@ -1555,6 +1602,10 @@ static PyMethodDef module_methods[] = {
     {"probe_image", (PyCFunction)(void (*)(void))mod_probe_image, METH_VARARGS | METH_KEYWORDS,
      "probe_image(data, max_pixels=0)\n--\n\n"
      "Decode-check an encoded image; returns (width, height, channels)."},
+    {"default_workers", (PyCFunction)mod_default_workers, METH_NOARGS,
+     "default_workers()\n--\n\n(count, reason): the worker count a Loader uses when workers is\n"
+     "None: the CPUs this process may use (affinity mask, cgroup CPU quota) divided by\n"
+     "LOCAL_WORLD_SIZE when set."},
     {"version", (PyCFunction)mod_version, METH_NOARGS,
      "version()\n--\n\nThe linked libchute's version string."},
     {"status_name", (PyCFunction)mod_status_name, METH_O,

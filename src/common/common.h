@@ -25,6 +25,13 @@ int ch_err(chute_error *err, int code, const char *fmt, ...)
 int ch_err_errno(chute_error *err, int code, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* What an error that stopped one sample says about the run (chute.h,
+ * above chute_corrupt_policy): bad content of that sample (skip or fail
+ * per policy), an I/O problem (retry, then fail; never skip), or anything
+ * else (fail). */
+enum { CH_ERR_CONTENT = 0, CH_ERR_IO = 1, CH_ERR_FATAL = 2 };
+int ch_error_kind(int status);
+
 static inline uint64_t ch_now_ns(void)
 {
     struct timespec ts;
@@ -95,5 +102,33 @@ int ch_buf_reserve(ch_buf *b, size_t n);
 void ch_buf_free(ch_buf *b);
 
 int ch_online_cores(void);
+
+/* How many CPUs this process may use, and why: the default for worker
+ * and pack thread counts.  Starts from the online cores, takes the
+ * smaller of that and the affinity mask (taskset, numactl, a launcher's
+ * pinning) and the cgroup CPU quota (containers: cgroup v2 cpu.max or v1
+ * cpu.cfs_quota_us / cpu.cfs_period_us, rounded up), then divides by
+ * LOCAL_WORLD_SIZE when the environment sets it (torchrun starts that
+ * many processes per host, each of which would otherwise start one
+ * thread per core).  Never below 1. */
+typedef struct ch_cpu_budget {
+    uint32_t cpus;            /* the answer, >= 1 */
+    uint32_t online;          /* sysconf(_SC_NPROCESSORS_ONLN) */
+    uint32_t affinity;        /* CPUs in the affinity mask; 0 if unknown */
+    uint32_t quota;           /* cgroup quota rounded up; 0 if none */
+    uint32_t local_world;     /* LOCAL_WORLD_SIZE; 0 if unset or unusable */
+    char why[256];            /* e.g. "affinity 2 of 16 online CPUs / LOCAL_WORLD_SIZE=2" */
+} ch_cpu_budget;
+void ch_cpu_budget_get(ch_cpu_budget *out);
+
+/* CPU quota of the cgroup named in `self_cgroup` (a file in the format of
+ * /proc/self/cgroup) under the cgroup file system mounted at `root`
+ * (/sys/fs/cgroup): the smallest quota of that cgroup and its ancestors,
+ * v2 (cpu.max) or v1 (cpu.cfs_quota_us over cpu.cfs_period_us), in CPUs.
+ * Returns 0.0 when there is no quota or nothing could be read.  If the
+ * path from self_cgroup does not exist under root (a cgroup namespace
+ * shows "/"), root itself is what is checked.  Writes which file set the
+ * limit into src (may be NULL). */
+double ch_cgroup_cpu_quota(const char *root, const char *self_cgroup, char *src, size_t srclen);
 
 #endif

@@ -61,6 +61,20 @@ int ch_ds_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, size_
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;
     }
+    if (i == ds->inject_sample && atomic_load_explicit(&ds->inject_left, memory_order_relaxed)) {
+        /* Take one injected failure if any is left (CAS: exactly n fail). */
+        _Atomic uint32_t *left = (_Atomic uint32_t *)&ds->inject_left;
+        uint32_t n = atomic_load_explicit(left, memory_order_relaxed);
+        while (n && !atomic_compare_exchange_weak_explicit(left, &n, n - 1, memory_order_relaxed,
+                                                          memory_order_relaxed))
+            ;
+        if (n) {
+            char where[512];
+            ds->fmt->describe(ds, i, where, sizeof where);
+            return ch_err(err, ds->inject_status, "%s: injected %s (test fault, %u more to come)",
+                          where, chute_status_name(ds->inject_status), n - 1);
+        }
+    }
     return ds->fmt->read(ds, i, buf, cap, out_len, err);
 }
 
@@ -142,6 +156,17 @@ int chute_dataset_open_ex(const char *path, const chute_dataset_options *opt,
         return rc;
     }
     ds->read_delay_us = opt ? opt->read_delay_us : 0;
+    if (opt && opt->inject_fail_reads) {
+        int st = opt->inject_fail_status ? opt->inject_fail_status : CHUTE_EIO;
+        if (st >= 0 || st < CHUTE_EINTERRUPTED) {
+            chute_dataset_close(ds);
+            return ch_err(err, CHUTE_EINVAL, "inject_fail_status %d is not an error status",
+                          opt->inject_fail_status);
+        }
+        atomic_store(&ds->inject_left, opt->inject_fail_reads);
+        ds->inject_status = st;
+        ds->inject_sample = opt->inject_fail_sample;
+    }
     *out_ds = ds;
     return CHUTE_OK;
 }

@@ -15,6 +15,8 @@
 #include "../common/common.h"
 #include "../io/io.h"
 
+#include <stdatomic.h>
+
 #define CH_FORMAT_OPS_VERSION 1
 
 typedef struct ch_format_ops {
@@ -41,6 +43,12 @@ struct chute_dataset {
     uint32_t nclasses;
     char **class_names;       /* nclasses NUL-terminated names */
     uint32_t read_delay_us;   /* injected latency per read (tests, what-if runs) */
+    /* Injected read failures (tests): the first inject_left reads of
+     * inject_sample fail with inject_status.  The one mutable field of an
+     * otherwise immutable dataset, hence atomic. */
+    _Atomic uint32_t inject_left;
+    int inject_status;
+    uint64_t inject_sample;
 };
 
 /* Read sample i through the format, adding the injected delay if any.

@@ -868,8 +868,11 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
     chute_pack_options o = opt ? *opt : (chute_pack_options){0};
     if (!o.shard_size)
         o.shard_size = 256ull << 20;
-    if (!o.threads)
-        o.threads = (uint32_t)ch_online_cores();
+    if (!o.threads) {
+        ch_cpu_budget cpu; /* what this process may use, not the host's cores */
+        ch_cpu_budget_get(&cpu);
+        o.threads = cpu.cpus;
+    }
     if (o.threads > 256)
         o.threads = 256;
     if (!o.align)

@@ -25,10 +25,31 @@
  * `next_task`, `cancel_gen` and the stats are atomics.  The consumer never
  * holds `mu` while it waits (condition variables release it).
  *
- * Corrupt samples.  SKIP replaces the sample with another one from this
- * rank's epoch, chosen deterministically from (seed, epoch, position), and
- * counts it; FAIL marks the batch failed and chute_loader_next returns the
- * sample's location and the reason.
+ * Bad samples, by kind of error (see chute.h above chute_corrupt_policy).
+ * Only bad *content* (a decode or checksum failure, an image over a
+ * limit) is the policy's business: SKIP replaces the sample with another
+ * one from this rank's epoch, chosen deterministically from (seed, epoch,
+ * position), and counts it; FAIL marks the batch failed and
+ * chute_loader_next returns the sample's location and the reason.  An I/O
+ * error says nothing about the sample and everything about the storage,
+ * so it is never skipped: the read is retried a bounded number of times
+ * with backoff (a flaky network mount), then the batch fails with the
+ * I/O status.  Anything else (out of memory) fails the batch at once.
+ * The status reaches the caller unchanged: EIO stays EIO.  A message
+ * always pairs a sample's location with that sample's own reason.
+ *
+ * Batch memory.  A slot holds the pixels, then the labels, then the
+ * indices, each starting on a 64-byte boundary: with uint8 or float16
+ * output and an odd size, the pixel bytes end anywhere, and int64 arrays
+ * right behind them would be misaligned (undefined behaviour in C, and
+ * NumPy/PyTorch views flagged unaligned or slow).
+ *
+ * fork().  The loader records the pid that created it.  In a forked child
+ * the worker threads are gone and `mu` may be held by a thread that no
+ * longer exists, so every call that would wait for a worker or take the
+ * lock checks the pid first: the consumer calls return CHUTE_EINVAL and a
+ * message, release does nothing, destroy frees memory without joining or
+ * locking.  No global state, no pthread_atfork handler.
  */
 #define _GNU_SOURCE
 #include "../codec/codec.h"
@@ -44,6 +65,16 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+/* I/O errors: attempts per sample read, and the sleeps between them. */
+#define IO_ATTEMPTS 4
+static const uint32_t io_backoff_ms[IO_ATTEMPTS - 1] = {10, 40, 160};
+/* SKIP: replacement samples tried before the batch fails. */
+#define REPLACE_ATTEMPTS 16
+/* Alignment of every array in a batch. */
+#define BATCH_ALIGN 64
 
 enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 
@@ -61,7 +92,8 @@ typedef struct slot {
     uint64_t seq;             /* (mu) batch this slot holds */
     uint32_t count;           /* (mu) samples in this batch */
     uint64_t epoch;           /* (mu) */
-    int failed;               /* (mu) FAIL policy: a sample could not be made */
+    int failed;               /* (mu) a sample could not be made (first error wins) */
+    int fail_code;            /* (mu) status chute_loader_next returns for it */
     char errmsg[1280];        /* (mu) */
     chute_batch handle;
 } slot;
@@ -83,7 +115,9 @@ struct chute_loader {
     chute_loader_options o;
     ch_out_spec out;
     size_t sample_bytes;      /* bytes of one output sample */
-    size_t batch_bytes;
+    size_t batch_bytes;       /* one slot, a multiple of 2 MiB */
+    size_t labels_off;        /* offsets of labels and indices in a slot */
+    size_t indices_off;
 
     ch_sampler sampler;       /* perm rewritten only while workers are idle */
     uint64_t nbatches;
@@ -120,6 +154,7 @@ struct chute_loader {
     /* consumer-side stats (mu) */
     uint64_t batches_out, samples_out, wait_ns, fill_sum;
     uint64_t t_created;
+    pid_t pid;                /* process that created the loader (fork detection) */
     char errmsg[1400];        /* written and read on the caller's thread only */
     char skip_msg[1400];      /* (mu) last skipped sample, from workers */
     int skip_new;             /* (mu) skip_msg not yet copied to errmsg */
@@ -224,6 +259,7 @@ static slot *acquire_slot(chute_loader *ld, uint64_t seq, uint64_t gen)
         n->count = (uint32_t)cnt;
         n->epoch = ld->epoch;
         n->failed = 0;
+        n->fail_code = 0;
         n->errmsg[0] = '\0';
         atomic_store(&n->remaining, (uint32_t)cnt);
         ld->seqmap[b % ld->nslots] = f;
@@ -242,47 +278,123 @@ static void finish_task(chute_loader *ld, slot *s)
     }
 }
 
-static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_t pos)
+static void sleep_ms(uint32_t ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* fill_sample, retrying I/O errors with backoff; the last status. */
+static int make_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, uint64_t gen,
+                       chute_error *err)
+{
+    int rc = fill_sample(ld, w, idx, dst, err);
+    int attempts = 1;
+    while (rc != CHUTE_OK && ch_error_kind(rc) == CH_ERR_IO && attempts < IO_ATTEMPTS &&
+           atomic_load_explicit(&ld->cancel_gen, memory_order_acquire) == gen) {
+        sleep_ms(io_backoff_ms[attempts - 1]);
+        ch_counter_inc(&w->stats->io_retries);
+        attempts++;
+        rc = fill_sample(ld, w, idx, dst, err);
+    }
+    if (rc != CHUTE_OK && ch_error_kind(rc) == CH_ERR_IO && attempts > 1) {
+        size_t n = strnlen(err->message, sizeof err->message);
+        snprintf(err->message + n, sizeof err->message - n, " (failed %d times)", attempts);
+    }
+    return rc;
+}
+
+/* "where: reason", without repeating the location when the reason already
+ * names it (I/O messages carry the path). */
+static void locate(char *out, size_t n, const char *where, const char *reason)
+{
+    if (strstr(reason, where))
+        snprintf(out, n, "%s", reason);
+    else
+        snprintf(out, n, "%s: %s", where, reason);
+}
+
+/* Mark the batch failed with `code` unless an earlier sample already did. */
+static void fail_slot(chute_loader *ld, slot *s, int code, const char *where, const char *reason,
+                      const char *extra)
+{
+    pthread_mutex_lock(&ld->mu);
+    if (!s->failed) {
+        s->failed = 1;
+        s->fail_code = code;
+        locate(s->errmsg, sizeof s->errmsg, where, reason);
+        size_t n = strnlen(s->errmsg, sizeof s->errmsg);
+        if (extra)
+            snprintf(s->errmsg + n, sizeof s->errmsg - n, "%s", extra);
+    }
+    pthread_mutex_unlock(&ld->mu);
+}
+
+/* A skipped sample: count it and leave its message for the consumer. */
+static void note_skip(chute_loader *ld, worker *w, const char *where, const char *reason)
+{
+    char m[1100];
+    locate(m, sizeof m, where, reason);
+    ch_counter_inc(&w->stats->corrupt);
+    pthread_mutex_lock(&ld->mu);
+    snprintf(ld->skip_msg, sizeof ld->skip_msg, "skipped %s", m);
+    ld->skip_new = 1;
+    pthread_mutex_unlock(&ld->mu);
+}
+
+static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_t pos,
+                     uint64_t gen)
 {
     const uint64_t B = ld->o.batch_size;
     uint64_t k = seq * B + pos; /* this rank's position in the epoch */
     uint64_t idx = ch_sampler_get(&ld->sampler, k);
     uint8_t *dst = s->data + pos * ld->sample_bytes;
     chute_error err = {0};
-    int rc = fill_sample(ld, w, idx, dst, &err);
+    int rc = make_sample(ld, w, idx, dst, gen, &err);
     uint64_t used = idx;
     if (rc != CHUTE_OK) {
         char where[512];
         ld->ds->fmt->describe(ld->ds, idx, where, sizeof where);
-        ch_counter_inc(&w->stats->corrupt);
-        if (ld->o.on_corrupt == CHUTE_CORRUPT_FAIL) {
-            pthread_mutex_lock(&ld->mu);
-            if (!s->failed) {
-                s->failed = 1;
-                snprintf(s->errmsg, sizeof s->errmsg, "%s: %s", where, err.message);
-            }
-            pthread_mutex_unlock(&ld->mu);
+        int kind = ch_error_kind(rc);
+        if (kind != CH_ERR_CONTENT) {
+            fail_slot(ld, s, rc, where, err.message, NULL);
+        } else if (ld->o.on_corrupt == CHUTE_CORRUPT_FAIL) {
+            ch_counter_inc(&w->stats->corrupt);
+            fail_slot(ld, s, CHUTE_ECORRUPT, where, err.message, NULL);
         } else {
-            pthread_mutex_lock(&ld->mu);
-            snprintf(ld->skip_msg, sizeof ld->skip_msg, "skipped %s: %s", where, err.message);
-            ld->skip_new = 1;
-            pthread_mutex_unlock(&ld->mu);
-            /* Deterministic replacement from this rank's epoch. */
+            note_skip(ld, w, where, err.message);
+            /* Deterministic replacement from this rank's epoch.  Each
+             * replacement's failure is reported with its own location and
+             * reason; `err` keeps the original sample's. */
             ch_rng r = ch_rng_for(ld->o.seed ^ 0x5245504cull, ld->sampler.epoch, k);
-            rc = CHUTE_ECORRUPT;
-            for (int attempt = 0; attempt < 16 && rc != CHUTE_OK; attempt++) {
+            chute_error rerr = {0};
+            char rwhere[512] = "";
+            int done = 0;
+            for (int attempt = 0; attempt < REPLACE_ATTEMPTS && !done; attempt++) {
                 uint64_t k2 = ch_rng_below(&r, ld->sampler.per_rank);
                 used = ch_sampler_get(&ld->sampler, k2);
-                rc = fill_sample(ld, w, used, dst, &err);
-                if (rc != CHUTE_OK)
-                    ch_counter_inc(&w->stats->corrupt);
+                rc = make_sample(ld, w, used, dst, gen, &rerr);
+                if (rc == CHUTE_OK)
+                    break;
+                ld->ds->fmt->describe(ld->ds, used, rwhere, sizeof rwhere);
+                if (ch_error_kind(rc) != CH_ERR_CONTENT) {
+                    char extra[600];
+                    snprintf(extra, sizeof extra, " (while replacing skipped sample %s)", where);
+                    fail_slot(ld, s, rc, rwhere, rerr.message, extra);
+                    done = 1;
+                } else {
+                    note_skip(ld, w, rwhere, rerr.message);
+                }
             }
-            if (rc != CHUTE_OK) {
-                pthread_mutex_lock(&ld->mu);
-                s->failed = 1;
-                snprintf(s->errmsg, sizeof s->errmsg,
-                         "%s: %s (and 16 replacement samples failed too)", where, err.message);
-                pthread_mutex_unlock(&ld->mu);
+            if (rc != CHUTE_OK && !done) {
+                char extra[1100];
+                int n = snprintf(extra, sizeof extra,
+                                 " (and %d replacement samples failed too; the last, ",
+                                 REPLACE_ATTEMPTS);
+                locate(extra + n, sizeof extra - (size_t)n - 1, rwhere, rerr.message);
+                strcat(extra, ")");
+                fail_slot(ld, s, CHUTE_ECORRUPT, where, err.message, extra);
             }
         }
     }
@@ -323,7 +435,7 @@ static void *worker_main(void *arg)
                     break;
                 cur_seq = seq;
             }
-            run_task(ld, w, s, seq, t % B);
+            run_task(ld, w, s, seq, t % B, gen);
         }
 
         pthread_mutex_lock(&ld->mu);
@@ -347,8 +459,11 @@ static int resolve_options(const chute_loader_options *in, chute_loader_options 
         o->batch_size = 256;
     if (!o->size)
         o->size = 224;
-    if (!o->workers)
-        o->workers = (uint32_t)ch_online_cores();
+    if (!o->workers) {
+        ch_cpu_budget cpu;
+        ch_cpu_budget_get(&cpu);
+        o->workers = CH_MIN(cpu.cpus, 1024u);
+    }
     if (!o->prefetch)
         o->prefetch = 2;
     if (!o->max_held)
@@ -409,6 +524,7 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
     if (!ld)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     ld->t_created = ch_now_ns();
+    ld->pid = getpid();
     ld->ds = ds;
     int rc = resolve_options(opt, &ld->o, err);
     if (rc) {
@@ -447,11 +563,33 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
     }
     size_t esz = o->dtype == CHUTE_DTYPE_FLOAT32 ? 4 : o->dtype == CHUTE_DTYPE_FLOAT16 ? 2 : 1;
     ld->sample_bytes = (size_t)o->size * o->size * 3 * esz;
-    /* Slots start on 2 MiB boundaries so they can be backed by huge pages. */
-    size_t meta = (size_t)o->batch_size * (sizeof(int64_t) + sizeof(uint64_t));
-    ld->batch_bytes = (ld->sample_bytes * o->batch_size + meta + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    /* Slot layout: pixels | labels | indices, each on a BATCH_ALIGN
+     * boundary; slots start on 2 MiB boundaries so they can be backed by
+     * huge pages.  The options are bounded (size <= 8192, batch <= 2^20,
+     * slots <= 128), but the products are still checked. */
+    const size_t A = BATCH_ALIGN, HUGE = 2u << 20;
+    size_t pix = 0, ring_total = 0;
+    size_t ids = ((size_t)o->batch_size * sizeof(int64_t) + A - 1) & ~(A - 1);
     ld->nslots = o->prefetch + o->max_held;
-    ld->ring_len = ld->batch_bytes * ld->nslots;
+    if (__builtin_mul_overflow(ld->sample_bytes, (size_t)o->batch_size, &pix) ||
+        pix > SIZE_MAX / 2 - 2 * ids - 2 * HUGE) {
+        uint32_t bs = o->batch_size, sz = o->size;
+        ch_sampler_free(&ld->sampler);
+        free(ld);
+        return ch_err(err, CHUTE_ENOMEM, "a batch of %u x %u x %u pixels is too large", bs, sz,
+                      sz);
+    }
+    ld->labels_off = (pix + A - 1) & ~(A - 1);
+    ld->indices_off = ld->labels_off + ids;
+    ld->batch_bytes = (ld->indices_off + ids + HUGE - 1) & ~(HUGE - 1);
+    if (__builtin_mul_overflow(ld->batch_bytes, (size_t)ld->nslots, &ring_total)) {
+        uint32_t ns = ld->nslots;
+        size_t bb = ld->batch_bytes;
+        ch_sampler_free(&ld->sampler);
+        free(ld);
+        return ch_err(err, CHUTE_ENOMEM, "batch buffers of %u x %zu bytes are too large", ns, bb);
+    }
+    ld->ring_len = ring_total;
 
     pthread_mutex_init(&ld->mu, NULL);
     pthread_cond_init(&ld->work_cv, NULL);
@@ -480,8 +618,8 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
     for (uint32_t i = 0; i < ld->nslots; i++) {
         slot *s = &ld->slots[i];
         s->data = ld->ring_mem + i * ld->batch_bytes;
-        s->labels = (int64_t *)(s->data + ld->sample_bytes * o->batch_size);
-        s->indices = (uint64_t *)(s->labels + o->batch_size);
+        s->labels = (int64_t *)(void *)(s->data + ld->labels_off);
+        s->indices = (uint64_t *)(void *)(s->data + ld->indices_off);
         s->handle.ld = ld;
         s->handle.index = i;
     }
@@ -542,10 +680,48 @@ static void cancel_run_locked(chute_loader *ld)
             ld->slots[i].state = SLOT_FREE;
 }
 
+/* True in a fork() child of the process that created the loader. */
+static int in_forked_child(const chute_loader *ld) { return getpid() != ld->pid; }
+
+static int refuse_in_child(chute_loader *ld, const char *call)
+{
+    snprintf(ld->errmsg, sizeof ld->errmsg,
+             "%s: this loader was created by process %ld and this is process %ld, a fork() "
+             "child: the loader's worker threads exist only in the parent; create a new "
+             "loader in the child",
+             call, (long)ld->pid, (long)getpid());
+    return CHUTE_EINVAL;
+}
+
+/* Destroy in a fork() child: the threads are gone and `mu` may be held
+ * by one of them, so free the memory and touch no lock. */
+static void destroy_in_child(chute_loader *ld)
+{
+    for (uint32_t i = 0; ld->workers && i < ld->nworkers; i++) {
+        ch_decoder_destroy(ld->workers[i].dec);
+        ch_buf_free(&ld->workers[i].rbuf);
+        ch_buf_free(&ld->workers[i].pbuf);
+        ch_buf_free(&ld->workers[i].rs.coef);
+        ch_buf_free(&ld->workers[i].rs.tmp);
+    }
+    free(ld->workers);
+    free(ld->wstats);
+    if (ld->ring_mem)
+        munmap(ld->ring_mem, ld->ring_len);
+    free(ld->slots);
+    free(ld->seqmap);
+    ch_sampler_free(&ld->sampler);
+    free(ld);
+}
+
 void chute_loader_destroy(chute_loader *ld)
 {
     if (!ld)
         return;
+    if (in_forked_child(ld)) {
+        destroy_in_child(ld);
+        return;
+    }
     if (ld->workers) {
         pthread_mutex_lock(&ld->mu);
         cancel_run_locked(ld);
@@ -599,6 +775,8 @@ int chute_loader_start_epoch(chute_loader *ld, uint64_t epoch, uint64_t start_ba
 {
     if (!ld)
         return CHUTE_EINVAL;
+    if (in_forked_child(ld))
+        return refuse_in_child(ld, "chute_loader_start_epoch");
     pthread_mutex_lock(&ld->mu);
     start_locked(ld, epoch, start_batch);
     pthread_mutex_unlock(&ld->mu);
@@ -609,6 +787,8 @@ int chute_loader_stop(chute_loader *ld)
 {
     if (!ld)
         return CHUTE_EINVAL;
+    if (in_forked_child(ld))
+        return refuse_in_child(ld, "chute_loader_stop");
     pthread_mutex_lock(&ld->mu);
     cancel_run_locked(ld);
     ld->consume_seq = ld->nbatches;
@@ -629,6 +809,8 @@ int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **ou
     if (!ld || !out_batch)
         return CHUTE_EINVAL;
     *out_batch = NULL;
+    if (in_forked_child(ld))
+        return refuse_in_child(ld, "chute_loader_next");
     pthread_mutex_lock(&ld->mu);
     if (!ld->running && ld->gen == 0)
         start_locked(ld, 0, 0); /* first use without start_epoch: epoch 0 */
@@ -680,11 +862,12 @@ int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **ou
     ld->wait_ns += ch_now_ns() - t0;
     if (s && s->failed) {
         snprintf(ld->errmsg, sizeof ld->errmsg, "%s", s->errmsg);
+        int code = s->fail_code ? s->fail_code : CHUTE_ECORRUPT;
         s->state = SLOT_FREE;
         ld->consume_seq = ld->nbatches; /* the epoch cannot continue */
         cancel_run_locked(ld);
         pthread_mutex_unlock(&ld->mu);
-        return CHUTE_ECORRUPT;
+        return code;
     }
     if (ld->skip_new) {
         memcpy(ld->errmsg, ld->skip_msg, sizeof ld->errmsg);
@@ -747,6 +930,8 @@ void chute_batch_release(chute_batch *b)
     if (!b)
         return;
     chute_loader *ld = b->ld;
+    if (in_forked_child(ld))
+        return; /* the slot is the parent's; this process's copy goes with destroy */
     pthread_mutex_lock(&ld->mu);
     slot *s = &ld->slots[b->index];
     if (s->state == SLOT_HELD) {
@@ -758,6 +943,16 @@ void chute_batch_release(chute_batch *b)
 }
 
 const char *chute_loader_errmsg(const chute_loader *ld) { return ld ? ld->errmsg : ""; }
+
+uint32_t chute_default_workers(char *why, size_t why_len)
+{
+    ch_cpu_budget b;
+    ch_cpu_budget_get(&b);
+    uint32_t n = CH_MIN(b.cpus, 1024u); /* resolve_options' bound */
+    if (why && why_len)
+        snprintf(why, why_len, "%s", b.why);
+    return n;
+}
 
 void chute_loader_stats(const chute_loader *ld, chute_stats *out)
 {
@@ -771,14 +966,20 @@ void chute_loader_stats(const chute_loader *ld, chute_stats *out)
         ch_stage_sum(&out->transform, &w->transform);
         out->corrupt += atomic_load_explicit(&w->corrupt, memory_order_relaxed);
         out->dct_scaled += atomic_load_explicit(&w->dct_scaled, memory_order_relaxed);
+        out->io_retries += atomic_load_explicit(&w->io_retries, memory_order_relaxed);
     }
+    /* In a fork() child no other thread exists, and `mu` may have been
+     * held by one that did: read without it. */
+    int lock = !in_forked_child(ld);
     pthread_mutex_t *mu = (pthread_mutex_t *)&ld->mu; /* locking does not change the loader */
-    pthread_mutex_lock(mu);
+    if (lock)
+        pthread_mutex_lock(mu);
     out->batches = ld->batches_out;
     out->samples = ld->samples_out;
     out->wait_ns = ld->wait_ns;
     out->queue_fill_sum = ld->fill_sum;
-    pthread_mutex_unlock(mu);
+    if (lock)
+        pthread_mutex_unlock(mu);
     out->wall_ns = ch_now_ns() - ld->t_created;
     out->workers = ld->nworkers;
     out->queue_capacity = ld->nslots;

@@ -21,6 +21,7 @@ typedef struct ch_worker_stats {
     ch_stage read, decode, transform;
     _Atomic uint64_t corrupt;
     _Atomic uint64_t dct_scaled;
+    _Atomic uint64_t io_retries;
     char pad[CH_CACHELINE];
 } __attribute__((aligned(CH_CACHELINE))) ch_worker_stats;
 

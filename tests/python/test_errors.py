@@ -70,11 +70,24 @@ def test_corrupt_fail_names_the_file(corrupt_tree):
 def test_corrupt_skip_counts_and_continues(corrupt_tree):
     ld = chute.Loader(corrupt_tree, batch_size=8, size=16, on_corrupt="skip", drop_last=False,
                       return_indices=True)
-    n = sum(len(y) for _, y, _ in ld)
-    assert n == 32
+    ds = ld.dataset
+    bad = {i for i in range(len(ds)) if os.path.basename(ds.describe(i)) in ("truncated.jpg",
+                                                                             "garbage.jpg")}
+    assert len(bad) == 2
+    with pytest.warns(chute.SkippedSamplesWarning) as rec:
+        got = [i for _, _, idx in ld for i in idx.tolist()]
+    assert len(got) == 32 and not bad & set(got)  # full batches, no corrupt sample delivered
     s = ld.stats()
-    assert s["corrupt"] >= 2
-    assert "skipped" in ld._core.errmsg() or s["corrupt"] >= 2
+    assert s["corrupt"] >= 2 and s["io_retries"] == 0
+    # The message names a skipped file together with that file's own reason.
+    msg = ld._core.errmsg()
+    assert msg.startswith("skipped "), msg
+    if "truncated.jpg" in msg:
+        assert "truncated.jpg: JPEG" in msg, msg
+    else:
+        assert "garbage.jpg: not a JPEG or PNG" in msg, msg
+    warned = [str(w.message) for w in rec if issubclass(w.category, chute.SkippedSamplesWarning)]
+    assert len(warned) == 1 and "%d samples" % s["corrupt"] in warned[0], warned
 
 
 def test_corrupt_shard_record(corrupt_tree, tmp_path):
