@@ -60,6 +60,7 @@ int cmd_bench(int argc, char **argv)
         return 1;
     }
     t_open = cli_now_s() - t_open;
+    cli_note_skipped("chute bench", ds);
     chute_loader *ld = NULL;
     rc = chute_loader_create(ds, &o, &ld, &err);
     if (rc != CHUTE_OK) {
@@ -134,7 +135,9 @@ int cmd_bench(int argc, char **argv)
     const char *kind = chute_dataset_kind(ds) == CHUTE_SOURCE_SHARDS ? "shards" : "tree";
     static const char *tnames[] = {"train", "eval", "none"};
     if (json) {
-        printf("{\"system\":\"chute\",\"source\":\"%s\",\"transform\":\"%s\",\"images\":%llu,"
+        printf("{\"system\":\"chute\",\"source\":");
+        cli_json_str(stdout, pos[0]); /* the path; its kind is "format" */
+        printf(",\"format\":\"%s\",\"transform\":\"%s\",\"images\":%llu,"
                "\"batches\":%llu,\"seconds\":%.4f,\"images_per_sec\":%.2f,\"mb_per_sec\":%.2f,"
                "\"workers\":%u,\"batch_size\":%u,\"wait_seconds\":%.4f,\"wait_fraction\":%.4f,"
                "\"cpu_seconds\":%.3f,\"cpu_seconds_per_1k\":%.4f,\"corrupt\":%llu,"

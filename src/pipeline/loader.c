@@ -252,19 +252,20 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
     int rc = fill_sample(ld, w, idx, dst, &err);
     uint64_t used = idx;
     if (rc != CHUTE_OK) {
-        char where[512];
-        ld->ds->fmt->describe(ld->ds, idx, where, sizeof where);
+        /* "where: reason", naming the sample once (read errors name it already). */
+        char what[1024];
+        ch_ds_failure_message(ld->ds, idx, err.message, what, sizeof what);
         ch_counter_inc(&w->stats->corrupt);
         if (ld->o.on_corrupt == CHUTE_CORRUPT_FAIL) {
             pthread_mutex_lock(&ld->mu);
             if (!s->failed) {
                 s->failed = 1;
-                snprintf(s->errmsg, sizeof s->errmsg, "%s: %s", where, err.message);
+                snprintf(s->errmsg, sizeof s->errmsg, "%s", what);
             }
             pthread_mutex_unlock(&ld->mu);
         } else {
             pthread_mutex_lock(&ld->mu);
-            snprintf(ld->skip_msg, sizeof ld->skip_msg, "skipped %s: %s", where, err.message);
+            snprintf(ld->skip_msg, sizeof ld->skip_msg, "skipped %s", what);
             ld->skip_new = 1;
             pthread_mutex_unlock(&ld->mu);
             /* Deterministic replacement from this rank's epoch. */
@@ -281,7 +282,7 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
                 pthread_mutex_lock(&ld->mu);
                 s->failed = 1;
                 snprintf(s->errmsg, sizeof s->errmsg,
-                         "%s: %s (and 16 replacement samples failed too)", where, err.message);
+                         "%s (and 16 replacement samples failed too)", what);
                 pthread_mutex_unlock(&ld->mu);
             }
         }
