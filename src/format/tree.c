@@ -447,7 +447,8 @@ static uint64_t tree_skipped(const chute_dataset *ds, uint64_t k, char *buf, siz
     const tree_impl *t = ds->impl;
     if (buf && n && k < t->list.nskipped_named) {
         char m[8192];
-        snprintf(m, sizeof m, "%s: %s, left out", t->list.skipped[k].rel, t->list.skipped[k].why);
+        snprintf(m, sizeof m, "%s/%s: %s, left out", ds->root, t->list.skipped[k].rel,
+                 t->list.skipped[k].why);
         ch_str_fit(buf, n, m);
     }
     return t->list.nskipped;
