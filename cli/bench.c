@@ -65,6 +65,7 @@ int cmd_bench(int argc, char **argv)
         return 1;
     }
     t_open = cli_now_s() - t_open;
+    cli_note_skipped("chute bench", ds);
     chute_loader *ld = NULL;
     rc = chute_loader_create(ds, &o, &ld, &err);
     if (rc != CHUTE_OK) {
@@ -139,29 +140,22 @@ int cmd_bench(int argc, char **argv)
     const char *kind = chute_dataset_kind(ds) == CHUTE_SOURCE_SHARDS ? "shards" : "tree";
     static const char *tnames[] = {"train", "eval", "none"};
     if (json) {
-        char workers_json[512]; /* the reason names files: escape for JSON */
-        size_t j = 0;
-        for (const char *p = workers_why; *p && j + 7 < sizeof workers_json; p++) {
-            unsigned char ch = (unsigned char)*p;
-            if (ch == '"' || ch == '\\')
-                workers_json[j++] = '\\';
-            if (ch < 0x20)
-                j += (size_t)snprintf(workers_json + j, sizeof workers_json - j, "\\u%04x", ch);
-            else
-                workers_json[j++] = (char)ch;
-        }
-        workers_json[j] = '\0';
-        printf("{\"system\":\"chute\",\"source\":\"%s\",\"transform\":\"%s\",\"images\":%llu,"
+        printf("{\"system\":\"chute\",\"source\":");
+        cli_json_str(stdout, pos[0]); /* the path; its kind is "format" */
+        printf(",\"format\":\"%s\",\"transform\":\"%s\",\"images\":%llu,"
                "\"batches\":%llu,\"seconds\":%.4f,\"images_per_sec\":%.2f,\"mb_per_sec\":%.2f,"
-               "\"workers\":%u,\"workers_reason\":\"%s\",\"batch_size\":%u,\"wait_seconds\":%.4f,\"wait_fraction\":%.4f,"
+               "\"workers\":%u,\"workers_reason\":",
+               kind, tnames[transform], (unsigned long long)images, (unsigned long long)batches,
+               secs, ips, mbs, s.workers);
+        cli_json_str(stdout, workers_why); /* names files: escaped */
+        printf(",\"batch_size\":%u,\"wait_seconds\":%.4f,\"wait_fraction\":%.4f,"
                "\"cpu_seconds\":%.3f,\"cpu_seconds_per_1k\":%.4f,\"corrupt\":%llu,"
                "\"dct_scaled\":%llu,\"read_busy_s\":%.3f,\"decode_busy_s\":%.3f,"
                "\"transform_busy_s\":%.3f,\"open_seconds\":%.4f,\"read_lat_p50_us\":%.1f,"
                "\"read_lat_p90_us\":%.1f,\"read_lat_p99_us\":%.1f,\"queue_fill_avg\":%.3f,"
                "\"queue_capacity\":%u,\"samples_delivered\":%llu,\"wall_seconds\":%.4f,"
                "\"gpu_idle_fraction\":%.3f,\"failed\":%s}\n",
-               kind, tnames[transform], (unsigned long long)images, (unsigned long long)batches,
-               secs, ips, mbs, s.workers, workers_json, o.batch_size ? o.batch_size : 256, wait,
+               o.batch_size ? o.batch_size : 256, wait,
                secs > 0 ? wait / secs : 0, cpu, images ? cpu / images * 1000 : 0,
                (unsigned long long)s.corrupt, (unsigned long long)s.dct_scaled,
                s.read.busy_ns / 1e9, s.decode.busy_ns / 1e9, s.transform.busy_ns / 1e9, t_open,

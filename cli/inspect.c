@@ -4,11 +4,18 @@
  * Reads every sample once (threads = usable CPUs) and parses only its header:
  * counts per class, file sizes in power-of-two bins, image dimensions,
  * formats and colour spaces, and the samples that do not parse (path and
- * reason).  --verify decodes every image fully instead.
+ * reason).  --verify decodes every image fully instead, and exits 1 if
+ * any sample fails or the listing left entries out.
+ *
+ * A failure is shown once as "where: reason": read errors already name
+ * their file, so the location is not put in front a second time
+ * (ch_ds_failure_message).  --json output is valid JSON for any path
+ * bytes (cli_json_str).
  */
 #define _GNU_SOURCE
 #include "cli.h"
 #include "common/common.h"
+#include "format/format.h"
 #include "util.h"
 
 #include <pthread.h>
@@ -40,8 +47,9 @@ typedef struct insp {
     dim_count *dims;
     size_t ndims, capdims;
     uint64_t bad;
-    char *bad_where[MAX_BAD];
-    char *bad_why[MAX_BAD];
+    char *bad_where[MAX_BAD]; /* describe(i) */
+    char *bad_msg[MAX_BAD];   /* "where: reason", the location once */
+    int oom;                  /* a thread could not get memory: results incomplete */
     double sum_w, sum_h;
 } insp;
 
@@ -58,17 +66,27 @@ static void *insp_thread(void *arg)
     insp *s = arg;
     size_t cap = 1 << 20;
     void *buf = malloc(cap);
+    if (!buf) {
+        pthread_mutex_lock(&s->mu);
+        s->oom = 1;
+        pthread_mutex_unlock(&s->mu);
+        return NULL;
+    }
     for (;;) {
         uint64_t i = atomic_fetch_add(&s->next, 1);
-        if (i >= s->n || !buf)
+        if (i >= s->n)
             break;
         chute_error err = {0};
         size_t len = 0;
         int rc = chute_dataset_read(s->ds, i, buf, cap, &len, &err);
         if (rc == CHUTE_ELIMIT && len > cap) {
             void *nb = realloc(buf, len);
-            if (!nb)
+            if (!nb) {
+                pthread_mutex_lock(&s->mu);
+                s->oom = 1;
+                pthread_mutex_unlock(&s->mu);
                 break;
+            }
             buf = nb;
             cap = len;
             rc = chute_dataset_read(s->ds, i, buf, cap, &len, &err);
@@ -89,9 +107,11 @@ static void *insp_thread(void *arg)
             s->per_class[label]++;
         if (rc != CHUTE_OK) {
             if (s->bad < MAX_BAD) {
-                char where[1024];
-                s->bad_where[s->bad] = strdup(chute_dataset_describe(s->ds, i, where, sizeof where));
-                s->bad_why[s->bad] = strdup(err.message);
+                char where[4096], msg[1024];
+                chute_dataset_describe(s->ds, i, where, sizeof where);
+                ch_ds_failure_message(s->ds, i, err.message, msg, sizeof msg);
+                s->bad_where[s->bad] = strdup(where);
+                s->bad_msg[s->bad] = strdup(msg);
             }
             s->bad++;
             s->fmt[0]++;
@@ -185,7 +205,7 @@ int cmd_inspect(int argc, char **argv)
     if (!threads) /* the CPUs this process may use, as the loader's workers */
         threads = chute_default_workers(NULL, 0);
     double t0 = cli_now_s();
-    pthread_t *th = calloc(threads, sizeof *th);
+    pthread_t *th = s.per_class ? calloc(threads, sizeof *th) : NULL;
     uint32_t started = 0;
     for (uint32_t i = 0; th && i < threads; i++)
         if (pthread_create(&th[i], NULL, insp_thread, &s) == 0)
@@ -194,7 +214,23 @@ int cmd_inspect(int argc, char **argv)
         pthread_join(th[i], NULL);
     free(th);
     double el = cli_now_s() - t0;
-    qsort(s.dims, s.ndims, sizeof *s.dims, cmp_dims);
+    if (started == 0 || s.oom) {
+        fprintf(stderr, "chute inspect: %s\n",
+                started == 0 ? "cannot start threads (out of memory?)"
+                             : "out of memory while reading samples; results would be incomplete");
+        for (uint64_t k = 0; k < s.bad && k < MAX_BAD; k++) {
+            free(s.bad_where[k]);
+            free(s.bad_msg[k]);
+        }
+        free(s.dims);
+        free(s.per_class);
+        pthread_mutex_destroy(&s.mu);
+        chute_dataset_close(ds);
+        return 1;
+    }
+    if (s.ndims > 1) /* s.dims is NULL when no sample decoded: no qsort(NULL, 0) */
+        qsort(s.dims, s.ndims, sizeof *s.dims, cmp_dims);
+    uint64_t nskipped = chute_dataset_skipped(ds, 0, NULL, 0);
     uint64_t good = s.n - s.bad;
     static const char *side_names[] = {"<64", "64-127", "128-255", "256-511", "512-1023",
                                        "1024-2047", "2048-4095", ">=4096"};
@@ -239,13 +275,30 @@ int cmd_inspect(int argc, char **argv)
         }
         printf("},\"undecodable_samples\":[");
         for (uint64_t k = 0; k < s.bad && k < MAX_BAD; k++) {
+            const char *w = s.bad_where[k] ? s.bad_where[k] : "";
+            const char *m = s.bad_msg[k] ? s.bad_msg[k] : "";
+            /* reason = the message without "where: " in front */
+            size_t wl = strlen(w);
+            const char *why = wl && strncmp(m, w, wl) == 0 && m[wl] == ':' && m[wl + 1] == ' '
+                                  ? m + wl + 2 : m;
             printf("%s{\"where\":", k ? "," : "");
-            cli_json_str(stdout, s.bad_where[k] ? s.bad_where[k] : "");
+            cli_json_str(stdout, w);
             printf(",\"reason\":");
-            cli_json_str(stdout, s.bad_why[k] ? s.bad_why[k] : "");
+            cli_json_str(stdout, why);
             printf("}");
         }
-        printf("]}\n");
+        printf("],\"skipped_at_listing\":%llu,\"skipped_entries\":[",
+               (unsigned long long)nskipped);
+        for (uint64_t k = 0; k < nskipped && k < MAX_BAD; k++) {
+            char note[1024];
+            chute_dataset_skipped(ds, k, note, sizeof note);
+            printf("%s", k ? "," : "");
+            cli_json_str(stdout, note);
+        }
+        printf("]");
+        if (verify)
+            printf(",\"verify_ok\":%s", s.bad || nskipped ? "false" : "true");
+        printf("}\n");
     } else {
         printf("%s: %s, %llu samples in %u classes, %.1f MB (mean %.1f KB)\n", pos[0], kind,
                (unsigned long long)s.n, nc, s.bytes / 1e6, s.n ? s.bytes / 1e3 / s.n : 0);
@@ -287,17 +340,38 @@ int cmd_inspect(int argc, char **argv)
         if (s.bad) {
             printf("undecodable (%llu):\n", (unsigned long long)s.bad);
             for (uint64_t k = 0; k < s.bad && k < MAX_BAD; k++)
-                printf("  %s: %s\n", s.bad_where[k] ? s.bad_where[k] : "?",
-                       s.bad_why[k] ? s.bad_why[k] : "?");
+                printf("  %s\n", s.bad_msg[k] ? s.bad_msg[k] : "?");
+            if (s.bad > MAX_BAD)
+                printf("  ... and %llu more\n", (unsigned long long)(s.bad - MAX_BAD));
         }
+        if (nskipped) {
+            printf("left out of the listing, not regular files (%llu):\n",
+                   (unsigned long long)nskipped);
+            for (uint64_t k = 0; k < nskipped && k < MAX_BAD; k++) {
+                char note[1024];
+                printf("  %s\n", (chute_dataset_skipped(ds, k, note, sizeof note), note));
+            }
+            if (nskipped > MAX_BAD)
+                printf("  ... and %llu more\n", (unsigned long long)(nskipped - MAX_BAD));
+        }
+    }
+    if (verify) {
+        if (s.bad || nskipped)
+            fprintf(stderr,
+                    "chute inspect: verify FAILED: %llu of %llu samples could not be read or "
+                    "decoded, %llu entries left out of the listing\n",
+                    (unsigned long long)s.bad, (unsigned long long)s.n,
+                    (unsigned long long)nskipped);
+        else if (!json)
+            printf("verify: all %llu samples decode\n", (unsigned long long)s.n);
     }
     for (uint64_t k = 0; k < s.bad && k < MAX_BAD; k++) {
         free(s.bad_where[k]);
-        free(s.bad_why[k]);
+        free(s.bad_msg[k]);
     }
     free(s.dims);
     free(s.per_class);
     pthread_mutex_destroy(&s.mu);
     chute_dataset_close(ds);
-    return 0;
+    return verify && (s.bad || nskipped) ? 1 : 0;
 }

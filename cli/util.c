@@ -1,6 +1,7 @@
 /* util.c — CLI helpers: clocks, JSON strings, durations, text buffers. */
 #define _GNU_SOURCE
 #include "util.h"
+#include "common/common.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -33,16 +34,27 @@ void cli_sleep_s(double s)
         ;
 }
 
+/* JSON string for any bytes: valid UTF-8 is written as is; each byte that
+ * is not part of a well-formed sequence becomes \udcXX, the code point
+ * Python's os.fsdecode gives it (surrogateescape), so json.loads() then
+ * os.fsencode() gives back the exact bytes of a path.  (A lone surrogate
+ * escape is valid JSON syntax; strict parsers that reject it would reject
+ * the only lossless alternative too.) */
 void cli_json_str(FILE *f, const char *s)
 {
     fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t u = ch_fsdecode_unit(p + i, n - i, &cp);
+        if (cp == '"' || cp == '\\')
+            fprintf(f, "\\%c", (int)cp);
+        else if (cp < 0x20 || cp == 0x7f || (cp >= 0xDC80 && cp <= 0xDCFF))
+            fprintf(f, "\\u%04x", (unsigned)cp);
         else
-            fputc(*p, f);
+            fwrite(p + i, 1, u, f);
+        i += u;
     }
     fputc('"', f);
 }
@@ -99,4 +111,17 @@ void cli_sb_free(cli_sb *b)
     free(b->p);
     b->p = NULL;
     b->n = b->cap = 0;
+}
+
+void cli_note_skipped(const char *cmd, const chute_dataset *ds)
+{
+    uint64_t n = chute_dataset_skipped(ds, 0, NULL, 0);
+    for (uint64_t k = 0; k < n && k < 20; k++) {
+        char note[1024];
+        chute_dataset_skipped(ds, k, note, sizeof note);
+        fprintf(stderr, "%s: %s\n", cmd, note);
+    }
+    if (n > 20)
+        fprintf(stderr, "%s: ... and %llu more entries left out (not regular files)\n", cmd,
+                (unsigned long long)(n - 20));
 }

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "chute.h"
+
 double cli_now_s(void);
 double cli_cpu_s(void);
 void cli_sleep_s(double s);
@@ -31,5 +33,9 @@ void cli_gpu_close(cli_gpu *g);
 /* Utilisation of GPU 0 in percent (0..100), or -1. */
 int cli_gpu_util(cli_gpu *g);
 const char *cli_gpu_name(cli_gpu *g);
+
+/* Print the entries a tree's listing left out (FIFOs, sockets, devices,
+ * dangling or looping links named like images) to stderr, 20 at most. */
+void cli_note_skipped(const char *cmd, const chute_dataset *ds);
 
 #endif

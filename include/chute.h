@@ -128,6 +128,14 @@ CHUTE_API const char *chute_dataset_describe(const chute_dataset *ds, uint64_t i
  * are checked against their checksum.  Thread-safe.                      */
 CHUTE_API int chute_dataset_read(const chute_dataset *ds, uint64_t i, void *buf,
                                  size_t cap, size_t *out_len, chute_error *err);
+/* Entries an image tree's listing left out although their names end in an
+ * image extension: FIFOs, sockets, device nodes, dangling or looping
+ * symbolic links (torchvision's ImageFolder would list them, then hang or
+ * fail reading them).  Returns how many (0 for shard directories); for k
+ * below min(that, 1000) writes "class/x.jpg: a FIFO, left out" into buf
+ * (else an empty string).  Thread-safe.                                  */
+CHUTE_API uint64_t chute_dataset_skipped(const chute_dataset *ds, uint64_t k, char *buf,
+                                         size_t buflen);
 
 /* ------------------------------------------------------------------ */
 /* Loader: the pipeline.                                                */

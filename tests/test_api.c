@@ -837,3 +837,104 @@ TEST(probe_image)
 }
 
 UNIT_MAIN
+
+static int count_substr(const char *hay, const char *needle)
+{
+    int n = 0;
+    size_t l = strlen(needle);
+    for (const char *p = hay; l && (p = strstr(p, needle)) != NULL; p += l)
+        n++;
+    return n;
+}
+
+/* Files of a listed tree replaced after the listing: a FIFO in a file's
+ * place must be refused at once (open() would wait for a writer forever
+ * and destroy would wait on that worker), a vanished file must be named
+ * once in the message ("p: cannot open", not "p: p: cannot open"). */
+TEST(file_swapped_after_listing)
+{
+    NEED_DATA();
+    char dir[4096], root[4200];
+    unit_scratch("swapped_after_listing", dir, sizeof dir);
+    snprintf(root, sizeof root, "%s/tree", dir);
+    CHECK(make_dirty_tree(root, 12, 0) == 0, "make tree");
+    chute_dataset *ds = open_ds(root);
+    CHECK(ds != NULL && chute_dataset_size(ds) == 12, "open");
+    char fifo[4096], gone[4096];
+    chute_dataset_describe(ds, 3, fifo, sizeof fifo);
+    chute_dataset_describe(ds, 5, gone, sizeof gone);
+    CHECK(unlink(fifo) == 0 && mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+    CHECK(unlink(gone) == 0, "unlink %s", gone);
+
+    static uint8_t buf[1 << 20];
+    size_t len = 0;
+    chute_error err = {0};
+    int rc = chute_dataset_read(ds, 3, buf, sizeof buf, &len, &err);
+    CHECK(rc == CHUTE_EFORMAT && strstr(err.message, "not a regular file") != NULL,
+          "FIFO read: %s '%s'", chute_status_name(rc), err.message);
+    CHECK(count_substr(err.message, fifo) == 1, "FIFO path not named once: '%s'", err.message);
+    rc = chute_dataset_read(ds, 5, buf, sizeof buf, &len, &err);
+    CHECK(rc != CHUTE_OK && count_substr(err.message, gone) == 1 &&
+              strstr(err.message, "No such file") != NULL,
+          "vanished file: %s '%s'", chute_status_name(rc), err.message);
+
+    /* Through the loader: the epoch stops (FAIL policy) or skips, never
+     * hangs; its message names the file once; destroy returns. */
+    for (int policy = 0; policy < 2; policy++) {
+        chute_loader_options o = small_opts();
+        o.batch_size = 2;
+        o.on_corrupt = policy ? CHUTE_CORRUPT_FAIL : CHUTE_CORRUPT_SKIP;
+        chute_loader *ld = NULL;
+        CHECK(chute_loader_create(ds, &o, &ld, &err) == CHUTE_OK, "create: %s", err.message);
+        chute_loader_start_epoch(ld, 0, 0);
+        chute_batch *b;
+        int saw_msg = 0;
+        while ((rc = chute_loader_next(ld, &b)) == CHUTE_OK) {
+            const char *m = chute_loader_errmsg(ld);
+            if (m[0]) {
+                saw_msg = 1;
+                CHECK(count_substr(m, root) == 1, "skip message names a path twice: '%s'", m);
+            }
+            chute_batch_release(b);
+        }
+        const char *m = chute_loader_errmsg(ld);
+        if (policy) {
+            CHECK(rc != CHUTE_END, "FAIL policy: epoch ended cleanly");
+            CHECK(count_substr(m, root) == 1 &&
+                      (strstr(m, "not a regular file") || strstr(m, "No such file")),
+                  "FAIL message: '%s'", m);
+        } else {
+            CHECK(rc == CHUTE_END || rc == CHUTE_EIO || rc == CHUTE_EFORMAT ||
+                      rc == CHUTE_ENOTFOUND || rc == CHUTE_ECORRUPT,
+                  "skip policy: %s", chute_status_name(rc));
+            CHECK(saw_msg || m[0], "skip policy: no message about the two bad files");
+            CHECK(count_substr(m, root) <= 1, "message names a path twice: '%s'", m);
+        }
+        chute_loader_destroy(ld);
+    }
+    chute_dataset_close(ds);
+    return 0;
+}
+
+/* A message about a very long path keeps its reason: the path loses its
+ * middle (marked with U+2026), not the message its end. */
+TEST(long_path_message_keeps_reason)
+{
+    char path[4000];
+    size_t n = 0;
+    while (n + 60 < sizeof path)
+        n += (size_t)snprintf(path + n, sizeof path - n, "/no-such-directory-%08zu-xxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+                              n);
+    chute_dataset *ds = NULL;
+    chute_error err = {0};
+    int rc = chute_dataset_open(path, CHUTE_SOURCE_AUTO, &ds, &err);
+    CHECK(rc == CHUTE_ENOTFOUND && ds == NULL, "open: %s", chute_status_name(rc));
+    size_t ml = strlen(err.message);
+    CHECK(ml < sizeof err.message, "unterminated");
+    const char *why = strerror(ENOENT);
+    CHECK(ml > strlen(why) && strcmp(err.message + ml - strlen(why), why) == 0,
+          "reason lost: '%s'", err.message);
+    CHECK(strstr(err.message, "\xe2\x80\xa6") != NULL, "no ellipsis: '%s'", err.message);
+    CHECK(strncmp(err.message, path, 40) == 0, "head of the path lost: '%s'", err.message);
+    return 0;
+}

@@ -97,7 +97,8 @@ def cli(ctx):
         ctx.check(j.get("failed") is False and j.get("corrupt") == 0, "failed/corrupt: %s" % j)
         ctx.check(abs(j["images"] / j["seconds"] - j["images_per_sec"]) <= 0.02 * j["images_per_sec"] + 0.01,
                   "images_per_sec %s != images/seconds" % j.get("images_per_sec"))
-        ctx.check(j.get("source") == ("shards" if src == ctx.shards else "tree"), "source %s" % j.get("source"))
+        ctx.check(j.get("source") == src, "source %s, want the path %s" % (j.get("source"), src))
+        ctx.check(j.get("format") == ("shards" if src == ctx.shards else "tree"), "format %s" % j.get("format"))
     p = ctx.run([ctx.chute, "bench", tree, "--json", "--max-batches", "3", "--batch-size", 10,
                  "--transform", "none", "--size", 16, "--workers", 2])
     j = json.loads(p.out) if p.out.strip() else {}

@@ -22,12 +22,65 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* A message longer than its buffer loses its middle, not its end: "PATH:
+ * reason" with a 5000-byte path must still say why.  The cut is marked
+ * with U+2026 and falls on UTF-8 sequence boundaries, so the result is as
+ * valid (or invalid) UTF-8 as the input.  A third of the room goes to the
+ * head (which usually says where), the rest to the tail (which says why). */
+void ch_str_fit(char *dst, size_t n, const char *src)
+{
+    if (!dst || n == 0)
+        return;
+    size_t len = strlen(src);
+    if (len < n) {
+        memmove(dst, src, len + 1);
+        return;
+    }
+    static const char ell[] = "\xe2\x80\xa6";
+    size_t el = sizeof ell - 1;
+    if (n <= el + 2) {
+        memmove(dst, src + len - (n - 1), n - 1);
+        dst[n - 1] = '\0';
+        return;
+    }
+    size_t room = n - 1 - el, head = room / 3, tail = room - head;
+    /* Back off to sequence starts: never keep a lead byte without its
+     * continuation bytes, never start the tail on a continuation byte. */
+    while (head > 0 && ((unsigned char)src[head] & 0xC0) == 0x80)
+        head--;
+    size_t from = len - tail;
+    while (from < len && ((unsigned char)src[from] & 0xC0) == 0x80)
+        from++;
+    memmove(dst, src, head);
+    memcpy(dst + head, ell, el);
+    memmove(dst + head + el, src + from, len - from + 1);
+}
+
+/* Format into a buffer big enough for any path (PATH_MAX is 4096) plus a
+ * reason, then fit it into the message with ch_str_fit. */
+static void err_vformat(chute_error *err, int with_errno, int errnum, const char *fmt,
+                        va_list ap)
+{
+    char big[12288];
+    int n = vsnprintf(big, sizeof big, fmt, ap);
+    if (n < 0) {
+        snprintf(big, sizeof big, "(unformattable message)");
+        n = (int)strlen(big);
+    } else if ((size_t)n >= sizeof big) {
+        n = (int)sizeof big - 256; /* keep room for the errno text */
+        big[n] = '\0';
+    }
+    if (with_errno)
+        snprintf(big + n, sizeof big - (size_t)n, ": %s", strerror(errnum));
+    ch_str_fit(err->message, sizeof err->message, big);
+}
+
 int ch_err(chute_error *err, int code, const char *fmt, ...)
 {
     if (err) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        err_vformat(err, 0, 0, fmt, ap);
         va_end(ap);
         err->code = code;
     }
@@ -39,10 +92,8 @@ int ch_err_errno(chute_error *err, int code, int errnum, const char *fmt, ...)
     if (err) {
         va_list ap;
         va_start(ap, fmt);
-        int n = vsnprintf(err->message, sizeof err->message, fmt, ap);
+        err_vformat(err, 1, errnum, fmt, ap);
         va_end(ap);
-        if (n >= 0 && (size_t)n < sizeof err->message)
-            snprintf(err->message + n, sizeof err->message - (size_t)n, ": %s", strerror(errnum));
         err->code = code;
     }
     return code;
@@ -62,6 +113,49 @@ int ch_error_kind(int status)
     default:
         return CH_ERR_FATAL;
     }
+}
+
+/* One unit of os.fsdecode: a well-formed UTF-8 sequence (Unicode Table
+ * 3-7: no overlongs, no surrogates, nothing past U+10FFFF), or else one
+ * byte, escaped to U+DC00 + byte.  Returns its length (>= 1, <= n). */
+size_t ch_fsdecode_unit(const unsigned char *p, size_t n, uint32_t *cp)
+{
+    unsigned c = p[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    size_t len = 0;
+    unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    }
+    int ok = len != 0 && len <= n;
+    for (size_t k = 1; ok && k < len; k++) {
+        unsigned b = p[k];
+        ok = k == 1 ? b >= lo && b <= hi : (b & 0xC0) == 0x80;
+    }
+    if (!ok) {
+        *cp = 0xDC00u + c;
+        return 1;
+    }
+    uint32_t v = c & (len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07);
+    for (size_t k = 1; k < len; k++)
+        v = (v << 6) | (p[k] & 0x3F);
+    *cp = v;
+    return len;
 }
 
 void ch_permutation(uint64_t *v, uint64_t n, ch_rng *r)

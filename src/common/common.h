@@ -24,6 +24,13 @@ int ch_err(chute_error *err, int code, const char *fmt, ...)
 /* Same, but appends ": strerror(errnum)". */
 int ch_err_errno(chute_error *err, int code, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Copy src into dst[n]; if it does not fit, drop its middle (marked with
+ * "\u2026") so that both the start (where) and the end (why) survive. */
+void ch_str_fit(char *dst, size_t n, const char *src);
+/* One unit of Python's os.fsdecode (UTF-8, errors="surrogateescape") of
+ * the n > 0 bytes at p: a well-formed UTF-8 sequence, or one byte that is
+ * not part of one, escaped to U+DC00 + byte.  Returns its length. */
+size_t ch_fsdecode_unit(const unsigned char *p, size_t n, uint32_t *cp);
 
 /* What an error that stopped one sample says about the run (chute.h,
  * above chute_corrupt_policy): bad content of that sample (skip or fail

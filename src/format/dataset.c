@@ -98,6 +98,25 @@ int ch_ds_read_buf(const chute_dataset *ds, uint64_t i, ch_buf *buf, uint64_t ma
     return rc;
 }
 
+void ch_ds_failure_message(const chute_dataset *ds, uint64_t i, const char *reason, char *out,
+                           size_t n)
+{
+    char file[4096], where[4096], big[8192];
+    file[0] = where[0] = '\0';
+    if (ds && i < ds->n) {
+        ds->fmt->file_of(ds, i, file, sizeof file);
+        ds->fmt->describe(ds, i, where, sizeof where);
+    }
+    size_t fl = strlen(file);
+    if (!where[0] || (fl && strncmp(reason, file, fl) == 0 &&
+                      (reason[fl] == ':' || reason[fl] == '@')))
+        ch_str_fit(out, n, reason);
+    else {
+        snprintf(big, sizeof big, "%s: %s", where, reason);
+        ch_str_fit(out, n, big);
+    }
+}
+
 void ch_ds_drop_cache(const chute_dataset *ds, uint64_t i)
 {
     char path[4096];
@@ -210,6 +229,15 @@ const char *chute_dataset_describe(const chute_dataset *ds, uint64_t i, char *bu
     else
         ds->fmt->describe(ds, i, buf, buflen);
     return buf;
+}
+
+uint64_t chute_dataset_skipped(const chute_dataset *ds, uint64_t k, char *buf, size_t buflen)
+{
+    if (buf && buflen)
+        buf[0] = '\0';
+    if (!ds || !ds->fmt->skipped)
+        return 0;
+    return ds->fmt->skipped(ds, k, buf, buflen);
 }
 
 int chute_dataset_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, size_t *out_len,

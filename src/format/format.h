@@ -30,6 +30,9 @@ typedef struct ch_format_ops {
     /* Path of the file that holds sample i (for cache control). */
     void (*file_of)(const chute_dataset *ds, uint64_t i, char *buf, size_t n);
     void (*close)(void *impl);
+    /* Optional (NULL: none): entries the listing left out; see
+     * chute_dataset_skipped. */
+    uint64_t (*skipped)(const chute_dataset *ds, uint64_t k, char *buf, size_t n);
 } ch_format_ops;
 
 struct chute_dataset {
@@ -62,6 +65,14 @@ int ch_ds_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, size_
 int ch_ds_read_buf(const chute_dataset *ds, uint64_t i, ch_buf *buf, uint64_t max_bytes,
                    size_t *out_len, chute_error *err);
 
+/* The message for a failure on sample i, into out[n]: "<where>: <reason>"
+ * with where = describe(i), or the reason alone when it already begins
+ * with the sample's file (read errors name it: they come from the layer
+ * that has the path), so no message says "p: p: cannot open".  Long
+ * messages lose their middle, not the reason (ch_str_fit). */
+void ch_ds_failure_message(const chute_dataset *ds, uint64_t i, const char *reason, char *out,
+                           size_t n);
+
 /* Evict sample i's bytes from the page cache (posix_fadvise DONTNEED on
  * its file, or on the whole shard that holds it).  Best effort. */
 void ch_ds_drop_cache(const chute_dataset *ds, uint64_t i);
@@ -74,13 +85,21 @@ void ch_dataset_free_fields(chute_dataset *ds);
 
 /* Tree listing shared by the tree format and pack: classes sorted by name,
  * files in os.walk order (sorted dirs, sorted names), torchvision's image
- * extensions.  Paths are relative to root. */
+ * extensions, all in Python's order (tree.c).  Paths are relative to root.
+ * Image-named entries that are not regular files are left out and listed
+ * in `skipped` (the first 1000 by name, all counted in nskipped). */
 typedef struct ch_tree_list {
     uint64_t n;
     char **paths;             /* relative "class/sub/file.jpg" */
     int32_t *labels;
     uint32_t nclasses;
     char **class_names;
+    uint64_t nskipped;        /* entries left out */
+    struct ch_tree_skip {
+        char *rel;            /* relative path */
+        const char *why;      /* static text: "a FIFO", ... */
+    } *skipped;               /* nskipped_named of them, in listing order */
+    size_t nskipped_named, cap_skipped;
 } ch_tree_list;
 int ch_tree_list_build(const char *root, ch_tree_list *out, chute_error *err);
 void ch_tree_list_free(ch_tree_list *l);

@@ -1,12 +1,29 @@
 /*
  * tree.c — the ImageFolder format: ROOT/<class>/.../<image>.
  *
- * The listing follows torchvision's ImageFolder exactly (classes are the
- * sorted names of ROOT's sub-directories and label = position; files are
- * visited in sorted os.walk order and kept when their extension is one of
- * torchvision's image extensions), so sample i and its label mean the same
- * thing here as in a PyTorch script reading the same tree.  Byte order of
- * UTF-8 names equals Python's code-point order, so strcmp sorts alike.
+ * The listing follows torchvision's ImageFolder exactly, so sample i and
+ * its label mean the same thing here as in a PyTorch script reading the
+ * same tree:
+ *   - classes are the sorted names of ROOT's sub-directories (symbolic
+ *     links followed, names starting with '.' included) and label =
+ *     position;
+ *   - files are visited in sorted(os.walk(class, followlinks=True)) order,
+ *     names sorted within a directory, and kept when their name ends in one
+ *     of torchvision's IMG_EXTENSIONS (ASCII case-insensitive);
+ *   - "sorted" is Python's: names are str from os.fsdecode (UTF-8 with
+ *     surrogateescape, each byte of an invalid sequence becoming
+ *     U+DC80..U+DCFF) compared by code point.  For valid UTF-8 that is
+ *     byte order, but not once escaped bytes meet other non-ASCII
+ *     characters (b"\x80" sorts after "é" in Python, before it in strcmp),
+ *     so names are compared by decoding, see fsname_cmp;
+ *   - a class directory with no image file is refused, naming it, as
+ *     ImageFolder refuses it ("Found no valid file for the classes ...").
+ * One deliberate difference: an entry whose name looks like an image but
+ * which is not a regular file (a FIFO, socket or device node, a dangling or
+ * looping symbolic link) is left out of the listing and recorded in
+ * `skipped`, where ImageFolder would list it and then hang or fail when
+ * loading it.  readdir's d_type makes this free for ordinary files; only
+ * symbolic links and file systems that do not fill d_type cost a stat.
  *
  * Reading a sample is one open + fstat + pread + close: the file's size is
  * not stored at open time, because stat-ing a million files up front
@@ -17,6 +34,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -24,6 +42,10 @@
 
 static const char *const k_exts[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm",
                                      ".tif", ".tiff", ".webp"};
+#define K_EXTS_TEXT ".jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp"
+
+/* At most this many skipped entries are kept by name (all are counted). */
+#define MAX_SKIPPED_NAMED 1000
 
 static int has_image_ext(const char *name)
 {
@@ -36,9 +58,39 @@ static int has_image_ext(const char *name)
     return 0;
 }
 
-static int cmp_str(const void *a, const void *b)
+/* Python's order of os.fsdecode(a) and os.fsdecode(b), at about strcmp's
+ * cost: skip the common bytes, back up to the start of the code point
+ * the first difference falls in (UTF-8 is self-synchronising: a byte that
+ * is not 10xxxxxx always starts a unit, and no unit is longer than four
+ * bytes), then decode from there until the code points differ. */
+static int fsname_cmp(const char *sa, size_t al, const char *sb, size_t bl)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    const unsigned char *a = (const unsigned char *)sa, *b = (const unsigned char *)sb;
+    size_t m = CH_MIN(al, bl), k = 0;
+    while (k < m && a[k] == b[k])
+        k++;
+    size_t s = k;
+    for (size_t t = 1; t <= 3 && t <= k; t++)
+        if ((a[k - t] & 0xC0) != 0x80) {
+            s = k - t;
+            break;
+        }
+    size_t ia = s, ib = s;
+    for (;;) {
+        if (ia >= al || ib >= bl)
+            return ia >= al ? (ib >= bl ? 0 : -1) : 1;
+        uint32_t ca, cb;
+        ia += ch_fsdecode_unit(a + ia, al - ia, &ca);
+        ib += ch_fsdecode_unit(b + ib, bl - ib, &cb);
+        if (ca != cb)
+            return ca < cb ? -1 : 1;
+    }
+}
+
+static int cmp_name(const void *pa, const void *pb)
+{
+    const char *a = *(char *const *)pa, *b = *(char *const *)pb;
+    return fsname_cmp(a, strlen(a), b, strlen(b));
 }
 
 typedef struct strvec {
@@ -73,45 +125,102 @@ static void strvec_free(strvec *s)
     s->n = s->cap = 0;
 }
 
-static int is_dir_at(const char *path)
+/* What a directory entry is, symbolic links followed (as os.walk with
+ * followlinks=True and os.scandir().is_dir() follow them). */
+enum { ENT_DIR, ENT_FILE, ENT_OTHER };
+
+static const char *type_name(mode_t m)
 {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    return S_ISFIFO(m)  ? "a FIFO"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+                         : "not a regular file";
 }
 
-/* Is this entry of `parent` a directory?  Symbolic links are followed, as
- * os.walk(followlinks=True) and os.scandir().is_dir() do. */
-static int entry_is_dir(const char *parent, const struct dirent *de)
+/* Classify entry `de` of the open directory `dfd`.  d_type answers for
+ * most entries; symbolic links and DT_UNKNOWN cost one fstatat.  For
+ * ENT_OTHER, *why says what it is. */
+static int classify(int dfd, const struct dirent *de, const char **why)
 {
-    if (de->d_type == DT_DIR)
-        return 1;
-    if (de->d_type != DT_LNK && de->d_type != DT_UNKNOWN)
-        return 0;
-    char child[4096];
-    if (snprintf(child, sizeof child, "%s/%s", parent, de->d_name) >= (int)sizeof child)
-        return 0;
-    return is_dir_at(child);
+    *why = NULL;
+    switch (de->d_type) {
+    case DT_DIR:
+        return ENT_DIR;
+    case DT_REG:
+        return ENT_FILE;
+    case DT_FIFO:
+        *why = "a FIFO";
+        return ENT_OTHER;
+    case DT_SOCK:
+        *why = "a socket";
+        return ENT_OTHER;
+    case DT_CHR:
+        *why = "a character device";
+        return ENT_OTHER;
+    case DT_BLK:
+        *why = "a block device";
+        return ENT_OTHER;
+    default:
+        break;
+    }
+    struct stat st;
+    if (fstatat(dfd, de->d_name, &st, 0) != 0) {
+        int e = errno;
+        *why = e == ELOOP    ? "a symbolic link loop"
+               : e == ENOENT ? "a dangling symbolic link"
+                             : "cannot be examined (stat failed)";
+        return ENT_OTHER;
+    }
+    if (S_ISDIR(st.st_mode))
+        return ENT_DIR;
+    if (S_ISREG(st.st_mode))
+        return ENT_FILE;
+    *why = type_name(st.st_mode);
+    return ENT_OTHER;
+}
+
+/* Record an image-named entry that is left out; takes rel. */
+static int note_skipped(ch_tree_list *out, char *rel, const char *why)
+{
+    out->nskipped++;
+    if (out->nskipped > MAX_SKIPPED_NAMED) {
+        free(rel);
+        return CHUTE_OK;
+    }
+    if (out->nskipped_named == out->cap_skipped) {
+        size_t cap = out->cap_skipped ? out->cap_skipped * 2 : 16;
+        struct ch_tree_skip *v = realloc(out->skipped, cap * sizeof *v);
+        if (!v) {
+            free(rel);
+            return CHUTE_ENOMEM;
+        }
+        out->skipped = v;
+        out->cap_skipped = cap;
+    }
+    out->skipped[out->nskipped_named].rel = rel;
+    out->skipped[out->nskipped_named].why = why;
+    out->nskipped_named++;
+    return CHUTE_OK;
 }
 
 /* Order of torchvision's sorted(os.walk(...)) then sorted(fnames): by
  * directory path as a whole string first, then by file name.  Note this
- * puts "a/b-c/x" before "a/b/x" ('-' < '/'), which a per-level sorted walk
- * would not, so files are collected first and sorted once. */
+ * puts "a/b-c/x" before "a/b/sub/x" ('-' < '/'), which a per-level sorted
+ * walk would not, so files are collected first and sorted once. */
 static int cmp_walk_order(const void *pa, const void *pb)
 {
     const char *a = *(char *const *)pa, *b = *(char *const *)pb;
     const char *sa = strrchr(a, '/'), *sb = strrchr(b, '/');
-    size_t da = (size_t)(sa - a), db = (size_t)(sb - b);
-    int c = memcmp(a, b, CH_MIN(da, db));
+    int c = fsname_cmp(a, (size_t)(sa - a), b, (size_t)(sb - b));
     if (c != 0)
         return c;
-    if (da != db)
-        return da < db ? -1 : 1;
-    return strcmp(sa + 1, sb + 1);
+    return fsname_cmp(sa + 1, strlen(sa + 1), sb + 1, strlen(sb + 1));
 }
 
 /* Collect files with image extensions under root/rel, recursively. */
-static int walk(const char *root, const char *rel, strvec *files, int depth, chute_error *err)
+static int walk(const char *root, const char *rel, strvec *files, ch_tree_list *out, int depth,
+                chute_error *err)
 {
     char abs[4096];
     if (snprintf(abs, sizeof abs, "%s/%s", root, rel) >= (int)sizeof abs)
@@ -124,6 +233,7 @@ static int walk(const char *root, const char *rel, strvec *files, int depth, chu
     strvec dirs = {0};
     int rc = CHUTE_OK;
     struct dirent *de;
+    errno = 0;
     while (rc == CHUTE_OK && (de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
@@ -131,19 +241,35 @@ static int walk(const char *root, const char *rel, strvec *files, int depth, chu
             rc = ch_err(err, CHUTE_EINVAL, "%s/%s: path too long", abs, de->d_name);
             break;
         }
-        int isdir = entry_is_dir(abs, de);
-        char *p = NULL;
-        if (isdir || has_image_ext(de->d_name)) {
-            if (asprintf(&p, "%s/%s", rel, de->d_name) < 0)
-                p = NULL;
-            rc = strvec_push(isdir ? &dirs : files, p);
-            if (rc)
-                ch_err(err, rc, "out of memory while listing %s", abs);
+        int image = has_image_ext(de->d_name);
+        /* Regular files without an image name are never examined. */
+        if (!image && de->d_type == DT_REG)
+            continue;
+        const char *why;
+        int kind = classify(dirfd(d), de, &why);
+        if (kind == ENT_OTHER || (kind == ENT_FILE && !image)) {
+            if (kind == ENT_OTHER && image) {
+                char *p = NULL;
+                if (asprintf(&p, "%s/%s", rel, de->d_name) < 0 ||
+                    note_skipped(out, p, why) != CHUTE_OK)
+                    rc = ch_err(err, CHUTE_ENOMEM, "out of memory while listing %s", abs);
+            }
+            errno = 0;
+            continue;
         }
+        char *p = NULL;
+        if (asprintf(&p, "%s/%s", rel, de->d_name) < 0)
+            p = NULL;
+        rc = strvec_push(kind == ENT_DIR ? &dirs : files, p);
+        if (rc)
+            ch_err(err, rc, "out of memory while listing %s", abs);
+        errno = 0;
     }
+    if (rc == CHUTE_OK && errno != 0)
+        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: error while listing directory", abs);
     closedir(d);
     for (size_t i = 0; rc == CHUTE_OK && i < dirs.n; i++)
-        rc = walk(root, dirs.v[i], files, depth + 1, err);
+        rc = walk(root, dirs.v[i], files, out, depth + 1, err);
     strvec_free(&dirs);
     return rc;
 }
@@ -159,7 +285,42 @@ void ch_tree_list_free(ch_tree_list *l)
     for (uint32_t c = 0; c < l->nclasses; c++)
         free(l->class_names[c]);
     free(l->class_names);
+    for (size_t k = 0; k < l->nskipped_named; k++)
+        free(l->skipped[k].rel);
+    free(l->skipped);
     memset(l, 0, sizeof *l);
+}
+
+/* "ROOT: class directory 'x' has no image files ...", naming up to eight
+ * of the empty classes (in class order, as torchvision names them). */
+static int empty_classes_error(const char *root, const strvec *classes, const size_t *class_end,
+                               chute_error *err)
+{
+    size_t nempty = 0, prev = 0;
+    char list[2048];
+    size_t used = 0;
+    list[0] = '\0';
+    for (size_t c = 0; c < classes->n; c++) {
+        if (class_end[c] == prev) {
+            if (nempty < 8 && used < sizeof list) {
+                int w = snprintf(list + used, sizeof list - used, "%s'%s'", nempty ? ", " : "",
+                                 classes->v[c]);
+                used = w < 0 ? used : CH_MIN(sizeof list - 1, used + (size_t)w);
+            }
+            nempty++;
+        }
+        prev = class_end[c];
+    }
+    if (nempty == 0)
+        return CHUTE_OK;
+    char more[64] = "";
+    if (nempty > 8)
+        snprintf(more, sizeof more, " and %zu more", nempty - 8);
+    return ch_err(err, CHUTE_ENOTFOUND,
+                  "%s: %s %s%s %s no image files (%s); torchvision's ImageFolder refuses this "
+                  "too: remove the director%s or add images",
+                  root, nempty == 1 ? "class directory" : "class directories", list, more,
+                  nempty == 1 ? "has" : "have", K_EXTS_TEXT, nempty == 1 ? "y" : "ies");
 }
 
 int ch_tree_list_build(const char *root, ch_tree_list *out, chute_error *err)
@@ -177,23 +338,31 @@ int ch_tree_list_build(const char *root, ch_tree_list *out, chute_error *err)
     strvec classes = {0};
     int rc = CHUTE_OK;
     struct dirent *de;
+    errno = 0;
     while (rc == CHUTE_OK && (de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
-        if (entry_is_dir(root, de))
+        const char *why;
+        if (classify(dirfd(d), de, &why) == ENT_DIR)
             rc = strvec_push(&classes, strdup(de->d_name));
+        errno = 0;
     }
+    int list_errno = rc == CHUTE_OK ? errno : 0;
     closedir(d);
     if (rc != CHUTE_OK) {
         strvec_free(&classes);
         return ch_err(err, rc, "%s: out of memory while listing", root);
+    }
+    if (list_errno != 0) {
+        strvec_free(&classes);
+        return ch_err_errno(err, CHUTE_EIO, list_errno, "%s: error while listing directory", root);
     }
     if (classes.n == 0) {
         strvec_free(&classes);
         return ch_err(err, CHUTE_ENOTFOUND,
                       "%s: no class directories (expected ROOT/<class>/<image files>)", root);
     }
-    qsort(classes.v, classes.n, sizeof(char *), cmp_str);
+    qsort(classes.v, classes.n, sizeof(char *), cmp_name);
 
     strvec files = {0};
     size_t *class_end = calloc(classes.n, sizeof *class_end);
@@ -201,13 +370,14 @@ int ch_tree_list_build(const char *root, ch_tree_list *out, chute_error *err)
         rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
     for (size_t c = 0; rc == CHUTE_OK && c < classes.n; c++) {
         size_t start = files.n;
-        rc = walk(root, classes.v[c], &files, 0, err);
-        qsort(files.v + start, files.n - start, sizeof(char *), cmp_walk_order);
+        rc = walk(root, classes.v[c], &files, out, 0, err);
+        /* files.v is NULL until the first file: no qsort(NULL, 0, ...). */
+        if (rc == CHUTE_OK && files.n - start > 1)
+            qsort(files.v + start, files.n - start, sizeof(char *), cmp_walk_order);
         class_end[c] = files.n;
     }
-    if (rc == CHUTE_OK && files.n == 0)
-        rc = ch_err(err, CHUTE_ENOTFOUND, "%s: no image files (.jpg .jpeg .png ...) in %zu classes",
-                    root, classes.n);
+    if (rc == CHUTE_OK)
+        rc = empty_classes_error(root, &classes, class_end, err);
     if (rc == CHUTE_OK) {
         out->labels = malloc(files.n * sizeof *out->labels);
         if (!out->labels)
@@ -217,10 +387,11 @@ int ch_tree_list_build(const char *root, ch_tree_list *out, chute_error *err)
         free(class_end);
         strvec_free(&files);
         strvec_free(&classes);
-        free(out->labels);
-        out->labels = NULL;
+        ch_tree_list_free(out);
         return rc;
     }
+    if (out->nskipped_named > 1) /* rel is the first member: sort as the files are */
+        qsort(out->skipped, out->nskipped_named, sizeof *out->skipped, cmp_walk_order);
     size_t c = 0;
     for (size_t i = 0; i < files.n; i++) {
         while (i >= class_end[c])
@@ -271,6 +442,18 @@ static void tree_describe(const chute_dataset *ds, uint64_t i, char *buf, size_t
         buf[n - 1] = '\0';
 }
 
+static uint64_t tree_skipped(const chute_dataset *ds, uint64_t k, char *buf, size_t n)
+{
+    const tree_impl *t = ds->impl;
+    if (buf && n && k < t->list.nskipped_named) {
+        char m[8192];
+        snprintf(m, sizeof m, "%s/%s: %s, left out", ds->root, t->list.skipped[k].rel,
+                 t->list.skipped[k].why);
+        ch_str_fit(buf, n, m);
+    }
+    return t->list.nskipped;
+}
+
 static void tree_close(void *impl)
 {
     tree_impl *t = impl;
@@ -288,6 +471,7 @@ static const ch_format_ops k_tree_ops = {
     .describe = tree_describe,
     .file_of = tree_describe,
     .close = tree_close,
+    .skipped = tree_skipped,
 };
 
 int ch_tree_open(chute_dataset *ds, const char *root, chute_error *err)

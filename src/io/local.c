@@ -5,6 +5,16 @@
  * an early end of file into CHUTE_EIO with the path and offset, because a
  * truncated shard or a file shrinking under us must not become a sample
  * made of stale buffer bytes.
+ *
+ * Every open is O_NONBLOCK and is followed by fstat: only regular files
+ * are read.  A tree lists only regular files, but an entry can be swapped
+ * for a FIFO after listing, and open() on a FIFO without O_NONBLOCK waits
+ * for a writer forever (and the loader's destroy would then wait on that
+ * worker).  With O_NONBLOCK the open returns at once, fstat says what it
+ * is, and the caller gets CHUTE_EFORMAT "not a regular file" (not EIO:
+ * retrying cannot help).  O_NONBLOCK has no effect
+ * on reads from regular files.  Sockets fail open() with ENXIO, a symbolic
+ * link loop with ELOOP; both are reported as such.
  */
 #define _GNU_SOURCE
 #include "io.h"
@@ -20,18 +30,50 @@ typedef struct local_file {
     int fd;
 } local_file;
 
-static int local_open(const char *path, void **out, uint64_t *out_size, chute_error *err)
+static const char *special_name(mode_t m)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno,
+    return S_ISFIFO(m)  ? "a FIFO"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISDIR(m)  ? "a directory"
+                         : "of an unknown type";
+}
+
+/* Open a regular file for reading, never blocking in open().  On success
+ * *st is its fstat. */
+static int open_regular(const char *path, int *out_fd, struct stat *st, chute_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENXIO)
+            return ch_err(err, CHUTE_EFORMAT, "%s: cannot open: not a regular file (a socket?)",
+                          path);
+        return ch_err_errno(err, e == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, e,
                             "%s: cannot open", path);
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
+    }
+    if (fstat(fd, st) != 0) {
         int e = errno;
         close(fd);
         return ch_err_errno(err, CHUTE_EIO, e, "%s: cannot stat", path);
     }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return ch_err(err, CHUTE_EFORMAT, "%s: not a regular file (%s)", path,
+                      special_name(st->st_mode));
+    }
+    *out_fd = fd;
+    return CHUTE_OK;
+}
+
+static int local_open(const char *path, void **out, uint64_t *out_size, chute_error *err)
+{
+    int fd = -1;
+    struct stat st;
+    int rc = open_regular(path, &fd, &st, err);
+    if (rc != CHUTE_OK)
+        return rc;
     local_file *f = malloc(sizeof *f);
     if (!f) {
         close(fd);
@@ -82,23 +124,16 @@ static void local_close(void *h)
 static int local_read_file(const char *path, void *buf, size_t cap, size_t *out_len,
                            chute_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno,
-                            "%s: cannot open", path);
+    int fd = -1;
     struct stat st;
-    int rc = CHUTE_OK;
-    if (fstat(fd, &st) != 0) {
-        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot stat", path);
-    } else if (!S_ISREG(st.st_mode)) {
-        rc = ch_err(err, CHUTE_EIO, "%s: not a regular file", path);
-    } else {
-        *out_len = (size_t)st.st_size;
-        if ((uint64_t)st.st_size > cap)
-            rc = CH_ESMALL;
-        else
-            rc = pread_full(fd, path, 0, buf, (size_t)st.st_size, err);
-    }
+    int rc = open_regular(path, &fd, &st, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    *out_len = (size_t)st.st_size;
+    if ((uint64_t)st.st_size > cap)
+        rc = CH_ESMALL;
+    else
+        rc = pread_full(fd, path, 0, buf, (size_t)st.st_size, err);
     close(fd);
     return rc;
 }
@@ -183,9 +218,15 @@ int ch_mkdir_p(const char *dir, chute_error *err)
 
 void ch_drop_page_cache(const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO put in a file's place must not stall us here. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return;
+    }
     fdatasync(fd);
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);
