@@ -183,9 +183,10 @@ def tree_order(ctx):
     verify_shards_against_tree(ctx, shards, root, "awkward tree")
 
 
-def start_pack(ctx, tree, out, *extra):
+def start_pack(ctx, tree, out, *extra, env=None):
     return subprocess.Popen([ctx.chute, "pack", tree, out, "--shard-size", "1M", "--threads", "1"]
-                            + list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            + list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env)
 
 
 def kill_when(ctx, proc, cond, timeout=120.0, settle=0.0):
@@ -211,26 +212,34 @@ def kill_when(ctx, proc, cond, timeout=120.0, settle=0.0):
 
 
 def interrupted_dir(ctx, work):
-    """A real interrupted pack: the tree has a FIFO in the middle, so pack
-    blocks there after writing the shards before it; kill -9 then."""
+    """A real interrupted pack: reading one file in the middle of the tree
+    never returns (faultfs STALL; a FIFO did this before special files were
+    left out of trees), so pack blocks there after writing the shards
+    before it; kill -9 then."""
     tree = os.path.join(work, "tree")
     files = T.link_tree(ctx.tree, tree)
-    fifo = os.path.join(tree, "class01", "img00150_fifo.jpg")
-    os.mkfifo(fifo)
+    stall = os.path.join(tree, "class01", "img00150_stall.jpg")
+    shutil.copyfile(os.path.join(tree, sorted(files)[0]), stall)
     out = os.path.join(work, "out")
-    proc = start_pack(ctx, tree, out)
+    faultfs = os.environ.get("CHUTE_FAULTFS")
+    if not faultfs or not os.path.exists(faultfs):
+        raise T.Skip("no faultfs shim (CHUTE_FAULTFS) to stall the pack")
+    env = dict(os.environ, LD_PRELOAD=faultfs, CHUTE_FAULT_PATH="img00150_stall.jpg",
+               CHUTE_FAULT_OP="read", CHUTE_FAULT_ERRNO="STALL",
+               ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0")
+    proc = start_pack(ctx, tree, out, env=env)
     # Wait for the first complete shard, give it a moment to reach the FIFO.
     ok = kill_when(ctx, proc, lambda: os.path.exists(os.path.join(out, "shard-00000.chute")),
                    settle=0.3)
-    ctx.check(ok, "pack finished or failed although the tree has a FIFO")
-    return tree, out, fifo, files
+    ctx.check(ok, "pack finished or failed although a read in the tree stalls")
+    return tree, out, stall, files
 
 
 def crash_safety(ctx):
     ctx.need_data()
     ctx.need_modules("torchvision")
     work = ctx.scratch("crash_safety")
-    tree, out, fifo, files = interrupted_dir(ctx, work)
+    tree, out, stall, files = interrupted_dir(ctx, work)
     present = sorted(os.listdir(out))
     ctx.note("after kill -9: %s" % present)
     ctx.check("chute.manifest" not in present, "a manifest exists after an interrupted pack")
@@ -241,7 +250,7 @@ def crash_safety(ctx):
     ctx.check("manifest" in d["proc"].err, "opening as shards does not mention the manifest: %r"
               % d["proc"].err)
     # Re-run pack: a correct dataset, and no temporary files.
-    os.unlink(fifo)
+    os.unlink(stall)
     p = ctx.run([ctx.chute, "pack", tree, out, "--shard-size", "1M", "--threads", "1"])
     ctx.check("packed 200 files" in p.out, "re-run pack: %r" % p.out)
     ctx.check(not glob.glob(os.path.join(out, "*.tmp")), "*.tmp files remain: %s" % os.listdir(out))
@@ -276,8 +285,8 @@ def crash_safety(ctx):
 def interrupted_message(ctx):
     ctx.need_data()
     work = ctx.scratch("interrupted_message")
-    tree, out, fifo, _ = interrupted_dir(ctx, work)
-    os.unlink(fifo)
+    tree, out, stall, _ = interrupted_dir(ctx, work)
+    os.unlink(stall)
     b = ctx.run([ctx.chute, "bench", out, "--quiet"], expect="nonzero")
     ctx.check("manifest" in b.err,
               "`chute bench` on an interrupted pack directory (%s) should say its manifest is "

@@ -16,7 +16,11 @@
  *                      (read, pread, write, pwrite, fsync, fdatasync);
  *                      rename hits a matching source or target path
  *   CHUTE_FAULT_ERRNO  EIO, ENOSPC, EACCES, EROFS, EDQUOT, ENOMEM, EISDIR
- *                      or a number                        (default EIO)
+ *                      or a number                        (default EIO);
+ *                      STALL: the call never returns (the thread sleeps
+ *                      until the process is killed), for tests that must
+ *                      stop a program at a known point, e.g. kill -9
+ *                      mid-pack
  *   CHUTE_FAULT_AFTER  let this many matching calls succeed first (default 0)
  *   CHUTE_FAULT_COUNT  fail this many calls, then succeed again
  *                      (default: fail all)
@@ -47,7 +51,7 @@ enum { OP_OPEN, OP_READ, OP_WRITE, OP_FSYNC, OP_RENAME };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static const char *g_path;
-static int g_op = OP_READ, g_errno = EIO;
+static int g_op = OP_READ, g_errno = EIO, g_stall;
 static long g_after, g_count = -1;
 static const char *g_log;
 static _Atomic long g_calls;            /* matching calls seen */
@@ -72,6 +76,7 @@ static void init(void)
             {"EDQUOT", EDQUOT}, {"ENOMEM", ENOMEM}, {"EISDIR", EISDIR},
         };
         g_errno = atoi(e) > 0 ? atoi(e) : EIO;
+        g_stall = strcmp(e, "STALL") == 0;
         for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
             if (strcmp(e, tab[i].n) == 0)
                 g_errno = tab[i].v;
@@ -109,6 +114,8 @@ static int fire(const char *what, const char *p, int fd)
             fclose(f);
         }
     }
+    while (g_stall)
+        pause();
     errno = g_errno;
     return 1;
 }
