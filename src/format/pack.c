@@ -896,6 +896,20 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
     rc = ch_tree_list_build(root, &list, err);
     if (rc)
         return rc;
+    /* Image-named entries that are not regular files (FIFOs, sockets,
+     * dangling links) were left out by the listing: say so, by name. */
+    for (size_t k = 0; o.on_skip && k < list.nskipped_named; k++) {
+        char path[4096], why[128];
+        snprintf(path, sizeof path, "%s/%s", root, list.skipped[k].rel);
+        snprintf(why, sizeof why, "not a regular file (%s)", list.skipped[k].why);
+        o.on_skip(path, why, o.user);
+    }
+    if (o.on_skip && list.nskipped > list.nskipped_named) {
+        char why[128];
+        snprintf(why, sizeof why, "%llu more entries that are not regular files",
+                 (unsigned long long)(list.nskipped - list.nskipped_named));
+        o.on_skip(root, why, o.user);
+    }
     rc = ch_mkdir_p(out_dir, err);
     int lock_fd = -1, waited = 0;
     if (rc == CHUTE_OK)
