@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,12 +21,34 @@ typedef struct local_file {
     int fd;
 } local_file;
 
+/* A failed open(2), with the way out when the limit on descriptors is
+ * what failed: "Too many open files" alone does not say which limit. */
+static int open_failed(chute_error *err, const char *path, int e)
+{
+    if (e == EMFILE) {
+        struct rlimit rl;
+        unsigned long long soft = 0;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+            soft = rl.rlim_cur == RLIM_INFINITY ? 0 : (unsigned long long)rl.rlim_cur;
+        return ch_err_errno(err, CHUTE_EIO, e,
+                            "%s: cannot open: this process has reached its limit of %llu open "
+                            "files (RLIMIT_NOFILE); raise it with `ulimit -n` (or setrlimit)",
+                            path, soft);
+    }
+    if (e == ENFILE)
+        return ch_err_errno(err, CHUTE_EIO, e,
+                            "%s: cannot open: the system-wide limit on open files is reached "
+                            "(fs.file-max; see also RLIMIT_NOFILE / `ulimit -n`)",
+                            path);
+    return ch_err_errno(err, e == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, e, "%s: cannot open",
+                        path);
+}
+
 static int local_open(const char *path, void **out, uint64_t *out_size, chute_error *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno,
-                            "%s: cannot open", path);
+        return open_failed(err, path, errno);
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
@@ -84,8 +107,7 @@ static int local_read_file(const char *path, void *buf, size_t cap, size_t *out_
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno,
-                            "%s: cannot open", path);
+        return open_failed(err, path, errno);
     struct stat st;
     int rc = CHUTE_OK;
     if (fstat(fd, &st) != 0) {
