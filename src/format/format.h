@@ -7,7 +7,9 @@
  * format it has.
  *
  * The dataset object is immutable after open, so any number of worker
- * threads read from it concurrently without locks.
+ * threads read from it concurrently without locks.  (One exception, safe
+ * for threads: the shard format's cache of open files, which takes a lock
+ * only on a miss, and never when every shard fits — see shard.c.)
  */
 #ifndef CHUTE_FORMAT_H
 #define CHUTE_FORMAT_H

@@ -515,12 +515,13 @@ static const char *parse_u64(const char *p, size_t n, uint64_t *out)
 {
     if (n == 0)
         return "an empty number";
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < '0' || p[i] > '9')
+            return p[0] == '-' ? "a negative number" : "not a decimal number";
     if (n > 1 && p[0] == '0')
         return "a number with a leading zero";
     uint64_t v = 0;
     for (size_t i = 0; i < n; i++) {
-        if (p[i] < '0' || p[i] > '9')
-            return p[i] == '-' ? "a negative number" : "not a decimal number";
         unsigned d = (unsigned)(p[i] - '0');
         if (v > (UINT64_MAX - d) / 10)
             return "a number too large (over 2^64-1)";
@@ -1071,7 +1072,8 @@ static int cmp_file_id(const void *a, const void *b)
 
 /* Every listed shard must be a regular file in the directory itself: not
  * a symlink (which could lead anywhere), not the same file twice under
- * two names (a hard link).  Names were already checked to be bare. */
+ * two names (a hard link; skipped where a filesystem reports inode 0).
+ * Names were already checked to be bare. */
 static int check_shard_files(const char *mpath, const ch_manifest *m, shards_impl *s,
                              chute_error *err)
 {
@@ -1098,7 +1100,7 @@ static int check_shard_files(const char *mpath, const ch_manifest *m, shards_imp
     if (rc == CHUTE_OK && s->nshards > 1) {
         qsort(ids, s->nshards, sizeof *ids, cmp_file_id);
         for (uint32_t i = 1; i < s->nshards && rc == CHUTE_OK; i++)
-            if (ids[i].dev == ids[i - 1].dev && ids[i].ino == ids[i - 1].ino)
+            if (ids[i].ino != 0 && ids[i].dev == ids[i - 1].dev && ids[i].ino == ids[i - 1].ino)
                 rc = ch_err(err, CHUTE_ECORRUPT,
                             "%s:%u: %s is the same file as %s (line %u): a shard listed twice",
                             mpath, m->shards[ids[i].k].line, s->shards[ids[i].k].name,
