@@ -656,10 +656,13 @@ int ch_manifest_parse(const char *path, const char *text, size_t len, ch_manifes
                 cap = ncap;
             }
             ch_manifest_shard *e = &out->shards[out->nshards];
-            if (!(e->name = strndup(f[1].p, f[1].n))) {
+            /* Not strndup: the text need not be NUL-terminated anywhere. */
+            if (!(e->name = malloc(f[1].n + 1))) {
                 rc = ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
                 break;
             }
+            memcpy(e->name, f[1].p, f[1].n);
+            e->name[f[1].n] = '\0';
             e->samples = samples;
             e->bytes = bytes;
             e->line = lineno;
