@@ -13,6 +13,8 @@
 #include "format/format.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sys/resource.h>
 
 static uint32_t get32(const uint8_t *p)
 {
@@ -649,6 +651,651 @@ TEST(mixed_class_tables_rejected)
     int rc = chute_dataset_open(out1, CHUTE_SOURCE_AUTO, &ds, &err);
     CHECK(rc == CHUTE_ECORRUPT && strstr(err.message, "class table"), "mixed: %s (%s)",
           chute_status_name(rc), err.message);
+    return 0;
+}
+
+
+/* ------------------------------------------------------------------ */
+/* Hostile manifests (issue #8 item 5)                                 */
+/* ------------------------------------------------------------------ */
+
+/* Open `out` with `text` as its manifest; 0 if the status is `want`, the
+ * dataset is not returned and the message holds `in_msg`. */
+static int expect_open(const char *out, const char *mpath, const char *what, const char *text,
+                       size_t len, int want, const char *in_msg)
+{
+    unlink(mpath);
+    unit_write_file(mpath, text, len);
+    chute_dataset *ds = NULL;
+    chute_error err = {0};
+    int rc = chute_dataset_open(out, CHUTE_SOURCE_SHARDS, &ds, &err);
+    int bad = rc != want || ds != NULL || !strstr(err.message, in_msg);
+    if (bad)
+        fprintf(stderr, "FAIL %s: %s (%s), want %s with '%s'\n", what, chute_status_name(rc),
+                err.message, chute_status_name(want), in_msg);
+    else
+        fprintf(stderr, "ok   %s: %s\n", what, err.message);
+    chute_dataset_close(ds);
+    return bad;
+}
+
+TEST(manifest_hostile_numbers_and_names)
+{
+    char dir[4096], root[4200], out[4200], mpath[4300], outside[4300];
+    unit_scratch("manifest_hostile", dir, sizeof dir);
+    snprintf(root, sizeof root, "%s/tree", dir);
+    snprintf(out, sizeof out, "%s/shards", dir);
+    CHECK(make_fake_tree(root, 30, 4) == 30, "tree");
+    chute_pack_result res = {0};
+    CHECK(pack_fake(root, out, 100 << 10, &res) == CHUTE_OK && res.shards >= 3, "pack: %u shards",
+          res.shards);
+    snprintf(mpath, sizeof mpath, "%s/%s", out, CH_MANIFEST_NAME);
+    size_t mlen;
+    char *good = (char *)unit_read_file(mpath, &mlen);
+    CHECK(good != NULL, "read manifest");
+    char saved[8192];
+    snprintf(saved, sizeof saved, "%.*s", (int)mlen, good);
+    free(good);
+    /* The first two shards' lines, as pack wrote them. */
+    char n0[64], n1[64];
+    unsigned long long c0, z0, c1, z1;
+    CHECK(sscanf(saved, "chute-dataset 1\nshard %63s %llu %llu\nshard %63s %llu %llu", n0, &c0,
+                 &z0, n1, &c1, &z1) == 6 && c0 > 1,
+          "manifest: %s", saved);
+    /* Files the manifest may point at: a symlink to a shard, a symlink out
+     * of the directory, a hard link, a directory. */
+    char p[4400], q[4400];
+    snprintf(p, sizeof p, "%s/%s", out, n0);
+    snprintf(q, sizeof q, "%s/link.chute", out);
+    CHECK(symlink(n0, q) == 0, "symlink");
+    snprintf(outside, sizeof outside, "%s/elsewhere.chute", dir);
+    CHECK(link(p, outside) == 0, "link outside");
+    snprintf(q, sizeof q, "%s/escape.chute", out);
+    CHECK(symlink("../elsewhere.chute", q) == 0, "symlink out");
+    snprintf(q, sizeof q, "%s/hard.chute", out);
+    CHECK(link(p, q) == 0, "hard link");
+    snprintf(q, sizeof q, "%s/adir", out);
+    unit_mkdirs(q);
+
+    unsigned long long wrap = 0ull - (c0 - 1); /* c0 + wrap == 1 (mod 2^64) */
+    char t[64][1024];
+    size_t tl[64];
+    struct {
+        const char *what;
+        int want;
+        const char *in_msg;
+    } cases[64];
+    int n = 0;
+#define CASE(WHAT, WANT, MSG, ...)                                                              \
+    do {                                                                                        \
+        tl[n] = (size_t)snprintf(t[n], sizeof t[n], __VA_ARGS__);                               \
+        cases[n].what = WHAT;                                                                   \
+        cases[n].want = WANT;                                                                   \
+        cases[n].in_msg = MSG;                                                                  \
+        n++;                                                                                    \
+    } while (0)
+    const char *H = "chute-dataset 1\n";
+    CASE("negative count wraps the total to 1", CHUTE_ECORRUPT, "chute.manifest:3",
+         "%sshard %s %llu %llu\nshard %s -%llu %llu\nend 2 1\n", H, n0, c0, z0, n1, c0 - 1, z1);
+    CASE("sum overflows 2^64", CHUTE_ECORRUPT, "chute.manifest:3",
+         "%sshard %s %llu %llu\nshard %s %llu %llu\nend 2 1\n", H, n0, c0, z0, n1, wrap, z1);
+    CASE("plus sign", CHUTE_ECORRUPT, "chute.manifest:2", "%sshard %s +%llu %llu\nend 1 %llu\n", H,
+         n0, c0, z0, c0);
+    CASE("trailing junk", CHUTE_ECORRUPT, "chute.manifest:2",
+         "%sshard %s %llux %llu\nend 1 %llu\n", H, n0, c0, z0, c0);
+    CASE("hex", CHUTE_ECORRUPT, "chute.manifest:2", "%sshard %s 0x%llx %llu\nend 1 %llu\n", H, n0,
+         c0, z0, c0);
+    CASE("leading zero", CHUTE_ECORRUPT, "chute.manifest:2", "%sshard %s 0%llu %llu\nend 1 %llu\n",
+         H, n0, c0, z0, c0);
+    CASE("20-digit count", CHUTE_ECORRUPT, "chute.manifest:2",
+         "%sshard %s 99999999999999999999 %llu\nend 1 1\n", H, n0, z0);
+    CASE("negative size", CHUTE_ECORRUPT, "chute.manifest:2",
+         "%sshard %s %llu -%llu\nend 1 %llu\n", H, n0, c0, z0, c0);
+    CASE("two spaces", CHUTE_ECORRUPT, "chute.manifest:2", "%sshard  %s %llu %llu\nend 1 %llu\n",
+         H, n0, c0, z0, c0);
+    CASE("tab", CHUTE_ECORRUPT, "chute.manifest:2", "%sshard\t%s %llu %llu\nend 1 %llu\n", H, n0,
+         c0, z0, c0);
+    CASE("CRLF", CHUTE_ECORRUPT, "chute.manifest:2", "%sshard %s %llu %llu\r\nend 1 %llu\r\n", H,
+         n0, c0, z0, c0);
+    CASE("missing field", CHUTE_ECORRUPT, "chute.manifest:2", "%sshard %s %llu\nend 1 %llu\n", H,
+         n0, c0, c0);
+    CASE("extra field", CHUTE_ECORRUPT, "chute.manifest:2", "%sshard %s %llu %llu 7\nend 1 %llu\n",
+         H, n0, c0, z0, c0);
+    CASE("end negative", CHUTE_ECORRUPT, "chute.manifest:3",
+         "%sshard %s %llu %llu\nend 1 -%llu\n", H, n0, c0, z0, 0ull - c0);
+    CASE("end junk", CHUTE_ECORRUPT, "chute.manifest:3", "%sshard %s %llu %llu\nend 1 %llu x\n", H,
+         n0, c0, z0, c0);
+    CASE("no final newline", CHUTE_ECORRUPT, "chute.manifest:3",
+         "%sshard %s %llu %llu\nend 1 %llu", H, n0, c0, z0, c0);
+    CASE("listed twice", CHUTE_ECORRUPT, "chute.manifest:3",
+         "%sshard %s %llu %llu\nshard %s %llu %llu\nend 2 %llu\n", H, n0, c0, z0, n0, c0, z0,
+         2 * c0);
+    CASE("parent path", CHUTE_ECORRUPT, "chute.manifest:2",
+         "%sshard ../shards/%s %llu %llu\nend 1 %llu\n", H, n0, c0, z0, c0);
+    CASE("absolute path", CHUTE_ECORRUPT, "chute.manifest:2", "%sshard %s %llu %llu\nend 1 %llu\n",
+         H, p, c0, z0, c0);
+    CASE("dot-dot", CHUTE_ECORRUPT, "chute.manifest:2", "%sshard .. %llu %llu\nend 1 %llu\n", H,
+         c0, z0, c0);
+    CASE("control byte in name", CHUTE_ECORRUPT, "chute.manifest:2",
+         "%sshard %s\x01 %llu %llu\nend 1 %llu\n", H, n0, c0, z0, c0);
+    CASE("symlink to a shard", CHUTE_EFORMAT, "symbolic link",
+         "%sshard link.chute %llu %llu\nend 1 %llu\n", H, c0, z0, c0);
+    CASE("symlink out of the directory", CHUTE_EFORMAT, "symbolic link",
+         "%sshard escape.chute %llu %llu\nend 1 %llu\n", H, c0, z0, c0);
+    CASE("hard link listed as a second shard", CHUTE_ECORRUPT, "same file",
+         "%sshard %s %llu %llu\nshard hard.chute %llu %llu\nend 2 %llu\n", H, n0, c0, z0, c0, z0,
+         2 * c0);
+    CASE("a directory", CHUTE_EFORMAT, "regular file", "%sshard adir %llu %llu\nend 1 %llu\n", H,
+         c0, z0, c0);
+    CASE("count larger than the shard's", CHUTE_ECORRUPT, "manifest says",
+         "%sshard %s %llu %llu\nend 1 %llu\n", H, n0, c0 + 1, z0, c0 + 1);
+    CASE("end counts one shard too many", CHUTE_ECORRUPT, "chute.manifest:3",
+         "%sshard %s %llu %llu\nend 2 %llu\n", H, n0, c0, z0, c0);
+    CASE("header only", CHUTE_ECORRUPT, "end line", "%s", H);
+    CASE("CRLF header", CHUTE_EFORMAT, "chute.manifest:1", "chute-dataset 1\r\nend 0 0\n");
+    int failed = 0;
+    for (int i = 0; i < n; i++)
+        failed += expect_open(out, mpath, cases[i].what, t[i], tl[i], cases[i].want,
+                              cases[i].in_msg);
+    /* A NUL inside a name, and a line far longer than any name. */
+    char nul[256];
+    int nl = snprintf(nul, sizeof nul, "%sshard %sX %llu %llu\nend 1 %llu\n", H, n0, c0, z0, c0);
+    nul[strlen(H) + 6 + strlen(n0)] = '\0';
+    failed += expect_open(out, mpath, "NUL in name", nul, (size_t)nl, CHUTE_ECORRUPT,
+                          "chute.manifest:2");
+    size_t big = 20000;
+    char *longl = malloc(big + 200);
+    size_t ll = (size_t)snprintf(longl, 200, "%sshard ", H);
+    memset(longl + ll, 'a', big);
+    ll += big;
+    ll += (size_t)snprintf(longl + ll, 200, " %llu %llu\nend 1 %llu\n", c0, z0, c0);
+    failed += expect_open(out, mpath, "20000-byte name", longl, ll, CHUTE_ECORRUPT,
+                          "chute.manifest:2");
+    free(longl);
+    CHECK(failed == 0, "%d of %d hostile manifests not refused as they should be", failed, n + 2);
+    /* The real manifest still opens, and reads back every sample. */
+    unlink(mpath);
+    write_text(mpath, saved);
+    chute_dataset *ds = NULL;
+    chute_error err = {0};
+    CHECK(chute_dataset_open(out, CHUTE_SOURCE_AUTO, &ds, &err) == CHUTE_OK, "restored: %s",
+          err.message);
+    CHECK(chute_dataset_size(ds) == 30, "30 samples");
+    chute_dataset_close(ds);
+    return 0;
+}
+
+/* The parser itself, from memory: what it accepts and the line it blames. */
+TEST(manifest_parser_exact)
+{
+    ch_manifest m;
+    chute_error err = {0};
+    const char *ok = "chute-dataset 1\nshard a 18446744073709551614 5\nshard b 1 0\n"
+                     "shard c 0 18446744073709551615\nend 3 18446744073709551615\n";
+    CHECK(ch_manifest_parse("M", ok, strlen(ok), &m, &err) == CHUTE_OK, "valid: %s", err.message);
+    CHECK(m.nshards == 3 && m.total == UINT64_MAX && strcmp(m.shards[2].name, "c") == 0 &&
+              m.shards[0].samples == UINT64_MAX - 1 && m.shards[2].bytes == UINT64_MAX &&
+              m.shards[1].line == 3,
+          "parsed %u shards, total %llu", m.nshards, (unsigned long long)m.total);
+    ch_manifest_free(&m);
+    ch_manifest_free(&m); /* idempotent */
+    struct {
+        const char *text;
+        int want;
+        const char *in_msg;
+    } bad[] = {
+        {"chute-dataset 1\nshard a 18446744073709551615 1\nshard b 1 1\nend 2 0\n", CHUTE_ECORRUPT,
+         "M:3: total sample count overflows"},
+        {"chute-dataset 1\nshard a 18446744073709551616 1\nend 1 0\n", CHUTE_ECORRUPT,
+         "M:2: sample count '18446744073709551616' is a number too large"},
+        {"chute-dataset 1\nshard a -1 1\nend 1 0\n", CHUTE_ECORRUPT,
+         "M:2: sample count '-1' is a negative"},
+        {"chute-dataset 1\nshard a 1 1\nshard b 1 1\nshard a 1 1\nend 3 3\n", CHUTE_ECORRUPT,
+         "M:4: shard a is listed twice (first on line 2)"},
+        {"chute-dataset 1\nshard a 1 1\nend 1 1\n\n", CHUTE_ECORRUPT, "M:4: text after the end"},
+        {"chute-dataset 1\n\nend 0 0\n", CHUTE_ECORRUPT, "M:2:"},
+        {"chute-dataset 1\nend 0 0\n", CHUTE_ENOTFOUND, "no samples"},
+        {"chute-dataset 10\nend 0 0\n", CHUTE_EFORMAT, "M:1:"},
+        {"chute-dataset 1", CHUTE_EFORMAT, "M:1:"},
+        {"", CHUTE_EFORMAT, "M:1:"},
+        {"chute-dataset 1\nshard a/b 1 1\nend 1 1\n", CHUTE_ECORRUPT, "M:2: bad shard name 'a/b'"},
+        {"chute-dataset 1\nshard . 1 1\nend 1 1\n", CHUTE_ECORRUPT, "M:2: bad shard name"},
+        {"chute-dataset 1\nshard a 1 1\nend 01 1\n", CHUTE_ECORRUPT,
+         "M:3: end line: a number with a leading zero"},
+        {"chute-dataset 1\nshard a 1 1\nEND 1 1\n", CHUTE_ECORRUPT,
+         "M:3: unrecognised line 'END 1 1'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&err, 0, sizeof err);
+        int rc = ch_manifest_parse("M", bad[i].text, strlen(bad[i].text), &m, &err);
+        CHECK(rc == bad[i].want && strstr(err.message, bad[i].in_msg) != NULL,
+              "case %zu: %s (%s), want %s with '%s'", i, chute_status_name(rc), err.message,
+              chute_status_name(bad[i].want), bad[i].in_msg);
+        CHECK(m.nshards == 0 && m.shards == NULL, "case %zu: failed parse left shards", i);
+    }
+    /* Names: bare file names only. */
+    CHECK(ch_shard_name_ok("shard-00000.chute", 17) && ch_shard_name_ok("a b", 3) == 1,
+          "good names");
+    CHECK(!ch_shard_name_ok("", 0) && !ch_shard_name_ok("..", 2) && !ch_shard_name_ok("/x", 2) &&
+              !ch_shard_name_ok("x\n", 2) && !ch_shard_name_ok("x\x7f", 2),
+          "bad names accepted");
+    return 0;
+}
+
+/* pack deletes "stale" shards by this test, so it must match only the
+ * names pack writes. */
+TEST(packfile_names_are_strict)
+{
+    struct {
+        const char *name;
+        int kind;
+        unsigned index;
+    } c[] = {
+        {"shard-00000.chute", CH_PACKFILE_SHARD, 0},
+        {"shard-00042.chute", CH_PACKFILE_SHARD, 42},
+        {"shard-4294967295.chute", CH_PACKFILE_SHARD, 4294967295u},
+        {"shard-00001.chute.tmp", CH_PACKFILE_TEMP, 0},
+        {"chute.manifest.tmp", CH_PACKFILE_TEMP, 0},
+        {"shard--1.chute", CH_PACKFILE_OTHER, 0},
+        {"shard-+1.chute", CH_PACKFILE_OTHER, 0},
+        {"shard- 1.chute", CH_PACKFILE_OTHER, 0},
+        {"shard-4294967296.chute", CH_PACKFILE_OTHER, 0},
+        {"shard-99999999999999999999.chute", CH_PACKFILE_OTHER, 0},
+        {"shard-.chute", CH_PACKFILE_OTHER, 0},
+        {"shard-1x.chute", CH_PACKFILE_OTHER, 0},
+        {"shard-1.chutex", CH_PACKFILE_OTHER, 0},
+        {"shard-1.chute.bak", CH_PACKFILE_OTHER, 0},
+        {"shard-1", CH_PACKFILE_OTHER, 0},
+        {"chute.manifest", CH_PACKFILE_OTHER, 0},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        unsigned k = 12345;
+        int kind = ch_packfile_kind(c[i].name, &k);
+        CHECK(kind == c[i].kind, "'%s' is kind %d, want %d", c[i].name, kind, c[i].kind);
+        CHECK(kind != CH_PACKFILE_SHARD || k == c[i].index, "'%s' index %u", c[i].name, k);
+    }
+    return 0;
+}
+
+/* Fields of the header and trailer that the reader used to take on trust,
+ * and index entries that repeat or overlap (CRCs fixed up each time). */
+TEST(index_header_and_entry_siblings)
+{
+    char dir[4096];
+    unit_scratch("index_siblings", dir, sizeof dir);
+    shard_img s;
+    CHECK_OK(load_template(dir, &s, 9)); /* align 64 */
+    uint8_t *t = s.bytes + s.len - CH_SHARD_TRAILER_BYTES;
+    uint64_t ioff = get64(t + 8);
+    uint8_t *b = malloc(s.len);
+    chute_error err = {0};
+    int rc;
+#define MUTATE(WHAT, WANT_MSG, EDIT)                                                             \
+    do {                                                                                         \
+        memcpy(b, s.bytes, s.len);                                                               \
+        EDIT;                                                                                    \
+        put32(b + 60, ch_crc32(b, 60));                                                          \
+        fix_crcs(b, s.len);                                                                      \
+        memset(&err, 0, sizeof err);                                                             \
+        rc = try_index(dir, b, s.len, &err, 1);                                                  \
+        CHECK(rc == CHUTE_ECORRUPT && strstr(err.message, WANT_MSG) &&                           \
+                  strstr(err.message, "mutant.chute"),                                           \
+              "%s: %s (%s)", WHAT, chute_status_name(rc), err.message);                          \
+    } while (0)
+    MUTATE("header size 65", "header size", put32(b + 12, 65));
+    MUTATE("header align 100", "alignment", (put32(b + 16, 100), put32(b + s.len - 24, 100)));
+    MUTATE("header align 32", "alignment", (put32(b + 16, 32), put32(b + s.len - 24, 32)));
+    MUTATE("header align 2 MiB", "alignment",
+           (put32(b + 16, 2u << 20), put32(b + s.len - 24, 2u << 20)));
+    MUTATE("trailer align differs", "disagrees", put32(b + s.len - 24, 128));
+    MUTATE("trailer major 2", "disagrees", b[s.len - 28] = 2);
+    uint8_t *e2 = b + ioff + 2 * CH_SHARD_ENTRY_BYTES;
+    MUTATE("unaligned record", "not aligned", put64(e2, get64(e2) + 1));
+    MUTATE("entry repeated", "overlaps",
+           memcpy(b + ioff + 4 * CH_SHARD_ENTRY_BYTES, b + ioff + 3 * CH_SHARD_ENTRY_BYTES,
+                  CH_SHARD_ENTRY_BYTES));
+    MUTATE("entries swapped", "overlaps",
+           (memcpy(b + ioff + 5 * CH_SHARD_ENTRY_BYTES, s.bytes + ioff + 6 * CH_SHARD_ENTRY_BYTES,
+                   CH_SHARD_ENTRY_BYTES),
+            memcpy(b + ioff + 6 * CH_SHARD_ENTRY_BYTES, s.bytes + ioff + 5 * CH_SHARD_ENTRY_BYTES,
+                   CH_SHARD_ENTRY_BYTES)));
+    MUTATE("record inside the header", "outside", put64(b + ioff, 0));
+    /* Unmutated, it still reads. */
+    memcpy(b, s.bytes, s.len);
+    CHECK(try_index(dir, b, s.len, &err, 1) == CHUTE_OK, "template: %s", err.message);
+    free(b);
+    free(s.bytes);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Many shards, few descriptors (issue #8 item 17)                     */
+/* ------------------------------------------------------------------ */
+
+/* Sample j of shard k of a synthetic dataset: 20..219 bytes that depend
+ * only on (k, j), so readers can check every byte without the writer. */
+static uint32_t tiny_sample(uint32_t k, uint32_t j, uint8_t *buf)
+{
+    uint64_t seed = 0x9E3779B97F4A7C15ull ^ ((uint64_t)k << 20) ^ j;
+    unit_rand(&seed);
+    uint32_t len = 20 + (uint32_t)(unit_rand(&seed) % 200);
+    for (uint32_t i = 0; i < len; i++)
+        buf[i] = (uint8_t)(unit_rand(&seed) >> 56);
+    return len;
+}
+
+/* nshards shards of `per` samples each, written with the shard writer,
+ * and a manifest written here (the format's text, not pack's code). */
+static int write_tiny_dataset(const char *out, uint32_t nshards, uint32_t per)
+{
+    unit_mkdirs(out);
+    size_t cap = 64 + (size_t)nshards * 64, len = 0;
+    char *m = malloc(cap);
+    len += (size_t)snprintf(m + len, cap - len, "chute-dataset 1\n");
+    uint8_t buf[256];
+    for (uint32_t k = 0; k < nshards; k++) {
+        char path[4200], name[64];
+        snprintf(name, sizeof name, "shard-%05u.chute", k);
+        snprintf(path, sizeof path, "%s/%s", out, name);
+        ch_shard_writer *w = NULL;
+        chute_error err = {0};
+        if (ch_shard_writer_open(path, 64, 3, k_classes, &w, &err) != CHUTE_OK) {
+            fprintf(stderr, "%s\n", err.message);
+            free(m);
+            return 1;
+        }
+        for (uint32_t j = 0; j < per; j++) {
+            uint32_t n = tiny_sample(k, j, buf);
+            char sname[64];
+            snprintf(sname, sizeof sname, "s%u/%u.jpg", k, j);
+            if (ch_shard_writer_add(w, buf, n, (int32_t)((k + j) % 3), 1, sname, &err) !=
+                CHUTE_OK) {
+                fprintf(stderr, "%s\n", err.message);
+                ch_shard_writer_abort(w);
+                free(m);
+                return 1;
+            }
+        }
+        if (ch_shard_writer_finish(w, &err) != CHUTE_OK) {
+            fprintf(stderr, "%s\n", err.message);
+            free(m);
+            return 1;
+        }
+        struct stat st;
+        if (stat(path, &st) != 0) {
+            free(m);
+            return 1;
+        }
+        len += (size_t)snprintf(m + len, cap - len, "shard %s %u %lld\n", name, per,
+                                (long long)st.st_size);
+    }
+    len += (size_t)snprintf(m + len, cap - len, "end %u %llu\n", nshards,
+                            (unsigned long long)nshards * per);
+    char mp[4300];
+    snprintf(mp, sizeof mp, "%s/%s", out, CH_MANIFEST_NAME);
+    int rc = unit_write_file(mp, m, len);
+    free(m);
+    return rc ? 1 : 0;
+}
+
+/* Read sample i and compare with tiny_sample; 0 = equal. */
+static int check_tiny(const chute_dataset *ds, uint64_t i, uint32_t per, char *why, size_t wn)
+{
+    uint8_t want[256], got[256];
+    uint32_t k = (uint32_t)(i / per), j = (uint32_t)(i % per);
+    uint32_t n = tiny_sample(k, j, want);
+    size_t len = 0;
+    chute_error err = {0};
+    int rc = chute_dataset_read(ds, i, got, sizeof got, &len, &err);
+    if (rc != CHUTE_OK) {
+        snprintf(why, wn, "sample %llu: %s (%s)", (unsigned long long)i, chute_status_name(rc),
+                 err.message);
+        return 1;
+    }
+    if (len != n || memcmp(got, want, n) != 0 || chute_dataset_label(ds, i) != (k + j) % 3) {
+        snprintf(why, wn, "sample %llu: wrong bytes or label", (unsigned long long)i);
+        return 1;
+    }
+    return 0;
+}
+
+/* Lower the soft descriptor limit (the hard one stays). */
+static int set_nofile(rlim_t soft)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return -1;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < soft)
+        return -1;
+    rl.rlim_cur = soft;
+    return setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+static int count_open_fds(void)
+{
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "ls /proc/%d/fd | wc -l", (int)getpid());
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (p) {
+        if (fscanf(p, "%d", &n) != 1)
+            n = -1;
+        pclose(p);
+    }
+    return n - 1; /* the pipe */
+}
+
+typedef struct reader_arg {
+    const chute_dataset *ds;
+    uint64_t n, start, stride;
+    uint32_t per;
+    int passes;
+    int failed;
+    char why[600];
+} reader_arg;
+
+/* Every sample, in the order start, start+stride, ... (mod n). */
+static void *reader_thread(void *p)
+{
+    reader_arg *a = p;
+    for (int pass = 0; pass < a->passes && !a->failed; pass++)
+        for (uint64_t i = 0, at = a->start % a->n; i < a->n && !a->failed;
+             i++, at = (at + a->stride) % a->n)
+            a->failed = check_tiny(a->ds, at, a->per, a->why, sizeof a->why);
+    return NULL;
+}
+
+/* Read every sample from `threads` threads at once (strides coprime to n). */
+static int read_all_threaded(const chute_dataset *ds, uint64_t n, uint32_t per, int threads,
+                             int passes)
+{
+    pthread_t th[16];
+    reader_arg a[16];
+    static const uint64_t strides[] = {1, 7919, 104729, 15485863, 3, 5, 11, 13,
+                                       17, 19, 23, 29, 31, 37, 41, 43};
+    for (int t = 0; t < threads; t++) {
+        uint64_t st = strides[t];
+        while (n % st == 0 && st > 1) /* keep it a permutation */
+            st += 2;
+        a[t] = (reader_arg){ds, n, (uint64_t)t * 97, st, per, passes, 0, ""};
+        pthread_create(&th[t], NULL, reader_thread, &a[t]);
+    }
+    int failed = 0;
+    for (int t = 0; t < threads; t++) {
+        pthread_join(th[t], NULL);
+        if (a[t].failed) {
+            fprintf(stderr, "thread %d: %s\n", t, a[t].why);
+            failed = 1;
+        }
+    }
+    return failed;
+}
+
+TEST(many_shards_under_low_fd_limit)
+{
+    char dir[4096], out[4200];
+    unit_scratch("many_shards_low_fd", dir, sizeof dir);
+    snprintf(out, sizeof out, "%s/shards", dir);
+    enum { NSHARDS = 1100, PER = 2 };
+    CHECK_OK(write_tiny_dataset(out, NSHARDS, PER));
+    if (set_nofile(256) != 0)
+        SKIP("cannot set RLIMIT_NOFILE to 256 here");
+    chute_dataset *ds = NULL;
+    chute_error err = {0};
+    int rc = chute_dataset_open(out, CHUTE_SOURCE_SHARDS, &ds, &err);
+    CHECK(rc == CHUTE_OK, "%u shards under ulimit -n 256: %s (%s)", NSHARDS,
+          chute_status_name(rc), err.message);
+    const uint64_t n = (uint64_t)NSHARDS * PER;
+    CHECK(chute_dataset_size(ds) == n, "size %llu", (unsigned long long)chute_dataset_size(ds));
+    char why[600];
+    for (uint64_t i = 0; i < n; i++)
+        CHECK(check_tiny(ds, i, PER, why, sizeof why) == 0, "%s", why);
+    CHECK(read_all_threaded(ds, n, PER, 4, 2) == 0, "threaded reads");
+    ch_shard_cache_stats cs;
+    CHECK(ch_shards_cache_stats(ds, &cs) == CHUTE_OK, "stats");
+    fprintf(stderr, "cache: capacity %u, open %u, misses %llu, opens %llu, evictions %llu, "
+                    "transient %llu\n",
+            cs.capacity, cs.open_now, (unsigned long long)cs.misses, (unsigned long long)cs.opens,
+            (unsigned long long)cs.evictions, (unsigned long long)cs.transient);
+    CHECK(cs.evicting && cs.capacity == 128 && cs.open_now <= cs.capacity && cs.evictions > 0,
+          "cache state");
+    int fds = count_open_fds();
+    CHECK(fds > 0 && fds <= 128 + 16, "%d descriptors open", fds);
+    chute_dataset_close(ds);
+    CHECK(count_open_fds() < 16, "close left %d descriptors", count_open_fds());
+    return 0;
+}
+
+/* Descriptors nearly or wholly used up by the rest of the program: a
+ * dataset still opens with what is left and reads everything; when none
+ * is left, the message names the limit and how to raise it. */
+TEST(fd_exhaustion_is_survived_or_named)
+{
+    char dir[4096], out[4200];
+    unit_scratch("fd_exhaustion", dir, sizeof dir);
+    snprintf(out, sizeof out, "%s/shards", dir);
+    enum { NSHARDS = 40, PER = 3 };
+    const uint64_t n = (uint64_t)NSHARDS * PER;
+    CHECK_OK(write_tiny_dataset(out, NSHARDS, PER));
+    if (set_nofile(64) != 0)
+        SKIP("cannot set RLIMIT_NOFILE to 64 here");
+    chute_dataset *a = NULL, *b = NULL, *c = NULL;
+    chute_error err = {0};
+    CHECK(chute_dataset_open(out, CHUTE_SOURCE_SHARDS, &a, &err) == CHUTE_OK, "open a: %s",
+          err.message);
+    /* Use up every descriptor but two. */
+    int dups[128], nd = 0;
+    while (nd < 128 && (dups[nd] = dup(2)) >= 0)
+        nd++;
+    CHECK(nd < 128 && errno == EMFILE, "fd table never filled");
+    if (nd < 2) { /* the process came with more than 62 descriptors open */
+        while (nd > 0)
+            close(dups[--nd]);
+        chute_dataset_close(a);
+        SKIP("too many descriptors inherited to test with a limit of 64");
+    }
+    close(dups[--nd]);
+    close(dups[--nd]);
+    int rc = chute_dataset_open(out, CHUTE_SOURCE_SHARDS, &b, &err);
+    CHECK(rc == CHUTE_OK, "open with 2 free descriptors: %s (%s)", chute_status_name(rc),
+          err.message);
+    ch_shard_cache_stats cs;
+    CHECK(ch_shards_cache_stats(b, &cs) == CHUTE_OK && cs.evicting && cs.capacity >= 1 &&
+              cs.capacity <= 2,
+          "cache shrank to what was free: capacity %u", cs.capacity);
+    char why[600];
+    for (uint64_t i = 0; i < n; i++) {
+        CHECK(check_tiny(b, (i * 7) % n, PER, why, sizeof why) == 0, "b: %s", why);
+        CHECK(check_tiny(a, (i * 11) % n, PER, why, sizeof why) == 0, "a: %s", why);
+    }
+    /* No descriptor left at all: a new dataset cannot open, and says why. */
+    while (nd < 128 && (dups[nd] = dup(2)) >= 0)
+        nd++;
+    memset(&err, 0, sizeof err);
+    rc = chute_dataset_open(out, CHUTE_SOURCE_SHARDS, &c, &err);
+    CHECK(rc == CHUTE_EIO && c == NULL, "open with none free: %s (%s)", chute_status_name(rc),
+          err.message);
+    CHECK(strstr(err.message, "RLIMIT_NOFILE") && strstr(err.message, "ulimit -n") &&
+              strstr(err.message, "64"),
+          "message does not name the limit: %s", err.message);
+    fprintf(stderr, "message: %s\n", err.message);
+    /* The open datasets keep working: eviction closes before it opens. */
+    for (uint64_t i = 0; i < n; i++) {
+        CHECK(check_tiny(a, (i * 13) % n, PER, why, sizeof why) == 0, "a, none free: %s", why);
+        CHECK(check_tiny(b, (i * 17) % n, PER, why, sizeof why) == 0, "b, none free: %s", why);
+    }
+    while (nd > 0)
+        close(dups[--nd]);
+    chute_dataset_close(a);
+    chute_dataset_close(b);
+    return 0;
+}
+
+static double read_rate_ns(const chute_dataset *ds, uint64_t n, uint32_t per, int threads,
+                           int passes)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (read_all_threaded(ds, n, per, threads, passes) != 0)
+        return -1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ns = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
+    return ns / ((double)n * passes * threads);
+}
+
+/* When every shard fits the cache, reads take no lock at all: after many
+ * concurrent reads the cache's lock-taking path was never entered.  With
+ * CHUTE_FDCACHE_BENCH=1 it also prints ns per read for 1..16 threads, all
+ * shards cached vs a cache 1/4 the size of the dataset. */
+TEST(fd_cache_no_lock_when_shards_fit)
+{
+    char dir[4096], out[4200];
+    unit_scratch("fd_cache_fit", dir, sizeof dir);
+    snprintf(out, sizeof out, "%s/shards", dir);
+    enum { NSHARDS = 120, PER = 20 };
+    const uint64_t n = (uint64_t)NSHARDS * PER;
+    CHECK_OK(write_tiny_dataset(out, NSHARDS, PER));
+    /* First the same dataset with a cache of 30 (soft limit 60): evicting. */
+    if (set_nofile(60) != 0 || set_nofile(1024) != 0 || set_nofile(60) != 0)
+        SKIP("cannot set RLIMIT_NOFILE to 60 and 1024 here");
+    chute_dataset *ds = NULL, *ev = NULL;
+    chute_error err = {0};
+    ch_shard_cache_stats cs;
+    CHECK(chute_dataset_open(out, CHUTE_SOURCE_SHARDS, &ev, &err) == CHUTE_OK, "open: %s",
+          err.message);
+    CHECK(ch_shards_cache_stats(ev, &cs) == CHUTE_OK && cs.evicting && cs.capacity == 30,
+          "evicting cache: capacity %u", cs.capacity);
+    CHECK(read_all_threaded(ev, n, PER, 4, 1) == 0, "threaded reads, evicting");
+    CHECK(set_nofile(1024) == 0, "setrlimit 1024");
+    CHECK(chute_dataset_open(out, CHUTE_SOURCE_SHARDS, &ds, &err) == CHUTE_OK, "open: %s",
+          err.message);
+    CHECK(ch_shards_cache_stats(ds, &cs) == CHUTE_OK && !cs.evicting && cs.capacity == 512 &&
+              cs.open_now == NSHARDS && cs.opens == NSHARDS,
+          "all shards cached at open: capacity %u open %u", cs.capacity, cs.open_now);
+    CHECK(read_all_threaded(ds, n, PER, 4, 3) == 0, "threaded reads");
+    CHECK(ch_shards_cache_stats(ds, &cs) == CHUTE_OK && cs.misses == 0 && cs.opens == NSHARDS,
+          "%llu reads took the lock, %llu opens", (unsigned long long)cs.misses,
+          (unsigned long long)cs.opens);
+    const char *bench = getenv("CHUTE_FDCACHE_BENCH");
+    if (bench && *bench == '1') {
+        int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        for (int th = 1; th <= 16 && th <= ncpu; th *= 2) {
+            ch_shard_cache_stats a0, a1;
+            ch_shards_cache_stats(ev, &a0);
+            double fit = read_rate_ns(ds, n, PER, th, 20);
+            double evict = read_rate_ns(ev, n, PER, th, 20);
+            ch_shards_cache_stats(ev, &a1);
+            printf("fdcache threads %2d: all cached %7.1f ns/read, evicting %7.1f ns/read "
+                   "(%.1f%% misses)\n",
+                   th, fit, evict,
+                   100.0 * (double)(a1.misses - a0.misses) / ((double)n * 20 * th));
+        }
+        ch_shards_cache_stats(ds, &cs);
+        printf("fdcache all-cached dataset: %llu lock acquisitions in all runs\n",
+               (unsigned long long)cs.misses);
+    }
+    chute_dataset_close(ev);
+    chute_dataset_close(ds);
     return 0;
 }
 

@@ -7,7 +7,9 @@
  * format it has.
  *
  * The dataset object is immutable after open, so any number of worker
- * threads read from it concurrently without locks.
+ * threads read from it concurrently without locks.  (One exception, safe
+ * for threads: the shard format's cache of open files, which takes a lock
+ * only on a miss, and never when every shard fits — see shard.c.)
  */
 #ifndef CHUTE_FORMAT_H
 #define CHUTE_FORMAT_H
@@ -151,6 +153,44 @@ int ch_shard_writer_finish(ch_shard_writer *w, chute_error *err);
 void ch_shard_writer_abort(ch_shard_writer *w);
 
 uint32_t ch_crc32(const void *data, size_t len);
+
+/* Manifest ("chute.manifest", docs/FORMAT.md), parsed from memory so the
+ * parser can be fuzzed without files.  Numbers are plain decimal digits
+ * (no sign, no leading zeros, no overflow); names are bare file names in
+ * the dataset's directory; a name listed twice is an error.  `path` is for
+ * messages ("PATH:LINE: reason"). */
+#define CH_MANIFEST_MAX_BYTES (256u << 20)
+#define CH_MANIFEST_MAX_SHARDS (1u << 24)
+typedef struct ch_manifest_shard {
+    char *name;
+    uint64_t samples;         /* as listed; checked against the shard's index */
+    uint64_t bytes;           /* as listed; checked against the file's size */
+    uint32_t line;
+} ch_manifest_shard;
+typedef struct ch_manifest {
+    uint32_t nshards;
+    ch_manifest_shard *shards;
+    uint64_t total;           /* sum of samples, overflow-checked */
+} ch_manifest;
+int ch_manifest_parse(const char *path, const char *text, size_t len, ch_manifest *out,
+                      chute_error *err);
+void ch_manifest_free(ch_manifest *m);
+/* A name a manifest may list: 1..255 bytes, no '/', no leading '.', no
+ * control bytes. */
+int ch_shard_name_ok(const char *name, size_t len);
+
+/* The shard directory's open-file cache (tests, diagnostics).  Handles
+ * are opened lazily and at most `capacity` stay open (half the soft
+ * RLIMIT_NOFILE when the dataset was opened, 16..65536).  When every shard
+ * fits, `evicting` is 0 and reads take no lock; `misses` counts reads that
+ * went through the cache's lock. */
+typedef struct ch_shard_cache_stats {
+    uint32_t capacity;
+    uint32_t open_now;
+    int evicting;
+    uint64_t misses, opens, evictions, transient;
+} ch_shard_cache_stats;
+int ch_shards_cache_stats(const chute_dataset *ds, ch_shard_cache_stats *out);
 
 /* What a file name in a shard directory is to pack: one of its shards
  * ("shard-N.chute", N in *out_index), one of its temporaries (a shard or

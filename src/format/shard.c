@@ -21,8 +21,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -42,17 +46,24 @@ uint32_t ch_crc32(const void *data, size_t len)
 int ch_packfile_kind(const char *name, unsigned *out_index)
 {
     size_t len = strlen(name);
-    unsigned k;
-    char tail[16];
     if (strcmp(name, CH_MANIFEST_NAME ".tmp") == 0 ||
         (strncmp(name, "shard-", 6) == 0 && len > 4 && strcmp(name + len - 4, ".tmp") == 0))
         return CH_PACKFILE_TEMP;
-    if (sscanf(name, "shard-%u.%15s", &k, tail) == 2 && strcmp(tail, "chute") == 0) {
-        if (out_index)
-            *out_index = k;
-        return CH_PACKFILE_SHARD;
-    }
-    return CH_PACKFILE_OTHER;
+    /* "shard-" DIGITS ".chute" and nothing else: pack deletes shards whose
+     * number is past its last one, so a sign, a space or a number that does
+     * not fit (all of which sscanf's %u accepts) must never match. */
+    if (strncmp(name, "shard-", 6) != 0)
+        return CH_PACKFILE_OTHER;
+    const char *p = name + 6;
+    uint64_t k = 0;
+    for (; *p >= '0' && *p <= '9'; p++)
+        if ((k = k * 10 + (uint64_t)(*p - '0')) > UINT32_MAX)
+            return CH_PACKFILE_OTHER;
+    if (p == name + 6 || strcmp(p, ".chute") != 0)
+        return CH_PACKFILE_OTHER;
+    if (out_index)
+        *out_index = (unsigned)k;
+    return CH_PACKFILE_SHARD;
 }
 
 /* Little-endian field access, independent of host byte order. */
@@ -333,6 +344,13 @@ int ch_shard_read_index(const ch_source_ops *src, void *h, const char *path, uin
                       CH_SHARD_VERSION_MINOR);
     if (get_u32(hdr + 60) != ch_crc32(hdr, 60))
         return ch_err(err, CHUTE_ECORRUPT, "%s@0: header checksum mismatch", path);
+    uint32_t align = get_u32(hdr + 16);
+    if (get_u32(hdr + 12) != CH_SHARD_HEADER_BYTES)
+        return ch_err(err, CHUTE_ECORRUPT, "%s@12: header size %u is not %d", path,
+                      get_u32(hdr + 12), CH_SHARD_HEADER_BYTES);
+    if (align < 64 || align > (1u << 20) || (align & (align - 1)) != 0)
+        return ch_err(err, CHUTE_ECORRUPT, "%s@16: alignment %u is not a power of two in 64..1M",
+                      path, align);
     uint64_t toff = file_size - CH_SHARD_TRAILER_BYTES;
     rc = src->read_at(h, path, toff, t, sizeof t, err);
     if (rc)
@@ -345,9 +363,15 @@ int ch_shard_read_index(const ch_source_ops *src, void *h, const char *path, uin
         return ch_err(err, CHUTE_ECORRUPT, "%s@%llu: trailer checksum mismatch", path,
                       (unsigned long long)toff);
     uint64_t ioff = get_u64(t + 8), isz = get_u64(t + 16), count = get_u64(t + 24);
-    uint32_t align = get_u32(t + 40);
+    if (get_u16(t + 36) != CH_SHARD_VERSION_MAJOR || get_u32(t + 40) != align)
+        return ch_err(err, CHUTE_ECORRUPT,
+                      "%s@%llu: trailer (version %u, alignment %u) disagrees with the header "
+                      "(version %d, alignment %u)",
+                      path, (unsigned long long)toff, get_u16(t + 36), get_u32(t + 40),
+                      CH_SHARD_VERSION_MAJOR, align);
+    /* count * 32 <= isz <= toff - ioff: no product below can overflow. */
     if (ioff > toff || isz != toff - ioff || count > isz / CH_SHARD_ENTRY_BYTES ||
-        isz > (1ull << 34))
+        isz > (1ull << 34) || ioff < align || ioff % align != 0)
         return ch_err(err, CHUTE_ECORRUPT, "%s@%llu: index location out of bounds", path,
                       (unsigned long long)toff);
     uint8_t *ix = malloc(isz ? isz : 1);
@@ -372,6 +396,10 @@ int ch_shard_read_index(const ch_source_ops *src, void *h, const char *path, uin
         return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
     }
     const uint8_t *p = ix, *end = ix + isz;
+    /* Records lie in [align, index_offset), each at a multiple of align, in
+     * index order and without overlap: the writer's layout.  Anything else
+     * (an entry repeated, two entries sharing bytes) is damage. */
+    uint64_t prev_end = align;
     for (uint64_t i = 0; i < count; i++, p += CH_SHARD_ENTRY_BYTES) {
         ch_shard_entry *e = &out->entries[i];
         e->offset = get_u64(p);
@@ -379,14 +407,20 @@ int ch_shard_read_index(const ch_source_ops *src, void *h, const char *path, uin
         e->crc32 = get_u32(p + 12);
         e->label = (int32_t)get_u32(p + 16);
         e->kind = get_u32(p + 20);
-        if (e->offset < CH_SHARD_HEADER_BYTES || e->offset > ioff ||
-            e->length > ioff - e->offset) {
-            rc = ch_err(err, CHUTE_ECORRUPT,
-                        "%s@%llu: index entry %llu points outside the data region", path,
-                        (unsigned long long)(ioff + i * CH_SHARD_ENTRY_BYTES),
-                        (unsigned long long)i);
+        const char *why = NULL;
+        if (e->offset < align || e->offset > ioff || e->length > ioff - e->offset)
+            why = "points outside the data region";
+        else if (e->offset % align != 0)
+            why = "is not aligned";
+        else if (e->offset < prev_end)
+            why = "overlaps the record before it";
+        if (why) {
+            rc = ch_err(err, CHUTE_ECORRUPT, "%s@%llu: index entry %llu (record at %llu+%u) %s",
+                        path, (unsigned long long)(ioff + i * CH_SHARD_ENTRY_BYTES),
+                        (unsigned long long)i, (unsigned long long)e->offset, e->length, why);
             break;
         }
+        prev_end = e->offset + e->length;
     }
     if (rc == CHUTE_OK) {
         if (end - p < 4) {
@@ -430,15 +464,325 @@ int ch_shard_read_index(const ch_source_ops *src, void *h, const char *path, uin
 }
 
 /* ------------------------------------------------------------------ */
-/* The shard-directory format                                          */
+/* Manifest                                                            */
 /* ------------------------------------------------------------------ */
+
+/* The manifest is text a person may edit and a stranger may hand us, and
+ * every number in it ends up sizing or indexing something.  So it is
+ * parsed by hand, not with sscanf (whose %llu takes "-1" as 2^64-1, skips
+ * blanks and ignores what follows): fields are separated by exactly one
+ * space, numbers are digits only with overflow checked, every line ends
+ * in '\n', and each error names the file and the line. */
+
+int ch_shard_name_ok(const char *name, size_t len)
+{
+    if (len == 0 || len > 255 || name[0] == '.')
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c == '/' || c < 0x20 || c == 0x7f)
+            return 0;
+    }
+    return 1;
+}
+
+void ch_manifest_free(ch_manifest *m)
+{
+    if (!m)
+        return;
+    for (uint32_t k = 0; k < m->nshards; k++)
+        free(m->shards[k].name);
+    free(m->shards);
+    memset(m, 0, sizeof *m);
+}
+
+/* A field quoted for a message: at most 40 bytes, control bytes as '?'. */
+static const char *quote_field(const char *p, size_t n, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 4 < cap && i < 40; i++)
+        buf[o++] = ((unsigned char)p[i] < 0x20 || p[i] == 0x7f) ? '?' : p[i];
+    if (n > 40 && o + 4 < cap) {
+        memcpy(buf + o, "...", 3);
+        o += 3;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+/* Decimal digits only: no sign, no blank, no leading zero, no overflow. */
+static const char *parse_u64(const char *p, size_t n, uint64_t *out)
+{
+    if (n == 0)
+        return "an empty number";
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < '0' || p[i] > '9')
+            return p[0] == '-' ? "a negative number" : "not a decimal number";
+    if (n > 1 && p[0] == '0')
+        return "a number with a leading zero";
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned d = (unsigned)(p[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return "a number too large (over 2^64-1)";
+        v = v * 10 + d;
+    }
+    *out = v;
+    return NULL;
+}
+
+typedef struct field {
+    const char *p;
+    size_t n;
+} field;
+
+/* Split a line (without its '\n') at single spaces into at most `max`
+ * fields; returns the count, or -1 for an empty field (a leading or
+ * trailing space, two spaces) or more than max. */
+static int split_fields(const char *line, size_t n, field *f, int max)
+{
+    int k = 0;
+    size_t start = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i == n || line[i] == ' ') {
+            if (i == start || k == max)
+                return -1;
+            f[k].p = line + start;
+            f[k].n = i - start;
+            k++;
+            start = i + 1;
+        }
+    }
+    return k;
+}
+
+static int field_is(const field *f, const char *word)
+{
+    size_t n = strlen(word);
+    return f->n == n && memcmp(f->p, word, n) == 0;
+}
+
+static int cmp_by_name(const void *a, const void *b)
+{
+    const ch_manifest_shard *x = *(const ch_manifest_shard *const *)a;
+    const ch_manifest_shard *y = *(const ch_manifest_shard *const *)b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->line > y->line) - (x->line < y->line);
+}
+
+static int manifest_no_duplicates(const char *path, const ch_manifest *m, chute_error *err)
+{
+    if (m->nshards < 2)
+        return CHUTE_OK;
+    const ch_manifest_shard **v = malloc((size_t)m->nshards * sizeof *v);
+    if (!v)
+        return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+    for (uint32_t k = 0; k < m->nshards; k++)
+        v[k] = &m->shards[k];
+    qsort(v, m->nshards, sizeof *v, cmp_by_name);
+    int rc = CHUTE_OK;
+    for (uint32_t k = 1; k < m->nshards && rc == CHUTE_OK; k++)
+        if (strcmp(v[k - 1]->name, v[k]->name) == 0)
+            rc = ch_err(err, CHUTE_ECORRUPT, "%s:%u: shard %s is listed twice (first on line %u)",
+                        path, v[k]->line, v[k]->name, v[k - 1]->line);
+    free(v);
+    return rc;
+}
+
+int ch_manifest_parse(const char *path, const char *text, size_t len, ch_manifest *out,
+                      chute_error *err)
+{
+    memset(out, 0, sizeof *out);
+    static const char k_head[] = "chute-dataset 1\n";
+    if (len < sizeof k_head - 1 || memcmp(text, k_head, sizeof k_head - 1) != 0)
+        return ch_err(err, CHUTE_EFORMAT, "%s:1: not a chute manifest (version 1)", path);
+    size_t at = sizeof k_head - 1;
+    uint32_t lineno = 1, cap = 0;
+    int rc = CHUTE_OK, ended = 0;
+    char q[64];
+    while (rc == CHUTE_OK && at < len) {
+        lineno++;
+        const char *line = text + at;
+        const char *nl = memchr(line, '\n', len - at);
+        if (!nl) {
+            rc = ch_err(err, CHUTE_ECORRUPT, "%s:%u: last line has no newline (truncated?)", path,
+                        lineno);
+            break;
+        }
+        size_t n = (size_t)(nl - line);
+        at += n + 1;
+        field f[4];
+        int nf = split_fields(line, n, f, 4);
+        if (ended) {
+            rc = ch_err(err, CHUTE_ECORRUPT, "%s:%u: text after the end line", path, lineno);
+        } else if (nf < 1) {
+            rc = ch_err(err, CHUTE_ECORRUPT,
+                        "%s:%u: unrecognised line (fields are separated by one space)", path,
+                        lineno);
+        } else if (field_is(&f[0], "shard")) {
+            uint64_t samples = 0, bytes = 0;
+            const char *why = NULL;
+            if (nf != 4)
+                rc = ch_err(err, CHUTE_ECORRUPT,
+                            "%s:%u: want 'shard NAME SAMPLES BYTES' (one space apart)", path,
+                            lineno);
+            else if (!ch_shard_name_ok(f[1].p, f[1].n))
+                rc = ch_err(err, CHUTE_ECORRUPT,
+                            "%s:%u: bad shard name '%s' (a file in the dataset's directory: no "
+                            "'/', no leading '.', no control characters, 1..255 bytes)",
+                            path, lineno, quote_field(f[1].p, f[1].n, q, sizeof q));
+            else if ((why = parse_u64(f[2].p, f[2].n, &samples)) != NULL)
+                rc = ch_err(err, CHUTE_ECORRUPT, "%s:%u: sample count '%s' is %s", path, lineno,
+                            quote_field(f[2].p, f[2].n, q, sizeof q), why);
+            else if ((why = parse_u64(f[3].p, f[3].n, &bytes)) != NULL)
+                rc = ch_err(err, CHUTE_ECORRUPT, "%s:%u: byte count '%s' is %s", path, lineno,
+                            quote_field(f[3].p, f[3].n, q, sizeof q), why);
+            else if (samples > UINT64_MAX - out->total)
+                rc = ch_err(err, CHUTE_ECORRUPT, "%s:%u: total sample count overflows", path,
+                            lineno);
+            else if (out->nshards == CH_MANIFEST_MAX_SHARDS)
+                rc = ch_err(err, CHUTE_ELIMIT, "%s:%u: more than %u shards", path, lineno,
+                            CH_MANIFEST_MAX_SHARDS);
+            if (rc)
+                break;
+            if (out->nshards == cap) {
+                uint32_t ncap = cap ? cap * 2 : 16; /* <= 2 * CH_MANIFEST_MAX_SHARDS */
+                ch_manifest_shard *v = realloc(out->shards, (size_t)ncap * sizeof *v);
+                if (!v) {
+                    rc = ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+                    break;
+                }
+                out->shards = v;
+                cap = ncap;
+            }
+            ch_manifest_shard *e = &out->shards[out->nshards];
+            /* Not strndup: the text need not be NUL-terminated anywhere. */
+            if (!(e->name = malloc(f[1].n + 1))) {
+                rc = ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+                break;
+            }
+            memcpy(e->name, f[1].p, f[1].n);
+            e->name[f[1].n] = '\0';
+            e->samples = samples;
+            e->bytes = bytes;
+            e->line = lineno;
+            out->nshards++;
+            out->total += samples;
+        } else if (field_is(&f[0], "end")) {
+            uint64_t a = 0, b = 0;
+            const char *why = NULL;
+            if (nf != 3)
+                rc = ch_err(err, CHUTE_ECORRUPT, "%s:%u: want 'end SHARDS SAMPLES'", path, lineno);
+            else if ((why = parse_u64(f[1].p, f[1].n, &a)) != NULL ||
+                     (why = parse_u64(f[2].p, f[2].n, &b)) != NULL)
+                rc = ch_err(err, CHUTE_ECORRUPT, "%s:%u: end line: %s", path, lineno, why);
+            else if (a != out->nshards || b != out->total)
+                rc = ch_err(err, CHUTE_ECORRUPT,
+                            "%s:%u: end line disagrees with the shard lines (%llu shards, %llu "
+                            "samples listed)",
+                            path, lineno, (unsigned long long)out->nshards,
+                            (unsigned long long)out->total);
+            ended = 1;
+        } else {
+            rc = ch_err(err, CHUTE_ECORRUPT, "%s:%u: unrecognised line '%s'", path, lineno,
+                        quote_field(line, n, q, sizeof q));
+        }
+    }
+    if (rc == CHUTE_OK && !ended)
+        rc = ch_err(err, CHUTE_ECORRUPT, "%s: manifest has no end line (truncated)", path);
+    if (rc == CHUTE_OK)
+        rc = manifest_no_duplicates(path, out, err);
+    if (rc == CHUTE_OK && out->total == 0)
+        rc = ch_err(err, CHUTE_ENOTFOUND, "%s: dataset has no samples", path);
+    if (rc)
+        ch_manifest_free(out);
+    return rc;
+}
+
+/* Whole manifest into memory through the source (bounded). */
+static int read_manifest(const ch_source_ops *src, const char *path, char **out, size_t *out_len,
+                         chute_error *err)
+{
+    size_t cap = 64 << 10;
+    char *buf = NULL;
+    for (int tries = 0; tries < 4; tries++) {
+        char *nb = realloc(buf, cap);
+        if (!nb) {
+            free(buf);
+            return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+        }
+        buf = nb;
+        size_t len = 0;
+        int rc = src->read_file(path, buf, cap, &len, err);
+        if (rc == CHUTE_OK) {
+            *out = buf;
+            *out_len = len;
+            return CHUTE_OK;
+        }
+        if (rc != CH_ESMALL) {
+            free(buf);
+            if (rc == CHUTE_ENOTFOUND)
+                return ch_err(err, CHUTE_EFORMAT,
+                              "%s: cannot open the dataset manifest (not a complete chute shard "
+                              "directory; was 'chute pack' interrupted?)",
+                              path);
+            return rc;
+        }
+        if (len > CH_MANIFEST_MAX_BYTES) {
+            free(buf);
+            return ch_err(err, CHUTE_ELIMIT, "%s: %zu bytes is larger than a manifest may be (%u)",
+                          path, len, CH_MANIFEST_MAX_BYTES);
+        }
+        cap = len + 1; /* the file grew: read again at its new size */
+    }
+    free(buf);
+    return ch_err(err, CHUTE_EIO, "%s: keeps changing size while being read", path);
+}
+
+/* ------------------------------------------------------------------ */
+/* The shard-directory format and its open-file cache                  */
+/* ------------------------------------------------------------------ */
+
+/* Why a cache: one descriptor per shard fails past ~1,000 shards under the
+ * usual `ulimit -n 1024` (ImageNet-21k in 256 MiB shards is ~4,400).  So
+ * at most `cap` shards stay open (half the soft RLIMIT_NOFILE when the
+ * dataset was opened, 16..65536); the others are opened on demand and a
+ * CLOCK policy picks which open one to close.  The cache evicts *before*
+ * it opens, so it never holds more than `cap` descriptors.
+ *
+ * Locking: when every shard fits (the common case) all handles are opened
+ * at dataset open and held until close, `evicting` is 0, and a read is a
+ * plain load of the handle: no lock, no atomic read-modify-write.  When
+ * shards come and go, a read pins its shard (an atomic count) and loads
+ * the handle; only a miss takes the mutex.  An evictor (under the mutex)
+ * swaps the handle to NULL and then looks at the pin count: if a reader
+ * is in, it puts the handle back and tries another; a reader that pins
+ * after the swap sees NULL and goes to the slow path (sequentially
+ * consistent atomics on both sides make this Dekker-style handshake
+ * sound).  A handle is closed only after it is unpublished with no pin. */
+
+#define SLOT_FREE 0u
+#define SLOT_BUSY UINT32_MAX /* reserved by a miss that is opening its file */
 
 typedef struct shard_file {
     char *path;
     char *name;
-    void *h;
+    _Atomic(void *) h;        /* open handle, or NULL (closed) */
+    atomic_uint pins;         /* reads in flight on h (evicting caches only) */
+    atomic_uchar ref;         /* CLOCK reference bit */
+    uint64_t want_count, want_size; /* from the manifest */
     ch_shard_index ix;
 } shard_file;
+
+typedef struct fd_cache {
+    pthread_mutex_t mu;       /* protects slots, hand, nopen and every h transition */
+    uint32_t cap;
+    int evicting;             /* fixed at open: nshards > cap */
+    uint32_t *slots;          /* cap entries: shard index + 1, SLOT_FREE or SLOT_BUSY */
+    uint32_t hand;
+    uint32_t nopen;           /* slots not free */
+    atomic_ullong misses, opens, evictions, transient;
+} fd_cache;
 
 typedef struct shards_impl {
     uint32_t nshards;
@@ -446,7 +790,178 @@ typedef struct shards_impl {
     uint32_t *sample_shard;   /* sample -> shard */
     uint64_t *shard_first;    /* first global sample of each shard */
     const ch_source_ops *src;
+    fd_cache cache;
 } shards_impl;
+
+/* Half the soft descriptor limit: the other half is the program's. */
+static uint32_t cache_capacity(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 256;
+    uint64_t soft = rl.rlim_cur == RLIM_INFINITY ? (1ull << 20) : (uint64_t)rl.rlim_cur;
+    uint64_t c = soft / 2;
+    return (uint32_t)(c < 16 ? 16 : c > 65536 ? 65536 : c);
+}
+
+/* Under mu: a slot for shard `want`, closing a victim if the cache is full
+ * (*victim gets its handle, to close outside the lock).  Returns the slot,
+ * now SLOT_BUSY, or UINT32_MAX when every open shard is being read. */
+static uint32_t cache_take_slot(shards_impl *s, void **victim)
+{
+    fd_cache *c = &s->cache;
+    *victim = NULL;
+    if (c->nopen < c->cap) {
+        for (uint32_t i = 0; i < c->cap; i++)
+            if (c->slots[i] == SLOT_FREE) {
+                c->slots[i] = SLOT_BUSY;
+                c->nopen++;
+                return i;
+            }
+    }
+    for (uint64_t step = 0; step < 2ull * c->cap + 1; step++) {
+        uint32_t i = c->hand;
+        c->hand = c->hand + 1 == c->cap ? 0 : c->hand + 1;
+        if (c->slots[i] == SLOT_FREE || c->slots[i] == SLOT_BUSY)
+            continue;
+        shard_file *v = &s->shards[c->slots[i] - 1];
+        if (atomic_exchange_explicit(&v->ref, 0, memory_order_relaxed))
+            continue; /* used since the hand last passed: second chance */
+        void *h = atomic_exchange(&v->h, NULL);
+        if (atomic_load(&v->pins) != 0) {
+            atomic_store(&v->h, h); /* a read is in: leave it */
+            continue;
+        }
+        *victim = h;
+        c->slots[i] = SLOT_BUSY;
+        return i;
+    }
+    return UINT32_MAX;
+}
+
+/* Open shard k's file again (it was open when the dataset was). */
+static int reopen(shards_impl *s, shard_file *sf, void **out, chute_error *err)
+{
+    uint64_t size = 0;
+    int rc = s->src->open(sf->path, out, &size, err);
+    if (rc)
+        return rc;
+    atomic_fetch_add_explicit(&s->cache.opens, 1, memory_order_relaxed);
+    if (size != sf->ix.file_size) {
+        s->src->close(*out);
+        *out = NULL;
+        return ch_err(err, CHUTE_EIO,
+                      "%s: size %llu, was %llu when the dataset was opened (replaced or "
+                      "truncated while in use)",
+                      sf->path, (unsigned long long)size, (unsigned long long)sf->ix.file_size);
+    }
+    return CHUTE_OK;
+}
+
+static int acquire_slow(shards_impl *s, uint32_t k, void **out_h, int *out_transient,
+                        chute_error *err)
+{
+    fd_cache *c = &s->cache;
+    shard_file *sf = &s->shards[k];
+    atomic_fetch_add_explicit(&c->misses, 1, memory_order_relaxed);
+    pthread_mutex_lock(&c->mu);
+    void *h = atomic_load(&sf->h);
+    if (h) { /* opened by another reader meanwhile; evictors hold mu */
+        atomic_fetch_add(&sf->pins, 1);
+        pthread_mutex_unlock(&c->mu);
+        *out_h = h;
+        return CHUTE_OK;
+    }
+    void *victim = NULL;
+    uint32_t slot = cache_take_slot(s, &victim);
+    pthread_mutex_unlock(&c->mu);
+    if (victim) {
+        s->src->close(victim);
+        atomic_fetch_add_explicit(&c->evictions, 1, memory_order_relaxed);
+    }
+    void *nh = NULL;
+    int rc = reopen(s, sf, &nh, err);
+    if (slot == UINT32_MAX) { /* every cached shard is being read: use this once */
+        if (rc == CHUTE_OK) {
+            atomic_fetch_add_explicit(&c->transient, 1, memory_order_relaxed);
+            *out_h = nh;
+            *out_transient = 1;
+        }
+        return rc;
+    }
+    void *extra = NULL;
+    pthread_mutex_lock(&c->mu);
+    if (rc != CHUTE_OK) {
+        c->slots[slot] = SLOT_FREE;
+        c->nopen--;
+    } else if ((h = atomic_load(&sf->h)) != NULL) { /* lost a race to another miss */
+        c->slots[slot] = SLOT_FREE;
+        c->nopen--;
+        extra = nh;
+        atomic_fetch_add(&sf->pins, 1);
+        *out_h = h;
+    } else {
+        c->slots[slot] = k + 1;
+        atomic_store_explicit(&sf->ref, 1, memory_order_relaxed);
+        atomic_fetch_add(&sf->pins, 1);
+        atomic_store(&sf->h, nh);
+        *out_h = nh;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (extra)
+        s->src->close(extra);
+    return rc;
+}
+
+/* A handle for reading shard k; give it back with shard_release. */
+static inline int shard_acquire(shards_impl *s, uint32_t k, void **out_h, int *out_transient,
+                                chute_error *err)
+{
+    shard_file *sf = &s->shards[k];
+    *out_transient = 0;
+    if (!s->cache.evicting) {
+        /* Set before the dataset was handed out, never changed until close. */
+        *out_h = atomic_load_explicit(&sf->h, memory_order_relaxed);
+        return CHUTE_OK;
+    }
+    atomic_fetch_add(&sf->pins, 1);
+    void *h = atomic_load(&sf->h);
+    if (h) {
+        if (!atomic_load_explicit(&sf->ref, memory_order_relaxed))
+            atomic_store_explicit(&sf->ref, 1, memory_order_relaxed);
+        *out_h = h;
+        return CHUTE_OK;
+    }
+    atomic_fetch_sub(&sf->pins, 1);
+    return acquire_slow(s, k, out_h, out_transient, err);
+}
+
+static inline void shard_release(shards_impl *s, uint32_t k, void *h, int transient)
+{
+    if (transient)
+        s->src->close(h);
+    else if (s->cache.evicting)
+        atomic_fetch_sub_explicit(&s->shards[k].pins, 1, memory_order_release);
+}
+
+int ch_shards_cache_stats(const chute_dataset *ds, ch_shard_cache_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!ds || ds->kind != CHUTE_SOURCE_SHARDS || !ds->impl)
+        return CHUTE_EINVAL;
+    shards_impl *s = ds->impl;
+    fd_cache *c = &s->cache;
+    pthread_mutex_lock(&c->mu);
+    out->capacity = c->cap;
+    out->open_now = c->nopen;
+    out->evicting = c->evicting;
+    pthread_mutex_unlock(&c->mu);
+    out->misses = atomic_load(&c->misses);
+    out->opens = atomic_load(&c->opens);
+    out->evictions = atomic_load(&c->evictions);
+    out->transient = atomic_load(&c->transient);
+    return CHUTE_OK;
+}
 
 static void locate(const chute_dataset *ds, uint64_t i, const shard_file **sf,
                    const ch_shard_entry **e, uint64_t *local)
@@ -461,14 +976,21 @@ static void locate(const chute_dataset *ds, uint64_t i, const shard_file **sf,
 static int shards_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, size_t *out_len,
                        chute_error *err)
 {
-    const shard_file *sf;
-    const ch_shard_entry *e;
-    uint64_t local;
-    locate(ds, i, &sf, &e, &local);
+    shards_impl *s = ds->impl;
+    uint32_t k = s->sample_shard[i];
+    const shard_file *sf = &s->shards[k];
+    uint64_t local = i - s->shard_first[k];
+    const ch_shard_entry *e = &sf->ix.entries[local];
     *out_len = e->length;
     if (e->length > cap)
         return CH_ESMALL;
-    int rc = ds->src->read_at(sf->h, sf->path, e->offset, buf, e->length, err);
+    void *h = NULL;
+    int transient = 0;
+    int rc = shard_acquire(s, k, &h, &transient, err);
+    if (rc)
+        return rc;
+    rc = s->src->read_at(h, sf->path, e->offset, buf, e->length, err);
+    shard_release(s, k, h, transient);
     if (rc)
         return rc;
     if (ch_crc32(buf, e->length) != e->crc32)
@@ -510,12 +1032,15 @@ static void shards_close(void *impl)
     if (!s)
         return;
     for (uint32_t k = 0; k < s->nshards; k++) {
-        if (s->shards[k].h)
-            s->src->close(s->shards[k].h);
+        void *h = atomic_load(&s->shards[k].h);
+        if (h)
+            s->src->close(h);
         ch_shard_index_free(&s->shards[k].ix);
         free(s->shards[k].path);
         free(s->shards[k].name);
     }
+    pthread_mutex_destroy(&s->cache.mu);
+    free(s->cache.slots);
     free(s->shards);
     free(s->sample_shard);
     free(s->shard_first);
@@ -532,73 +1057,110 @@ static const ch_format_ops k_shards_ops = {
     .close = shards_close,
 };
 
-/* Manifest: "chute-dataset 1\n" then "shard NAME SAMPLES BYTES\n" lines,
- * then "end SHARDS SAMPLES\n".  Written last by pack; its presence is what
- * makes a directory a dataset. */
-static int parse_manifest(const char *dir, shards_impl *s, uint64_t *out_total, chute_error *err)
+typedef struct file_id {
+    dev_t dev;
+    ino_t ino;
+    uint32_t k;
+} file_id;
+
+static int cmp_file_id(const void *a, const void *b)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, CH_MANIFEST_NAME);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return ch_err_errno(err, errno == ENOENT ? CHUTE_EFORMAT : CHUTE_EIO, errno,
-                            "%s: cannot open the dataset manifest (not a complete chute shard "
-                            "directory; was 'chute pack' interrupted?)",
-                            path);
-    char line[4096];
-    int rc = CHUTE_OK, ended = 0;
-    uint32_t cap = 0;
-    unsigned lineno = 0;
-    uint64_t total = 0;
-    if (!fgets(line, sizeof line, f) || strcmp(line, "chute-dataset 1\n") != 0)
-        rc = ch_err(err, CHUTE_EFORMAT, "%s:1: not a chute manifest (version 1)", path);
-    lineno = 1;
-    while (rc == CHUTE_OK && fgets(line, sizeof line, f)) {
-        lineno++;
-        char name[1024];
-        unsigned long long a, b;
-        if (ended) {
-            rc = ch_err(err, CHUTE_ECORRUPT, "%s:%u: text after the end line", path, lineno);
-        } else if (sscanf(line, "shard %1023s %llu %llu", name, &a, &b) == 3) {
-            if (strchr(name, '/') || name[0] == '.') {
-                rc = ch_err(err, CHUTE_ECORRUPT, "%s:%u: bad shard name", path, lineno);
-                break;
-            }
-            if (s->nshards == cap) {
-                cap = cap ? cap * 2 : 16;
-                shard_file *v = realloc(s->shards, cap * sizeof *v);
-                if (!v) {
-                    rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
-                    break;
-                }
-                s->shards = v;
-            }
-            shard_file *sf = &s->shards[s->nshards++];
-            memset(sf, 0, sizeof *sf);
-            sf->name = strdup(name);
-            if (asprintf(&sf->path, "%s/%s", dir, name) < 0)
-                sf->path = NULL;
-            if (!sf->name || !sf->path)
-                rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
-            sf->ix.count = a; /* expected; checked against the shard below */
-            sf->ix.file_size = b;
-            total += a;
-        } else if (sscanf(line, "end %llu %llu", &a, &b) == 2) {
-            if (a != s->nshards || b != total)
-                rc = ch_err(err, CHUTE_ECORRUPT, "%s:%u: end line disagrees with the shard lines",
-                            path, lineno);
-            ended = 1;
-        } else {
-            rc = ch_err(err, CHUTE_ECORRUPT, "%s:%u: unrecognised line", path, lineno);
-        }
+    const file_id *x = a, *y = b;
+    if (x->dev != y->dev)
+        return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino)
+        return x->ino < y->ino ? -1 : 1;
+    return (x->k > y->k) - (x->k < y->k);
+}
+
+/* Every listed shard must be a regular file in the directory itself: not
+ * a symlink (which could lead anywhere), not the same file twice under
+ * two names (a hard link; skipped where a filesystem reports inode 0).
+ * Names were already checked to be bare. */
+static int check_shard_files(const char *mpath, const ch_manifest *m, shards_impl *s,
+                             chute_error *err)
+{
+    file_id *ids = malloc((size_t)s->nshards * sizeof *ids);
+    if (!ids)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    int rc = CHUTE_OK;
+    for (uint32_t k = 0; k < s->nshards && rc == CHUTE_OK; k++) {
+        struct stat st;
+        const char *p = s->shards[k].path;
+        if (lstat(p, &st) != 0)
+            rc = ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno,
+                              "%s: cannot open (listed on %s:%u)", p, mpath, m->shards[k].line);
+        else if (S_ISLNK(st.st_mode))
+            rc = ch_err(err, CHUTE_EFORMAT,
+                        "%s: is a symbolic link; a manifest may only list regular files in its "
+                        "own directory (%s:%u)",
+                        p, mpath, m->shards[k].line);
+        else if (!S_ISREG(st.st_mode))
+            rc = ch_err(err, CHUTE_EFORMAT, "%s: not a regular file (%s:%u)", p, mpath,
+                        m->shards[k].line);
+        ids[k] = (file_id){st.st_dev, st.st_ino, k};
     }
-    fclose(f);
-    if (rc == CHUTE_OK && !ended)
-        rc = ch_err(err, CHUTE_ECORRUPT, "%s: manifest has no end line (truncated)", path);
-    if (rc == CHUTE_OK && total == 0)
-        rc = ch_err(err, CHUTE_ENOTFOUND, "%s: dataset has no samples", path);
-    *out_total = total;
+    if (rc == CHUTE_OK && s->nshards > 1) {
+        qsort(ids, s->nshards, sizeof *ids, cmp_file_id);
+        for (uint32_t i = 1; i < s->nshards && rc == CHUTE_OK; i++)
+            if (ids[i].ino != 0 && ids[i].dev == ids[i - 1].dev && ids[i].ino == ids[i - 1].ino)
+                rc = ch_err(err, CHUTE_ECORRUPT,
+                            "%s:%u: %s is the same file as %s (line %u): a shard listed twice",
+                            mpath, m->shards[ids[i].k].line, s->shards[ids[i].k].name,
+                            s->shards[ids[i - 1].k].name, m->shards[ids[i - 1].k].line);
+    }
+    free(ids);
     return rc;
+}
+
+/* Open every shard once to read and check its index, keeping the first
+ * `cap` open for the cache.  If descriptors run out part way (other files
+ * of the program, other datasets), shrink the cache by half and go on:
+ * the dataset then works through fewer descriptors. */
+static int scan_shards(shards_impl *s, chute_error *err)
+{
+    fd_cache *c = &s->cache;
+    for (uint32_t k = 0; k < s->nshards; k++) {
+        shard_file *sf = &s->shards[k];
+        uint64_t size = 0;
+        void *h = NULL;
+        int rc = s->src->open(sf->path, &h, &size, err);
+        if (rc == CHUTE_EIO && c->nopen > 0) {
+            uint32_t drop = (c->nopen + 1) / 2;
+            for (uint32_t i = c->nopen - drop; i < c->nopen; i++) {
+                shard_file *v = &s->shards[c->slots[i] - 1];
+                s->src->close(atomic_exchange(&v->h, NULL));
+                c->slots[i] = SLOT_FREE;
+            }
+            c->nopen -= drop;
+            c->cap = c->nopen ? c->nopen : 1;
+            rc = s->src->open(sf->path, &h, &size, err);
+        }
+        if (rc)
+            return rc;
+        atomic_fetch_add_explicit(&c->opens, 1, memory_order_relaxed);
+        if (size != sf->want_size) {
+            s->src->close(h);
+            return ch_err(err, CHUTE_ECORRUPT,
+                          "%s: size %llu differs from the manifest's %llu (truncated or replaced)",
+                          sf->path, (unsigned long long)size, (unsigned long long)sf->want_size);
+        }
+        rc = ch_shard_read_index(s->src, h, sf->path, size, &sf->ix, err);
+        if (rc == CHUTE_OK && sf->ix.count != sf->want_count)
+            rc = ch_err(err, CHUTE_ECORRUPT, "%s: %llu samples but the manifest says %llu",
+                        sf->path, (unsigned long long)sf->ix.count,
+                        (unsigned long long)sf->want_count);
+        if (rc == CHUTE_OK && c->nopen < c->cap) {
+            atomic_store(&sf->h, h);
+            c->slots[c->nopen++] = k + 1;
+        } else {
+            s->src->close(h);
+        }
+        if (rc)
+            return rc;
+    }
+    c->evicting = s->nshards > c->nopen;
+    return CHUTE_OK;
 }
 
 int ch_shards_open(chute_dataset *ds, const char *dir, chute_error *err)
@@ -606,14 +1168,66 @@ int ch_shards_open(chute_dataset *ds, const char *dir, chute_error *err)
     shards_impl *s = calloc(1, sizeof *s);
     if (!s)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    pthread_mutex_init(&s->cache.mu, NULL);
     s->src = ds->src;
     ds->kind = CHUTE_SOURCE_SHARDS;
     ds->fmt = &k_shards_ops;
     ds->impl = s;
-    uint64_t total = 0;
-    int rc = parse_manifest(dir, s, &total, err);
+
+    char mpath[4096];
+    if ((size_t)snprintf(mpath, sizeof mpath, "%s/%s", dir, CH_MANIFEST_NAME) >= sizeof mpath)
+        return ch_err(err, CHUTE_EINVAL, "%s: path too long", dir);
+    char *text = NULL;
+    size_t len = 0;
+    int rc = read_manifest(s->src, mpath, &text, &len, err);
     if (rc)
         return rc;
+    ch_manifest m;
+    rc = ch_manifest_parse(mpath, text, len, &m, err);
+    free(text);
+    if (rc)
+        return rc;
+    s->shards = calloc(m.nshards, sizeof *s->shards);
+    if (!s->shards) {
+        ch_manifest_free(&m);
+        return ch_err(err, CHUTE_ENOMEM, "out of memory for %u shards", m.nshards);
+    }
+    s->nshards = m.nshards;
+    for (uint32_t k = 0; k < m.nshards; k++) {
+        shard_file *sf = &s->shards[k];
+        sf->name = m.shards[k].name;
+        m.shards[k].name = NULL;
+        sf->want_count = m.shards[k].samples;
+        sf->want_size = m.shards[k].bytes;
+        if (asprintf(&sf->path, "%s/%s", dir, sf->name) < 0)
+            sf->path = NULL;
+        if (!sf->path) {
+            rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+            break;
+        }
+    }
+    if (rc == CHUTE_OK)
+        rc = check_shard_files(mpath, &m, s, err);
+    ch_manifest_free(&m);
+    if (rc)
+        return rc;
+
+    fd_cache *c = &s->cache;
+    c->cap = cache_capacity();
+    c->slots = calloc(c->cap, sizeof *c->slots);
+    if (!c->slots)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    rc = scan_shards(s, err);
+    if (rc)
+        return rc;
+
+    /* Sizes from here on come from the shards' checked indexes. */
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < s->nshards; k++)
+        total += s->shards[k].ix.count; /* each < 2^29 (index <= 16 GiB), nshards < 2^24 */
+    if (total > SIZE_MAX / sizeof *s->sample_shard)
+        return ch_err(err, CHUTE_ENOMEM, "%llu samples do not fit in memory",
+                      (unsigned long long)total);
     s->shard_first = calloc(s->nshards, sizeof *s->shard_first);
     s->sample_shard = malloc(total * sizeof *s->sample_shard);
     ds->labels = malloc(total * sizeof *ds->labels);
@@ -623,34 +1237,18 @@ int ch_shards_open(chute_dataset *ds, const char *dir, chute_error *err)
     uint64_t at = 0;
     for (uint32_t k = 0; k < s->nshards; k++) {
         shard_file *sf = &s->shards[k];
-        uint64_t want_count = sf->ix.count, want_size = sf->ix.file_size, size = 0;
-        memset(&sf->ix, 0, sizeof sf->ix);
-        rc = s->src->open(sf->path, &sf->h, &size, err);
-        if (rc)
-            return rc;
-        if (size != want_size)
-            return ch_err(err, CHUTE_ECORRUPT,
-                          "%s: size %llu differs from the manifest's %llu (truncated or replaced)",
-                          sf->path, (unsigned long long)size, (unsigned long long)want_size);
-        rc = ch_shard_read_index(s->src, sf->h, sf->path, size, &sf->ix, err);
-        if (rc)
-            return rc;
-        if (sf->ix.count != want_count)
-            return ch_err(err, CHUTE_ECORRUPT, "%s: %llu samples but the manifest says %llu",
-                          sf->path, (unsigned long long)sf->ix.count,
-                          (unsigned long long)want_count);
         if (k == 0) {
             ds->nclasses = sf->ix.nclasses;
             ds->class_names = calloc(ds->nclasses ? ds->nclasses : 1, sizeof(char *));
             if (!ds->class_names)
                 return ch_err(err, CHUTE_ENOMEM, "out of memory");
-            for (uint32_t c = 0; c < ds->nclasses; c++)
-                if (!(ds->class_names[c] = strdup(sf->ix.class_names[c])))
+            for (uint32_t cl = 0; cl < ds->nclasses; cl++)
+                if (!(ds->class_names[cl] = strdup(sf->ix.class_names[cl])))
                     return ch_err(err, CHUTE_ENOMEM, "out of memory");
         } else {
             int same = sf->ix.nclasses == ds->nclasses;
-            for (uint32_t c = 0; same && c < ds->nclasses; c++)
-                same = strcmp(sf->ix.class_names[c], ds->class_names[c]) == 0;
+            for (uint32_t cl = 0; same && cl < ds->nclasses; cl++)
+                same = strcmp(sf->ix.class_names[cl], ds->class_names[cl]) == 0;
             if (!same)
                 return ch_err(err, CHUTE_ECORRUPT,
                               "%s: class table differs from the first shard's (mixed datasets?)",

@@ -23,12 +23,36 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct local_file {
     int fd;
 } local_file;
+
+/* A failed open(2), with the way out when the limit on descriptors is
+ * what failed: "Too many open files" alone does not say which limit. */
+static int open_failed(chute_error *err, const char *path, int e)
+{
+    if (e == EMFILE) {
+        struct rlimit rl;
+        unsigned long long soft = 0;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+            soft = rl.rlim_cur == RLIM_INFINITY ? 0 : (unsigned long long)rl.rlim_cur;
+        return ch_err_errno(err, CHUTE_EIO, e,
+                            "%s: cannot open: this process has reached its limit of %llu open "
+                            "files (RLIMIT_NOFILE); raise it with `ulimit -n` (or setrlimit)",
+                            path, soft);
+    }
+    if (e == ENFILE)
+        return ch_err_errno(err, CHUTE_EIO, e,
+                            "%s: cannot open: the system-wide limit on open files is reached "
+                            "(fs.file-max; see also RLIMIT_NOFILE / `ulimit -n`)",
+                            path);
+    return ch_err_errno(err, e == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, e, "%s: cannot open",
+                        path);
+}
 
 static const char *special_name(mode_t m)
 {
@@ -50,8 +74,7 @@ static int open_regular(const char *path, int *out_fd, struct stat *st, chute_er
         if (e == ENXIO)
             return ch_err(err, CHUTE_EFORMAT, "%s: cannot open: not a regular file (a socket?)",
                           path);
-        return ch_err_errno(err, e == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, e,
-                            "%s: cannot open", path);
+        return open_failed(err, path, e);
     }
     if (fstat(fd, st) != 0) {
         int e = errno;
