@@ -1016,6 +1016,15 @@ TEST(tar_formats)
     CHECK(tar_index(&e, &ix, &err) == CHUTE_OK && ix.end == FMT_TAR_END_ONE_ZERO && ix.count == 1,
           "a lone zero block ends the archive: %llu", (unsigned long long)ix.count);
     fmt_tar_index_free(&ix);
+    /* An empty GNU long name (size 0, no data block) names the next member
+     * "" — tarfile does the same.  (Was a memcpy from NULL: UBSan.) */
+    e.n = 0;
+    tar_hdr(&e, "././@LongLink", NULL, 'L', 0, 0, 0, 1);
+    tar_file(&e, "shadowed.jpg", "12");
+    CHECK(tar_index(&e, &ix, &err) == CHUTE_OK && ix.count == 1 &&
+              fmt_tar_name(&ix, 0)[0] == '\0' && ix.m[0].size == 2,
+          "empty long name: %s", err.message);
+    fmt_tar_index_free(&ix);
     /* Last member's padding cut off by EOF: accepted. */
     e.n = 0;
     tar_file(&e, "x.a", "123");

@@ -181,7 +181,8 @@ static int pend_set_name(pend *p, const uint8_t *s, size_t n, const char *rname,
         p->name = b;
         p->cap = n + 1;
     }
-    memcpy(p->name, s, n);
+    if (n)
+        memcpy(p->name, s, n);
     p->name[n] = '\0';
     p->len = n;
     p->have_name = 1;

@@ -195,30 +195,34 @@ int main(int argc, char **argv)
             close(cfd);
         }
         if (rc)
-            return fail(&err, rc);
-        print_records(&ix, plain, nkeys, keys, NULL);
+            fail(&err, rc);
+        else
+            print_records(&ix, plain, nkeys, keys, NULL);
         if (plain != data)
             free(plain);
         fmt_tfr_index_free(&ix);
     } else if (!strcmp(cmd, "dali")) {
         struct stat st;
-        if (argc < 4 || stat(argv[3], &st) != 0)
+        if (argc < 4 || stat(argv[3], &st) != 0) {
+            free(data);
             return 2;
+        }
         fmt_tfr_index ix;
         rc = fmt_tfr_index_parse_dali((const char *)data, n, path, (uint64_t)st.st_size, &ix,
                                       &err);
         if (rc)
-            return fail(&err, rc);
-        print_records(&ix, NULL, 0, NULL, NULL);
+            fail(&err, rc);
+        else
+            print_records(&ix, NULL, 0, NULL, NULL);
         fmt_tfr_index_free(&ix);
     } else if (!strcmp(cmd, "tar") || !strcmp(cmd, "wds")) {
         fmt_reader r;
         fmt_reader_mem(&r, data, n, path);
         fmt_tar_index ix;
         rc = fmt_tar_index_build(&r, NULL, &ix, &err);
-        if (rc)
-            return fail(&err, rc);
-        if (!strcmp(cmd, "tar")) {
+        if (rc) {
+            fail(&err, rc);
+        } else if (!strcmp(cmd, "tar")) {
             printf("{\"end\": %d, \"skipped\": %llu, \"members\": [", (int)ix.end,
                    (unsigned long long)ix.skipped);
             for (uint64_t i = 0; i < ix.count; i++) {
@@ -238,6 +242,7 @@ int main(int argc, char **argv)
             if (rc) {
                 fmt_wds_index_free(&w);
                 fmt_tar_index_free(&ix);
+                free(data);
                 return fail(&err, rc);
             }
             printf("{\"skipped_names\": %llu, \"duplicates\": %llu, \"split\": %llu, "
@@ -265,8 +270,9 @@ int main(int argc, char **argv)
         fmt_tar_index_free(&ix);
     } else {
         fprintf(stderr, "parsedump: unknown command %s\n", cmd);
+        free(data);
         return 2;
     }
     free(data);
-    return 0;
+    return rc ? 1 : 0;
 }
