@@ -58,6 +58,7 @@ typedef struct fmt_reader {
     size_t win_cap;
     uint64_t win_off;       /* file offset of win[0] */
     size_t win_len;         /* valid bytes in win */
+    uint64_t last_off;      /* offset of the previous get (sizes refills) */
 } fmt_reader;
 
 #define FMT_WINDOW_DEFAULT (1u << 20)

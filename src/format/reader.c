@@ -8,7 +8,12 @@
  * pread per header would cost a syscall per record and reading the whole
  * file would cost every payload byte; a read-ahead window (1 MiB by
  * default) reads each region once and serves every header inside it, and
- * a hop past the window starts a new one where it lands.
+ * a hop past the window starts a new one where it lands.  When the last
+ * hop was long (>= 16 KiB: a copy of that much payload from the page cache
+ * costs more than a syscall), a full window would mostly hold payload that
+ * is skipped, so the refill shrinks to one page at what was asked: a
+ * 256 MiB TFRecord of 110 KB records then costs 2,400 small preads
+ * instead of reading 256 MiB (see DESIGN.md, "Format parsers").
  *
  * Offsets past the stated size are the parser's business to report (the
  * input is truncated: CHUTE_ECORRUPT); a pread that fails or comes back
@@ -21,6 +26,8 @@
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
+
+#define FMT_HOP_SMALL_READ (16u << 10)
 
 void fmt_reader_mem(fmt_reader *r, const void *p, size_t len, const char *name)
 {
@@ -67,6 +74,8 @@ int fmt_reader_get(fmt_reader *r, uint64_t off, size_t n, const uint8_t **out,
         *out = r->mem + off;
         return CHUTE_OK;
     }
+    uint64_t hop = off > r->last_off ? off - r->last_off : 0;
+    r->last_off = off;
     if (off >= r->win_off && n <= r->win_len && off - r->win_off <= r->win_len - n) {
         *out = r->win + (off - r->win_off);
         return CHUTE_OK;
@@ -75,7 +84,10 @@ int fmt_reader_get(fmt_reader *r, uint64_t off, size_t n, const uint8_t **out,
         return ch_err(err, CHUTE_EINVAL, "%s@%llu: %zu bytes asked of a %zu-byte window",
                       r->name, (unsigned long long)off, n, r->win_cap);
     uint64_t left = r->size - off;
-    size_t want = left < r->win_cap ? (size_t)left : r->win_cap;
+    size_t fill = r->win_cap;
+    if (hop >= FMT_HOP_SMALL_READ) /* long hops: read a page, not a window of payload */
+        fill = CH_MAX(n, CH_MIN((size_t)4096, r->win_cap));
+    size_t want = left < fill ? (size_t)left : fill;
     size_t got = 0;
     int tries = 0;
     r->win_len = 0; /* a failed refill must not leave a half-new window valid */
