@@ -914,10 +914,8 @@ static int run_job(io_job *j, uint32_t threads, int use_uring, double secs, io_r
     res->p99 = ch_hist_quantile(h, 0.99) / 1e3;
     free(h);
     free(ts);
-    if (g_iobench_stop) {
-        fprintf(stderr, "chute iobench: interrupted\n");
-        return -1;
-    }
+    if (g_iobench_stop)
+        return -1; /* said by the caller, after cleaning up */
     if (atomic_load(&j->failed)) {
         fprintf(stderr, "chute iobench: %s\n", j->errmsg);
         return -1;
@@ -1031,6 +1029,18 @@ int cmd_iobench(int argc, char **argv)
         fprintf(stderr, "chute iobench: io_uring is not available here%s\n",
                 pattern == PAT_FILES ? " for the files pattern" : "");
         return 1;
+    }
+    /* Read buffers: threads x qd x block, each filled by the reads; refuse
+     * what would not fit in half the RAM rather than be killed for it. */
+    uint64_t per = pattern == PAT_SEQUENTIAL ? bs : MAX_READ;
+    uint64_t bufs = (uint64_t)threads * (use_uring ? qd : 1) * per; /* <= 2^10 * 2^12 * 2^26 */
+    uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    if (ram && bufs > ram / 2) {
+        fprintf(stderr,
+                "chute iobench: --threads %u x --qd %u x %llu-byte reads need %.1f GB of read "
+                "buffers, more than half of this machine's %.1f GB: lower --qd, --threads or --bs\n",
+                threads, use_uring ? qd : 1, (unsigned long long)per, bufs / 1e9, ram / 1e9);
+        return 2;
     }
 
     struct sigaction sa, old_int, old_term;

@@ -38,9 +38,11 @@ void doctor_print_json(FILE *f, const doctor_result *r)
     fprintf(f, ",\"read_delay_us\":%u,\"read_p50_ms\":%.3f,\"read_p99_ms\":%.3f,", r->read_delay_us,
             r->read_p50_ms, r->read_p99_ms);
     fprintf(f,
+            "\"mean_sample_bytes\":%.0f,\"mean_decoded_px\":%.0f,"
             "\"pipeline_queue_fill_avg\":%.3f,\"queue_capacity\":%u,"
             "\"storage_reads\":%llu,\"storage_read_errors\":%llu,\"storage_first_error\":",
-            r->pipeline_fill_avg, r->queue_capacity, (unsigned long long)r->storage_samples,
+            r->mean_bytes, r->mean_decoded_px, r->pipeline_fill_avg, r->queue_capacity,
+            (unsigned long long)r->storage_samples,
             (unsigned long long)r->storage_errors);
     if (r->storage_errors)
         cli_json_str(f, r->storage_first_error);
