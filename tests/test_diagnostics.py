@@ -391,9 +391,15 @@ def case_iobench_cache_truth(ctx):
         ctx.check("re-read" in j["page_cache"], "page_cache hides the re-reads: %r" % j["page_cache"])
     # A file far larger than what a short run reads: cold (when the page
     # cache can be checked and dropped here).
-    p, j = iobench_json_run(ctx, w, "--size", "256M", "--time", "0.3s", "--engine", "psync")
-    if j and j["cached_before_run_fraction"] is not None and j["cached_before_run_fraction"] < 0.05:
+    # Random reads of B bytes from S re-read about B/2S of the data, so
+    # with B < 4% of S fewer than 5% of reads re-read (checked only when
+    # the run read that little and the drop could be verified).
+    p, j = iobench_json_run(ctx, w, "--size", "512M", "--time", "0.05s", "--engine", "psync")
+    if (j and j["cached_before_run_fraction"] is not None and j["cached_before_run_fraction"] < 0.05
+            and j["bytes"] < 0.04 * (512 << 20)):
         ctx.check(j["cold"] is True, "large file, few reads, cache dropped: not cold? %r" % j)
+    elif j:
+        ctx.note("large-file cold check not applicable here: %r" % j)
     # tmpfs: whatever the flags, the data is in memory.
     if os.geteuid() != 0:
         raise Skip("needs root to mount a tmpfs")
