@@ -17,8 +17,9 @@ command -v fio >/dev/null || { echo "fio is not installed (apt-get install fio)"
 [ -x build/chute ] || { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null; cmake --build build -j"$(nproc)" >/dev/null; }
 mkdir -p "$DIR"
 FILE="$DIR/chute-iobench.dat"
-# Lay the file out once (chute writes it; both tools then read the same file).
-./build/chute iobench "$DIR" --size "$SIZE" --time 0.1s --json >/dev/null
+# Lay the file out once (chute creates it new and keeps it; both tools then
+# read the same file; chute never writes to a file that already exists).
+[ -e "$FILE" ] || ./build/chute iobench "$FILE" --size "$SIZE" --time 0.1s --keep --json >/dev/null
 MIX="2k/1:4k/2:8k/4:16k/8:32k/13:64k/38:128k/33:256k/1"
 PY=/usr/bin/python3
 REPS="${REPS:-12}"
@@ -46,11 +47,11 @@ echo "| pattern | chute IOPS | fio IOPS | ratio of medians (median of pair ratio
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 for i in $(seq $REPS); do
-  ./build/chute iobench "$DIR" --pattern imagenet --direct --qd "$QD" --time "${TIME}s" --size "$SIZE" --json >>"$TMP/c1"
+  ./build/chute iobench "$FILE" --pattern imagenet --direct --qd "$QD" --time "${TIME}s" --size "$SIZE" --json >>"$TMP/c1"
   fio --name=imagenet --filename="$FILE" --rw=randread --bssplit="$MIX" --blockalign=4k --direct=1 \
       --ioengine=io_uring --iodepth="$QD" --numjobs=1 --time_based --runtime="$TIME" --size="$SIZE" \
       --output-format=json 2>/dev/null | tr -d '\n' >>"$TMP/f1"; echo >>"$TMP/f1"
-  ./build/chute iobench "$DIR" --pattern sequential --bs 1M --direct --qd 4 --time "${TIME}s" --size "$SIZE" --json >>"$TMP/c2"
+  ./build/chute iobench "$FILE" --pattern sequential --bs 1M --direct --qd 4 --time "${TIME}s" --size "$SIZE" --json >>"$TMP/c2"
   fio --name=seq --filename="$FILE" --rw=read --bs=1M --direct=1 --ioengine=io_uring --iodepth=4 \
       --numjobs=1 --time_based --runtime="$TIME" --size="$SIZE" --output-format=json 2>/dev/null | tr -d '\n' >>"$TMP/f2"; echo >>"$TMP/f2"
 done

@@ -15,6 +15,13 @@
  * doctor says how many such GPUs this machine can keep >= 90% busy, and it
  * prints advice tied to the numbers.  --report writes an HTML page with the
  * charts.
+ *
+ * A ceiling counts only what worked: a failed read is fast, so counting
+ * it would show half-unreadable data as faster storage than healthy data.
+ * Every stage's errors and skipped samples are reported (text, JSON, HTML)
+ * and the verdict says the numbers cover only the readable part.  Each
+ * stage measures at least one read / one batch, so a short --time gives a
+ * rough number, never a zero ceiling that names the wrong bottleneck.
  */
 #define _GNU_SOURCE
 #include "cli.h"
@@ -35,10 +42,12 @@ typedef struct store_job {
     const uint64_t *order;
     uint64_t n;
     _Atomic uint64_t next;
-    _Atomic uint64_t reads;   /* samples read (or failed), not merely claimed */
+    _Atomic uint64_t reads;   /* samples read or failed, not merely claimed */
     _Atomic uint64_t bytes;
     _Atomic uint64_t errors;
     double deadline;
+    pthread_mutex_t mu;       /* first_error */
+    char first_error[512];
 } store_job;
 
 static void *store_thread(void *arg)
@@ -46,22 +55,32 @@ static void *store_thread(void *arg)
     store_job *j = arg;
     ch_buf buf = {0};
     ch_buf_reserve(&buf, 1 << 20);
-    uint64_t bytes = 0, reads = 0;
+    uint64_t bytes = 0, reads = 0, errors = 0;
     for (;;) {
-        if (cli_now_s() >= j->deadline)
+        /* Past the deadline, stop, unless nobody has claimed a read yet:
+         * at least one read in all, however short --time is. */
+        if (cli_now_s() >= j->deadline && atomic_load(&j->next) > 0)
             break;
         uint64_t k = atomic_fetch_add(&j->next, 1);
         if (k >= j->n)
             break;
         size_t len = 0;
+        chute_error err = {0};
         reads++;
-        if (ch_ds_read_buf(j->ds, j->order[k], &buf, UINT64_MAX, &len, NULL) != CHUTE_OK)
-            atomic_fetch_add(&j->errors, 1);
-        else
+        if (ch_ds_read_buf(j->ds, j->order[k], &buf, UINT64_MAX, &len, &err) != CHUTE_OK) {
+            errors++;
+            pthread_mutex_lock(&j->mu);
+            if (!j->first_error[0])
+                snprintf(j->first_error, sizeof j->first_error, "%s",
+                         err.message[0] ? err.message : "read failed");
+            pthread_mutex_unlock(&j->mu);
+        } else {
             bytes += len;
+        }
     }
     atomic_fetch_add(&j->bytes, bytes);
     atomic_fetch_add(&j->reads, reads);
+    atomic_fetch_add(&j->errors, errors);
     ch_buf_free(&buf);
     return NULL;
 }
@@ -85,6 +104,7 @@ static int measure_storage(const chute_dataset *ds, uint32_t threads, double sec
     j.ds = ds;
     j.order = order;
     j.n = evict;
+    pthread_mutex_init(&j.mu, NULL);
     double t0 = cli_now_s();
     j.deadline = t0 + seconds;
     pthread_t *th = calloc(threads, sizeof *th);
@@ -96,11 +116,14 @@ static int measure_storage(const chute_dataset *ds, uint32_t threads, double sec
         pthread_join(th[i], NULL);
     free(th);
     double el = cli_now_s() - t0;
-    uint64_t done = atomic_load(&j.reads);
-    r->storage_ips = el > 0 ? done / el : 0;
+    uint64_t done = atomic_load(&j.reads), errors = atomic_load(&j.errors);
+    /* Only reads that delivered bytes make the ceiling. */
+    r->storage_ips = el > 0 ? (done - errors) / el : 0;
     r->storage_mbs = el > 0 ? atomic_load(&j.bytes) / 1e6 / el : 0;
     r->storage_samples = done;
-    r->storage_errors = atomic_load(&j.errors);
+    r->storage_errors = errors;
+    snprintf(r->storage_first_error, sizeof r->storage_first_error, "%s", j.first_error);
+    pthread_mutex_destroy(&j.mu);
     snprintf(r->storage_method, sizeof r->storage_method,
              "cold: page cache evicted for the files read (posix_fadvise DONTNEED), %u reader "
              "thread(s), shuffled order",
@@ -115,6 +138,7 @@ typedef struct run_out {
     chute_stats st;
     int failed;
     char err[512];
+    char skip_msg[512];       /* the loader's message for the first skipped sample */
 } run_out;
 
 /* Run a loader for about `seconds`, sampling a time series if asked. */
@@ -136,10 +160,14 @@ static int run_pipeline(const chute_dataset *ds, const chute_loader_options *o, 
     uint64_t images = 0, imgp = 0;
     uint64_t epoch = 0;
     chute_loader_start_epoch(ld, epoch, 0);
-    while (cli_now_s() - t0 < seconds) {
+    /* At least one batch, however short --time is: a stage that measured
+     * nothing would report a zero ceiling. */
+    int empty_epochs = 0;
+    while ((images == 0 && empty_epochs < 2) || cli_now_s() - t0 < seconds) {
         chute_batch *b = NULL;
         int rc = chute_loader_next(ld, &b);
         if (rc == CHUTE_END) {
+            empty_epochs += images == 0;
             chute_loader_start_epoch(ld, ++epoch, 0);
             continue;
         }
@@ -152,6 +180,9 @@ static int run_pipeline(const chute_dataset *ds, const chute_loader_options *o, 
         chute_batch_view_get(b, &v);
         images += v.count;
         chute_batch_release(b);
+        const char *m = chute_loader_errmsg(ld);
+        if (m && m[0] && !out->skip_msg[0])
+            snprintf(out->skip_msg, sizeof out->skip_msg, "%s", m);
         double t = cli_now_s();
         if (series && t - tp >= 0.25 && series->nseries < DOCTOR_MAX_SERIES) {
             chute_stats s;
@@ -165,6 +196,11 @@ static int run_pipeline(const chute_dataset *ds, const chute_loader_options *o, 
             tp = t;
             imgp = images;
         }
+    }
+    if (!out->failed && images == 0) {
+        snprintf(out->err, sizeof out->err,
+                 "an epoch delivered no batch (is --batch-size larger than the dataset?)");
+        out->failed = 1;
     }
     double el = cli_now_s() - t0;
     chute_loader_stats(ld, &out->st);
@@ -185,6 +221,40 @@ static void add_advice(doctor_result *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(r->advice[r->nadvice++], sizeof r->advice[0], fmt, ap);
     va_end(ap);
+}
+
+static void add_warning(doctor_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_warning(doctor_result *r, const char *fmt, ...)
+{
+    if (r->nwarnings >= DOCTOR_MAX_WARNINGS)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->warnings[r->nwarnings++], sizeof r->warnings[0], fmt, ap);
+    va_end(ap);
+}
+
+/* Every stage's errors and skips, in words. */
+static void collect_warnings(doctor_result *r)
+{
+    if (r->storage_errors)
+        add_warning(r,
+                    "storage: %llu of %llu reads failed (first: %.300s); the storage ceiling "
+                    "counts only the %llu reads that succeeded",
+                    (unsigned long long)r->storage_errors, (unsigned long long)r->storage_samples,
+                    r->storage_first_error,
+                    (unsigned long long)(r->storage_samples - r->storage_errors));
+    if (r->cpu_corrupt)
+        add_warning(r,
+                    "decode/transform (1 worker): %llu corrupt sample(s) skipped and replaced, "
+                    "%llu delivered%s%.300s",
+                    (unsigned long long)r->cpu_corrupt, (unsigned long long)r->cpu_samples,
+                    r->skip_example[0] ? "; e.g. " : "", r->skip_example);
+    if (r->pipeline_corrupt)
+        add_warning(r,
+                    "pipeline: %llu corrupt sample(s) skipped and replaced, %llu delivered%s%.300s",
+                    (unsigned long long)r->pipeline_corrupt, (unsigned long long)r->pipeline_samples,
+                    r->skip_example[0] ? "; e.g. " : "", r->skip_example);
 }
 
 static void diagnose(doctor_result *r)
@@ -219,6 +289,17 @@ static void diagnose(doctor_result *r)
         snprintf(r->verdict, sizeof r->verdict,
                  "this machine can deliver about %.0f images/s; the bottleneck is %s",
                  r->deliverable_ips, r->bottleneck);
+    }
+
+    collect_warnings(r);
+    if (r->nwarnings) {
+        size_t l = strlen(r->verdict);
+        snprintf(r->verdict + l, sizeof r->verdict - l,
+                 ". WARNING: %s; these ceilings describe only the readable data",
+                 r->storage_errors && (r->cpu_corrupt || r->pipeline_corrupt)
+                     ? "reads failed and corrupt samples were skipped"
+                 : r->storage_errors ? "storage reads failed"
+                                     : "corrupt samples were skipped");
     }
 
     /* Advice tied to what was measured. */
@@ -306,6 +387,10 @@ int cmd_doctor(int argc, char **argv)
         free(r);
         return 2;
     }
+    if (report && doctor_report_path_ok(report) != 0) {
+        free(r);
+        return 2;
+    }
     if (!o.batch_size)
         o.batch_size = 64;
     o.transform = (chute_transform)transform;
@@ -358,6 +443,9 @@ int cmd_doctor(int argc, char **argv)
     r->storage_warm_ips = r->read_cpu_s > 0 ? r->workers / r->read_cpu_s : 1e12;
     r->mean_bytes = one.st.read.items ? (double)one.st.read.bytes / one.st.read.items : 0;
     r->mean_decoded_px = one.st.decode.items ? one.st.decode.bytes / 3.0 / one.st.decode.items : 0;
+    r->cpu_corrupt = one.st.corrupt;
+    r->cpu_samples = one.st.samples;
+    snprintf(r->skip_example, sizeof r->skip_example, "%s", one.skip_msg);
 
     if (!quiet)
         fprintf(stderr, "doctor: 4/4 full pipeline (%u workers)...\n", o.workers);
@@ -373,6 +461,12 @@ int cmd_doctor(int argc, char **argv)
     r->pipeline_wait = full.wait_frac;
     r->read_p50_ms = full.st.read_lat_p50_ns / 1e6;
     r->read_p99_ms = full.st.read_lat_p99_ns / 1e6;
+    r->pipeline_fill_avg = full.st.batches ? (double)full.st.queue_fill_sum / full.st.batches : 0;
+    r->queue_capacity = full.st.queue_capacity;
+    r->pipeline_corrupt = full.st.corrupt;
+    r->pipeline_samples = full.st.samples;
+    if (!r->skip_example[0])
+        snprintf(r->skip_example, sizeof r->skip_example, "%s", full.skip_msg);
     if (gpu) {
         int idle = 0, n = 0;
         for (int i = 0; i < r->nseries; i++)
@@ -404,6 +498,8 @@ int cmd_doctor(int argc, char **argv)
                r->pipeline_ips, 100 * r->pipeline_wait);
         if (r->gpu_idle_frac >= 0)
             printf("  GPU        %s idle in %.0f%% of samples\n", r->gpu_name, 100 * r->gpu_idle_frac);
+        for (int i = 0; i < r->nwarnings; i++)
+            printf("  WARNING    %s\n", r->warnings[i]);
         printf("bottleneck: %s\n%s\n", r->bottleneck, r->verdict);
         for (int i = 0; i < r->nadvice; i++)
             printf("  - %s\n", r->advice[i]);

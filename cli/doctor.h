@@ -7,6 +7,7 @@
 
 #define DOCTOR_MAX_SERIES 4096
 #define DOCTOR_MAX_ADVICE 8
+#define DOCTOR_MAX_WARNINGS 4
 
 typedef struct doctor_point {
     double t, ips, wait;
@@ -21,7 +22,8 @@ typedef struct doctor_result {
     uint32_t cores, workers, read_delay_us;
     /* stage 1 */
     double storage_ips, storage_mbs, storage_warm_ips;
-    uint64_t storage_samples, storage_errors;
+    uint64_t storage_samples, storage_errors; /* reads tried; of them failed */
+    char storage_first_error[512];            /* the first failure, naming the sample */
     char storage_method[256];
     /* stages 2-3: seconds per image on one core */
     double read_cpu_s, decode_s, transform_s;
@@ -30,6 +32,12 @@ typedef struct doctor_result {
     double decode_ips, transform_ips, cpu_ips;
     /* stage 4 */
     double pipeline_ips, pipeline_wait, read_p50_ms, read_p99_ms;
+    double pipeline_fill_avg;  /* ready batches found per next() */
+    uint32_t queue_capacity;
+    /* corrupt samples skipped (policy SKIP) by the one-worker run (stages
+     * 2-3) and the full pipeline (stage 4), over the samples each delivered */
+    uint64_t cpu_corrupt, cpu_samples, pipeline_corrupt, pipeline_samples;
+    char skip_example[512];   /* the loader's message for one skipped sample */
     double deliverable_ips;
     double gpu_rate;
     int gpus_fed;
@@ -39,11 +47,17 @@ typedef struct doctor_result {
     char verdict[512];
     char advice[DOCTOR_MAX_ADVICE][512];
     int nadvice;
+    /* errors and skips of every stage, in words; the verdict names them */
+    char warnings[DOCTOR_MAX_WARNINGS][640];
+    int nwarnings;
     doctor_point series[DOCTOR_MAX_SERIES];
     int nseries;
 } doctor_result;
 
 void doctor_print_json(FILE *f, const doctor_result *r);
+/* 0 if --report PATH may be written: new, or an existing regular file
+ * (else prints why and returns -1).  Checked before measuring. */
+int doctor_report_path_ok(const char *path);
 int doctor_write_report(const char *path, const doctor_result *r);
 int cmd_doctor(int argc, char **argv);
 

@@ -2,6 +2,7 @@
  * main.c — `chute`: dispatch to subcommands, and the option-table parser.
  */
 #include "cli.h"
+#include "util.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -21,32 +22,6 @@ static void print_help(const char *cmd, const char *usage, const cli_opt *opts)
         printf("  %-28s %s\n", left, o->help);
     }
     printf("  %-28s %s\n", "--help", "show this help");
-}
-
-/* "256M", "4G", "1024" -> bytes */
-static int parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        return -1;
-    uint64_t mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1ull << 10; end++; break;
-    case 'm': case 'M': mul = 1ull << 20; end++; break;
-    case 'g': case 'G': mul = 1ull << 30; end++; break;
-    case 't': case 'T': mul = 1ull << 40; end++; break;
-    default: break;
-    }
-    if (*end == 'B' || *end == 'b' || *end == 'i')
-        end++;
-    if (*end == 'B')
-        end++;
-    if (*end)
-        return -1;
-    *out = v * mul;
-    return 0;
 }
 
 int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int argc, char **argv,
@@ -108,19 +83,18 @@ int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int argc,
             *(int *)o->dst = found;
         } else {
             uint64_t x;
-            char *end;
-            errno = 0;
+            const char *why = NULL;
             if (o->type == CLI_SIZE) {
-                if (parse_size(v, &x) != 0) {
-                    fprintf(stderr, "chute %s: %s: '%s' is not a size (e.g. 256M, 4G)\n", cmd,
-                            o->name, v);
+                if (cli_parse_size(v, &x, &why) != 0) {
+                    fprintf(stderr, "chute %s: %s: '%s' is %s\n", cmd, o->name, v, why);
                     return 2;
                 }
             } else {
-                x = strtoull(v, &end, 10);
-                if (errno || end == v || *end || v[0] == '-') {
-                    fprintf(stderr, "chute %s: %s: '%s' is not a non-negative integer\n", cmd,
-                            o->name, v);
+                if (cli_parse_u64(v, &x) != 0) {
+                    fprintf(stderr,
+                            "chute %s: %s: '%s' is not a non-negative integer (digits only, "
+                            "below 2^64)\n",
+                            cmd, o->name, v);
                     return 2;
                 }
             }

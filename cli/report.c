@@ -1,13 +1,21 @@
 /*
  * report.c — doctor's JSON and its self-contained HTML report: inline SVG
  * only (no scripts, no external resources), so it opens anywhere, offline,
- * and renders the same in any browser.
+ * and renders the same in any browser.  The report replaces its file
+ * atomically and never writes into anything but a regular file.
  */
+#define _GNU_SOURCE
 #include "cli.h"
 #include "doctor.h"
+#include "io/io.h"
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void doctor_print_json(FILE *f, const doctor_result *r)
 {
@@ -29,6 +37,28 @@ void doctor_print_json(FILE *f, const doctor_result *r)
     cli_json_str(f, r->storage_method);
     fprintf(f, ",\"read_delay_us\":%u,\"read_p50_ms\":%.3f,\"read_p99_ms\":%.3f,", r->read_delay_us,
             r->read_p50_ms, r->read_p99_ms);
+    fprintf(f,
+            "\"mean_sample_bytes\":%.0f,\"mean_decoded_px\":%.0f,"
+            "\"pipeline_queue_fill_avg\":%.3f,\"queue_capacity\":%u,"
+            "\"storage_reads\":%llu,\"storage_read_errors\":%llu,\"storage_first_error\":",
+            r->mean_bytes, r->mean_decoded_px, r->pipeline_fill_avg, r->queue_capacity,
+            (unsigned long long)r->storage_samples,
+            (unsigned long long)r->storage_errors);
+    if (r->storage_errors)
+        cli_json_str(f, r->storage_first_error);
+    else
+        fprintf(f, "null");
+    fprintf(f,
+            ",\"corrupt_skipped\":{\"cpu_stage\":%llu,\"cpu_stage_samples\":%llu,"
+            "\"pipeline\":%llu,\"pipeline_samples\":%llu},\"warnings\":[",
+            (unsigned long long)r->cpu_corrupt, (unsigned long long)r->cpu_samples,
+            (unsigned long long)r->pipeline_corrupt, (unsigned long long)r->pipeline_samples);
+    for (int i = 0; i < r->nwarnings; i++) {
+        if (i)
+            fputc(',', f);
+        cli_json_str(f, r->warnings[i]);
+    }
+    fprintf(f, "],");
     if (r->gpu_rate > 0)
         fprintf(f, "\"gpu_rate\":%.1f,\"gpus_fed\":%d,", r->gpu_rate, r->gpus_fed);
     if (r->gpu_idle_frac >= 0) {
@@ -158,6 +188,55 @@ static void series_chart(cli_sb *b, const doctor_result *r)
     cli_sb_printf(b, "</svg>\n");
 }
 
+int doctor_report_path_ok(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        fprintf(stderr,
+                "chute doctor: --report %s exists and is not a regular file; the report "
+                "only creates or replaces a regular file\n",
+                path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Write next to `path` under a new name, then rename over it: a reader
+ * never sees half a report, a failed write leaves the old file alone, and
+ * something that is not a regular file (a device, a directory) is never
+ * opened for writing. */
+static int write_replacing(const char *path, const char *data, size_t n)
+{
+    if (doctor_report_path_ok(path) != 0)
+        return -1;
+    char *tmp = NULL;
+    if (asprintf(&tmp, "%s.tmp-XXXXXX", path) < 0)
+        return -1;
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "chute doctor: %s: cannot create: %s\n", tmp, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    chute_error err = {0};
+    int rc = ch_write_all(fd, tmp, data, n, &err) == CHUTE_OK ? 0 : -1;
+    if (rc != 0)
+        fprintf(stderr, "chute doctor: %s\n", err.message);
+    /* mkostemp makes the file 0600; a report is for reading. */
+    if (rc == 0 && fchmod(fd, 0644) != 0)
+        rc = -1;
+    if (close(fd) != 0)
+        rc = -1;
+    if (rc == 0 && rename(tmp, path) != 0) {
+        fprintf(stderr, "chute doctor: %s: cannot rename to %s: %s\n", tmp, path, strerror(errno));
+        rc = -1;
+    }
+    if (rc != 0)
+        unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
 int doctor_write_report(const char *path, const doctor_result *r)
 {
     cli_sb b = {0};
@@ -173,18 +252,32 @@ int doctor_write_report(const char *path, const doctor_result *r)
                   r->transform, r->workers, r->cores);
     cli_sb_printf(&b, "<p class=\"bn\" id=\"bottleneck\">Bottleneck: %s</p>\n<p>", r->bottleneck);
     html_text(&b, r->verdict);
-    cli_sb_printf(&b, "</p>\n<h2>Stage ceilings</h2>\n");
+    cli_sb_printf(&b, "</p>\n");
+    if (r->nwarnings) {
+        cli_sb_printf(&b, "<h2>Errors and skipped samples</h2>\n<ul id=\"warnings\" class=\"bn\">\n");
+        for (int i = 0; i < r->nwarnings; i++) {
+            cli_sb_printf(&b, "<li>");
+            html_text(&b, r->warnings[i]);
+            cli_sb_printf(&b, "</li>\n");
+        }
+        cli_sb_printf(&b, "</ul>\n");
+    }
+    cli_sb_printf(&b, "<h2>Stage ceilings</h2>\n");
     bar_chart(&b, r);
-    cli_sb_printf(&b, "<table><tr><th>stage</th><th>images/s</th><th>per image, one core</th></tr>\n"
-                      "<tr><td>storage</td><td>%.0f</td><td>%.1f MB/s</td></tr>\n"
-                      "<tr><td>decode</td><td>%.0f</td><td>%.2f ms</td></tr>\n"
+    cli_sb_printf(&b, "<table id=\"stages\"><tr><th>stage</th><th>images/s</th><th>per image, one core</th>"
+                      "<th>errors / skipped</th></tr>\n"
+                      "<tr><td>storage</td><td>%.0f</td><td>%.1f MB/s</td><td>%llu of %llu reads failed</td></tr>\n"
+                      "<tr><td>decode</td><td>%.0f</td><td>%.2f ms</td><td rowspan=\"3\">%llu of %llu skipped</td></tr>\n"
                       "<tr><td>transform</td><td>%.0f</td><td>%.2f ms</td></tr>\n"
                       "<tr><td>CPU total</td><td>%.0f</td><td>%.2f ms</td></tr>\n"
-                      "<tr><td>pipeline (measured)</td><td>%.0f</td><td>wait %.0f%%</td></tr></table>\n",
-                  r->storage_ips, r->storage_mbs, r->decode_ips, r->decode_s * 1e3,
+                      "<tr><td>pipeline (measured)</td><td>%.0f</td><td>wait %.0f%%</td>"
+                      "<td>%llu of %llu skipped</td></tr></table>\n",
+                  r->storage_ips, r->storage_mbs, (unsigned long long)r->storage_errors,
+                  (unsigned long long)r->storage_samples, r->decode_ips, r->decode_s * 1e3,
+                  (unsigned long long)r->cpu_corrupt, (unsigned long long)r->cpu_samples,
                   r->transform_ips, r->transform_s * 1e3, r->cpu_ips,
-                  (r->decode_s + r->transform_s) * 1e3, r->pipeline_ips,
-                  100 * r->pipeline_wait);
+                  (r->decode_s + r->transform_s) * 1e3, r->pipeline_ips, 100 * r->pipeline_wait,
+                  (unsigned long long)r->pipeline_corrupt, (unsigned long long)r->pipeline_samples);
     cli_sb_printf(&b, "<p>Storage: ");
     html_text(&b, r->storage_method);
     if (r->read_delay_us)
@@ -203,15 +296,9 @@ int doctor_write_report(const char *path, const doctor_result *r)
         cli_sb_printf(&b, "</li>\n");
     }
     cli_sb_printf(&b, "</ul>\n<p><small>chute %s</small></p>\n</body></html>\n", chute_version());
-    FILE *f = fopen(path, "w");
     int rc = -1;
-    if (f && b.p) {
-        rc = fwrite(b.p, 1, b.n, f) == b.n ? 0 : -1;
-        if (fclose(f) != 0)
-            rc = -1;
-    } else if (f) {
-        fclose(f);
-    }
+    if (b.p)
+        rc = write_replacing(path, b.p, b.n);
     cli_sb_free(&b);
     return rc;
 }

@@ -1,9 +1,14 @@
-/* util.c — CLI helpers: clocks, JSON strings, durations, text buffers. */
+/* util.c — CLI helpers: clocks, JSON strings, numbers, sizes, durations,
+ * text buffers.  The number parsers take digits only (no sign, no blanks,
+ * no nan/inf) and check every multiplication: a value that does not fit is
+ * refused with a reason, never wrapped into a different, valid-looking one
+ * ("16777217T" once became 1T). */
 #define _GNU_SOURCE
 #include "util.h"
 #include "common/common.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,19 +67,86 @@ void cli_json_str(FILE *f, const char *s)
 double cli_parse_duration(const char *s)
 {
     char *end;
+    /* strtod would also take "nan", "inf", hex and leading blanks: a
+     * duration starts with a digit or a point. */
+    if (!((*s >= '0' && *s <= '9') || *s == '.') || s[1] == 'x' || s[1] == 'X')
+        return -1;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || v < 0)
+    if (errno || end == s || !isfinite(v) || v < 0)
         return -1;
+    double mul;
     if (*end == '\0' || strcmp(end, "s") == 0)
-        return v;
-    if (strcmp(end, "ms") == 0)
-        return v / 1000;
-    if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
-        return v * 60;
-    if (strcmp(end, "h") == 0)
-        return v * 3600;
-    return -1;
+        mul = 1;
+    else if (strcmp(end, "ms") == 0)
+        mul = 1e-3;
+    else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+        mul = 60;
+    else if (strcmp(end, "h") == 0)
+        mul = 3600;
+    else
+        return -1;
+    v *= mul;
+    /* A year is longer than any measurement; beyond it deadlines lose
+     * their meaning (and inf never arrives). */
+    if (!isfinite(v) || v > CLI_MAX_DURATION_S)
+        return -1;
+    return v;
+}
+
+int cli_parse_u64(const char *s, uint64_t *out)
+{
+    /* strtoull skips blanks and accepts a sign ("-1" is 2^64-1): only
+     * digits are a number here. */
+    if (!(*s >= '0' && *s <= '9'))
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_size(const char *s, uint64_t *out, const char **why)
+{
+    const char *dummy;
+    if (!why)
+        why = &dummy;
+    *why = "not a size (e.g. 256M, 4G)";
+    if (!(*s >= '0' && *s <= '9'))
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno == ERANGE) {
+        *why = "too large (more than 2^64 bytes)";
+        return -1;
+    }
+    if (errno || end == s)
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    case 'p': case 'P': shift = 50; end++; break;
+    default: break;
+    }
+    if (shift && *end == 'i') /* KiB, MiB, ... */
+        end++;
+    if (*end == 'B' || (!shift && *end == 'b'))
+        end++;
+    if (*end)
+        return -1;
+    if (shift && v > (UINT64_MAX >> shift)) {
+        *why = "too large (more than 2^64 bytes)";
+        return -1;
+    }
+    *out = (uint64_t)v << shift;
+    return 0;
 }
 
 void cli_sb_printf(cli_sb *b, const char *fmt, ...)

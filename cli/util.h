@@ -13,8 +13,15 @@ double cli_cpu_s(void);
 void cli_sleep_s(double s);
 /* Print s as a JSON string literal (with quotes). */
 void cli_json_str(FILE *f, const char *s);
-/* "30s", "2m", "500ms", "10" (seconds) -> seconds; -1 on error. */
+/* "30s", "2m", "500ms", "10" (seconds) -> seconds; -1 on error (not a
+ * number, negative, nan/inf, or longer than CLI_MAX_DURATION_S). */
+#define CLI_MAX_DURATION_S (366.0 * 86400)
 double cli_parse_duration(const char *s);
+/* Decimal digits only -> *out; -1 if not a number or more than 2^64-1. */
+int cli_parse_u64(const char *s, uint64_t *out);
+/* "256M", "4G", "1KiB", "1024" -> bytes (K/M/G/T/P are powers of 1024);
+ * -1 with *why set (may be NULL) if not a size or it overflows 64 bits. */
+int cli_parse_size(const char *s, uint64_t *out, const char **why);
 
 /* Growable text buffer for building reports. */
 typedef struct cli_sb {

@@ -4,7 +4,9 @@ iobench, inspect and the HTML report (rendered in headless Chromium).
 
 Cases:
   counters          images counted = delivered; busy time <= wall x workers;
-                    read latency percentiles ordered
+                    an injected read delay shows in the read-latency
+                    percentiles; queue fill follows the consumer/producer
+                    speed ratio (slow consumer: full, slow source: empty)
   slow_consumer     a consumer slower than the pipeline waits ~0
   slow_source       injected read latency: the consumer waits most of the
                     time and doctor names storage
@@ -13,7 +15,19 @@ Cases:
   iobench_json      every pattern prints the documented JSON keys, sane values
   inspect           counts, histogram totals and bad files for tree and shards
   report_renders    doctor --report loads in headless Chromium with its charts
+  iobench_no_overwrite     an existing file is only read (too small: refused,
+                    bytes unchanged); a directory gets new chute-iobench-*
+                    files, removed afterwards (kept with --keep)
+  iobench_block_device     a loop device is only read (root + losetup, else 77)
+  iobench_short_time       --time 0.001s: every completion counted
+  iobench_cache_truth      re-read small file, tmpfs --direct: not called cold
+  numeric_options          overflowing sizes, nan/inf durations, signed
+                    integers: refused with a reason
+  doctor_reports_errors    half the files unreadable: errors in text, JSON,
+                    HTML and verdict; ceiling counts only successful reads
+  doctor_report_target     --report never writes into a device
 """
+import hashlib
 import glob
 import json
 import os
@@ -59,9 +73,28 @@ def case_counters(ctx):
         ctx.check(busy <= j["wall_seconds"] * j["workers"] * 1.02 + 0.01,
                   "%s: busy %.3f s > wall %.3f s x %d workers" % (src, busy, j["wall_seconds"], j["workers"]))
         ctx.check(0 <= j["wait_fraction"] <= 1.0001, "%s: wait fraction %r" % (src, j["wait_fraction"]))
-        ctx.check(j["read_lat_p50_us"] <= j["read_lat_p90_us"] <= j["read_lat_p99_us"],
-                  "%s: read latency percentiles not ordered: %r" % (src, j))
-        ctx.check(0 <= j["queue_fill_avg"] <= j["queue_capacity"], "%s: queue fill %r" % (src, j))
+    # Queue fill against a known speed ratio.  A consumer 4x slower than the
+    # pipeline finds every prefetched batch ready (>= prefetch - 1, allowing
+    # for the first calls of the run); a fast consumer of a slow source
+    # (20 ms per read) finds the queue empty.
+    free = bench_json(ctx, ctx.shards, "--batch-size", 8, "--max-batches", 10, "--workers", 2)
+    if free:
+        step = int(max(20, 4 * 1000.0 * 8 / max(free["images_per_sec"], 1e-3)))
+        j = bench_json(ctx, ctx.shards, "--batch-size", 8, "--max-batches", 30, "--step-ms", step,
+                       "--workers", 2, "--prefetch", 4)
+        if j:
+            ctx.check(j["queue_fill_avg"] >= 3.0,
+                      "slow consumer found only %.2f of 4 prefetched batches ready" % j["queue_fill_avg"])
+    d = doctor_json(ctx, ctx.shards, "--read-delay-us", 20000, "--workers", 2, "--batch-size", 4)
+    if d:
+        ctx.check(d["pipeline_queue_fill_avg"] < 0.5,
+                  "slow source: consumer found %.2f batches ready (expected ~0)" % d["pipeline_queue_fill_avg"])
+        # The injected 20 ms per read must show in the read latency (the
+        # histogram's buckets are 12.5% wide; sleeping may overshoot).
+        ctx.check(17.0 <= d["read_p50_ms"] <= 40.0,
+                  "read p50 %.3f ms with 20 ms injected per read" % d["read_p50_ms"])
+        ctx.check(17.0 <= d["read_p99_ms"] <= 120.0,
+                  "read p99 %.3f ms with 20 ms injected per read" % d["read_p99_ms"])
 
 
 def case_slow_consumer(ctx):
@@ -118,13 +151,14 @@ def case_iobench_bytes(ctx):
     w = ctx.scratch("iobench_bytes")
     # A completed 'files' pass reads every file exactly once.
     p = ctx.run([ctx.chute, "iobench", w, "--pattern", "files", "--files", 300, "--time", "60s",
-                 "--threads", 2, "--json"])
+                 "--threads", 2, "--json", "--keep"])
     try:
         j = json.loads(p.out)
     except ValueError:
         ctx.check(False, "iobench printed no JSON: %r %s" % (p.out[:300], p.err[-500:]))
         return
-    files = [f for f in glob.glob(os.path.join(w, "chute-iobench-files", "*", "*.bin"))]
+    ctx.check(j["kept"] and os.path.dirname(j["file"]) == w, "kept set not in %s: %r" % (w, j["file"]))
+    files = [f for f in glob.glob(os.path.join(j["file"], "*", "*.bin"))]
     total = sum(os.path.getsize(f) for f in files)
     ctx.check(len(files) == 300, "expected 300 files, found %d" % len(files))
     ctx.check(j["ios"] == 300, "iobench counted %d opens+reads, expected 300" % j["ios"])
@@ -149,7 +183,9 @@ def case_iobench_json(ctx):
         for k in ("iops", "mb_per_sec", "lat_p50_us", "lat_p99_us", "images_per_sec", "bytes", "ios"):
             ctx.check(k in j, "%s: JSON lacks %s" % (pat, k))
         ctx.check(j["ios"] > 0 and j["iops"] > 0, "%s: no I/O measured: %r" % (pat, j))
-        ctx.check(j["lat_p50_us"] <= j["lat_p99_us"], "%s: percentiles not ordered" % pat)
+        # No read outlasts the run that timed it (catches unit mix-ups).
+        ctx.check(0 < j["lat_p50_us"] and j["lat_p99_us"] <= j["seconds"] * 1e6 * 1.13,
+                  "%s: p99 %.0f us in a %.3f s run" % (pat, j["lat_p99_us"], j["seconds"]))
         if pat == "imagenet":
             mean = j["bytes"] / j["ios"]
             ctx.check(2048 <= mean <= 262144, "imagenet mix mean read %.0f bytes" % mean)
@@ -226,6 +262,236 @@ def case_report_renders(ctx):
         ctx.check(colours > 20, "screenshot looks blank (%d colours)" % colours)
 
 
+def md5(path):
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def iobench_json_run(ctx, *args, expect=0):
+    p = ctx.run([ctx.chute, "iobench"] + [str(a) for a in args] + ["--json"], expect=expect)
+    if expect != 0:
+        return p, None
+    try:
+        return p, json.loads(p.out)
+    except ValueError:
+        ctx.check(False, "iobench printed no JSON: %r %s" % (p.out[:300], p.err[-500:]))
+        return p, None
+
+
+def case_iobench_no_overwrite(ctx):
+    w = ctx.scratch("iobench_no_overwrite")
+    # A user's file smaller than --size: refused, not a byte changed.
+    user = os.path.join(w, "dataset.bin")
+    with open(user, "wb") as f:
+        f.write(os.urandom(300000))
+    before = md5(user)
+    p, _ = iobench_json_run(ctx, user, "--size", "1M", "--time", "0.2s", expect="nonzero")
+    ctx.check("never writes" in p.err, "no clear refusal: %r" % p.err[-300:])
+    ctx.check(md5(user) == before and os.path.getsize(user) == 300000,
+              "iobench changed a file it did not create (now %d bytes)" % os.path.getsize(user))
+    # Too small for the pattern even without --size: refused.
+    small = os.path.join(w, "small.bin")
+    with open(small, "wb") as f:
+        f.write(b"x" * 4096)
+    iobench_json_run(ctx, small, "--time", "0.2s", expect="nonzero")
+    ctx.check(open(small, "rb").read() == b"x" * 4096, "iobench changed a too-small file")
+    # Large enough: read in place, never written.
+    p, j = iobench_json_run(ctx, user, "--time", "0.2s", "--engine", "psync")
+    if j:
+        ctx.check(j["target"] == "existing file" and j["ios"] > 0, "existing file run: %r" % j)
+    ctx.check(md5(user) == before, "iobench wrote to an existing file it only had to read")
+    ctx.check(sorted(os.listdir(w)) == ["dataset.bin", "small.bin"],
+              "iobench left files next to the user's: %r" % os.listdir(w))
+    # A directory: a new chute-iobench-* file, removed afterwards; a file
+    # already there under the old fixed name is left alone.
+    d = ctx.scratch("iobench_no_overwrite/dir")
+    mine = os.path.join(d, "chute-iobench.dat")
+    with open(mine, "wb") as f:
+        f.write(b"user data")
+    for pat, extra in (("imagenet", ["--size", "4M"]), ("files", ["--files", 40])):
+        p, j = iobench_json_run(ctx, d, "--pattern", pat, "--time", "0.2s", *extra)
+        if j:
+            ctx.check(os.path.basename(j["file"]).startswith("chute-iobench-") and j["file"] != mine,
+                      "%s: test data not newly named: %r" % (pat, j["file"]))
+        ctx.check(os.listdir(d) == ["chute-iobench.dat"], "%s: left behind %r" % (pat, os.listdir(d)))
+    ctx.check(open(mine, "rb").read() == b"user data", "iobench overwrote chute-iobench.dat")
+    # --keep keeps it; a later run given the kept file reads it, unchanged.
+    p, j = iobench_json_run(ctx, d, "--size", "2M", "--time", "0.2s", "--keep")
+    if j:
+        ctx.check(j["kept"] and os.path.getsize(j["file"]) == 2 << 20, "--keep: %r" % j)
+        kept = md5(j["file"])
+        p, j2 = iobench_json_run(ctx, j["file"], "--time", "0.2s")
+        if j2:
+            ctx.check(j2["target"] == "existing file", "kept file not read in place: %r" % j2)
+        ctx.check(md5(j["file"]) == kept, "kept test file rewritten")
+    # A path that does not exist: created as the test file, then removed.
+    new = os.path.join(w, "new.dat")
+    iobench_json_run(ctx, new, "--size", "2M", "--time", "0.2s")
+    ctx.check(not os.path.exists(new), "created test file %s not removed" % new)
+    # Not a file, device or directory: refused.
+    iobench_json_run(ctx, "/dev/null", "--time", "0.2s", expect="nonzero")
+
+
+def case_iobench_block_device(ctx):
+    if os.geteuid() != 0 or not shutil.which("losetup"):
+        raise Skip("needs root and losetup for a loop device")
+    w = ctx.scratch("iobench_block_device")
+    img = os.path.join(w, "disk.img")
+    with open(img, "wb") as f:
+        f.write(os.urandom(8 << 20))
+    before = md5(img)
+    p = subprocess.run(["losetup", "-f", "--show", img], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if p.returncode != 0:
+        raise Skip("losetup failed: %s" % p.stderr.decode()[-200:])
+    dev = p.stdout.decode().strip()
+    try:
+        p, _ = iobench_json_run(ctx, dev, "--size", "16M", "--time", "0.2s", expect="nonzero")
+        ctx.check("never writes" in p.err, "no clear refusal for a small device: %r" % p.err[-300:])
+        iobench_json_run(ctx, dev, "--pattern", "files", "--time", "0.2s", expect="nonzero")
+        p, j = iobench_json_run(ctx, dev, "--time", "0.3s")
+        if j:
+            ctx.check(j["target"] == "block device" and j["ios"] > 0, "device run: %r" % j)
+        p, j = iobench_json_run(ctx, dev, "--pattern", "sequential", "--time", "0.3s")
+        if j:
+            ctx.check(j["bytes"] > 0, "sequential device run: %r" % j)
+    finally:
+        subprocess.run(["losetup", "-d", dev])
+    ctx.check(md5(img) == before, "iobench wrote to the block device")
+
+
+def case_iobench_short_time(ctx):
+    w = ctx.scratch("iobench_short_time")
+    f = os.path.join(w, "t.dat")
+    with open(f, "wb") as fh:
+        fh.write(os.urandom(4 << 20))
+    # psync: every thread completes a read even if the deadline has passed
+    # when it starts.
+    p, j = iobench_json_run(ctx, f, "--time", "0.001s", "--engine", "psync", "--threads", 4)
+    if j:
+        ctx.check(j["ios"] >= 4, "psync, 4 threads, 1 ms: %d reads counted" % j["ios"])
+    # io_uring: the qd reads submitted at the start all complete and count.
+    p, j = iobench_json_run(ctx, f, "--time", "0.001s", "--qd", 16)
+    if j and j["engine"] == "io_uring":
+        ctx.check(j["ios"] >= 16, "io_uring qd 16, 1 ms: %d of 16 completions counted" % j["ios"])
+        ctx.check(j["bytes"] >= 16 * 2048, "io_uring: %d bytes for >= 16 reads" % j["bytes"])
+    elif j:
+        ctx.note("io_uring unavailable here; psync checked only")
+
+
+def case_iobench_cache_truth(ctx):
+    w = ctx.scratch("iobench_cache_truth")
+    # A 1 MiB file read for 0.5 s: nearly every read re-reads cached data.
+    p, j = iobench_json_run(ctx, w, "--size", "1M", "--time", "0.5s", "--engine", "psync")
+    if j:
+        ctx.check(j["cold"] is False and j["reread_fraction"] > 0.5,
+                  "small re-read file reported as cold: %r" % j["page_cache"])
+        ctx.check("re-read" in j["page_cache"], "page_cache hides the re-reads: %r" % j["page_cache"])
+    # A file far larger than what a short run reads: cold (when the page
+    # cache can be checked and dropped here).
+    # Random reads of B bytes from S re-read about B/2S of the data, so
+    # with B < 4% of S fewer than 5% of reads re-read (checked only when
+    # the run read that little and the drop could be verified).
+    p, j = iobench_json_run(ctx, w, "--size", "512M", "--time", "0.05s", "--engine", "psync")
+    if (j and j["cached_before_run_fraction"] is not None and j["cached_before_run_fraction"] < 0.05
+            and j["bytes"] < 0.04 * (512 << 20)):
+        ctx.check(j["cold"] is True, "large file, few reads, cache dropped: not cold? %r" % j)
+    elif j:
+        ctx.note("large-file cold check not applicable here: %r" % j)
+    # tmpfs: whatever the flags, the data is in memory.
+    if os.geteuid() != 0:
+        raise Skip("needs root to mount a tmpfs")
+    m = os.path.join(w, "tmpfs")
+    os.makedirs(m)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", m]).returncode != 0:
+        raise Skip("cannot mount a tmpfs here")
+    try:
+        for extra in (["--direct"], []):
+            p = ctx.run([ctx.chute, "iobench", m, "--size", "4M", "--time", "0.2s", "--json"] + extra,
+                        expect=None)
+            if "--direct" in extra and p.returncode != 0:
+                # Kernels before 6.6 refuse O_DIRECT on tmpfs: a clear refusal is right too.
+                ctx.check("O_DIRECT" in p.err, "tmpfs --direct failed unclearly: %r" % p.err[-300:])
+                continue
+            j = json.loads(p.out)
+            ctx.check(j["cold"] is False and "tmpfs" in j["page_cache"] and "not bypassed" in j["page_cache"],
+                      "tmpfs %s: claims %r" % (extra, j["page_cache"]))
+    finally:
+        subprocess.run(["umount", m])
+
+
+def case_numeric_options(ctx):
+    w = ctx.scratch("numeric_options")
+    t = os.path.join(w, "t.dat")
+    for size in ("16777217T", "18446744073709551616", "20000000P", " -1", "-1", "1X"):
+        p = ctx.run([ctx.chute, "iobench", t, "--size", size, "--time", "0.1s"], expect=2, timeout=20)
+        ctx.check("--size" in p.err, "size %r: no message naming --size: %r" % (size, p.err))
+    ctx.check(not os.listdir(w), "a refused size laid out %r" % os.listdir(w))
+    for tm in ("nan", "inf", "1e400", "-1s", "0", "0x10", "1e300h"):
+        p = ctx.run([ctx.chute, "iobench", t, "--size", "1M", "--time", tm], expect=2, timeout=20)
+        ctx.check("--time" in p.err, "time %r: no message naming --time: %r" % (tm, p.err))
+    for v in (" -5", "-5", "+5", "99999999999999999999"):
+        p = ctx.run([ctx.chute, "bench", w, "--max-batches", v], expect=2, timeout=20)
+        ctx.check("--max-batches" in p.err, "integer %r: %r" % (v, p.err))
+
+
+def case_doctor_reports_errors(ctx):
+    ctx.need_data()
+    t = ctx.scratch("doctor_errors")
+    link_tree(ctx.tree, t)
+    broken = 0
+    total = 0
+    for root, _, fs in os.walk(t):
+        for i, f in enumerate(sorted(fs)):
+            total += 1
+            if i % 2 == 0:
+                p = os.path.join(root, f)
+                os.unlink(p)
+                os.symlink("/nonexistent-chute-test/" + f, p)
+                broken += 1
+    rep = os.path.join(t + "-report.html")
+    d = doctor_json(ctx, t, "--workers", 2, "--batch-size", 8, "--report", rep)
+    if not d:
+        return
+    ctx.check(d.get("storage_reads", 0) > 0, "no storage_reads in JSON: %r" % d)
+    reads, errs = d.get("storage_reads", 0), d.get("storage_read_errors", 0)
+    if reads == total:
+        ctx.check(errs == broken, "%d of %d files unreadable, doctor counted %d errors" % (broken, total, errs))
+    else:
+        ctx.check(0.25 * reads <= errs <= 0.75 * reads, "%d errors in %d reads of half-broken data" % (errs, reads))
+    ctx.check(d.get("storage_first_error") and "No such file" in d["storage_first_error"],
+              "first error not named: %r" % d.get("storage_first_error"))
+    ctx.check(any("storage" in w and "failed" in w for w in d.get("warnings", [])), "no storage warning: %r" % d.get("warnings"))
+    ctx.check("WARNING" in d["verdict"], "verdict hides the errors: %r" % d["verdict"])
+    if os.path.exists(rep):
+        html = open(rep).read()
+        ctx.check('id="warnings"' in html and "reads failed" in html, "HTML report hides the errors")
+    else:
+        ctx.check(False, "no HTML report written")
+    p = ctx.run([ctx.chute, "doctor", t, "--time", "0.5s", "--workers", 2, "--batch-size", 8], timeout=240)
+    ctx.check("WARNING" in p.out and "reads failed" in p.out, "text output hides the errors:\n%s" % p.out)
+
+
+def case_doctor_report_target(ctx):
+    ctx.need_data()
+    w = ctx.scratch("doctor_report_target")
+    # A device (or anything not a regular file) is refused before measuring.
+    p = ctx.run([ctx.chute, "doctor", ctx.shards, "--time", "0.2s", "--report", "/dev/null"], expect=2,
+                timeout=240)
+    ctx.check("not a regular file" in p.err, "no clear refusal: %r" % p.err[-300:])
+    p = ctx.run([ctx.chute, "doctor", ctx.shards, "--time", "0.2s", "--report", w], expect=2, timeout=240)
+    # An existing report is replaced whole, with nothing left beside it.
+    rep = os.path.join(w, "r.html")
+    with open(rep, "w") as f:
+        f.write("old")
+    ctx.run([ctx.chute, "doctor", ctx.shards, "--time", "0.2s", "--batch-size", 8, "--report", rep],
+            timeout=240)
+    ctx.check(open(rep).read().startswith("<!DOCTYPE html>"), "report not replaced")
+    ctx.check(os.listdir(w) == ["r.html"], "temporary files left: %r" % os.listdir(w))
+
+
 cases = {
     "counters": case_counters,
     "slow_consumer": case_slow_consumer,
@@ -235,6 +501,13 @@ cases = {
     "iobench_json": case_iobench_json,
     "inspect": case_inspect,
     "report_renders": case_report_renders,
+    "iobench_no_overwrite": case_iobench_no_overwrite,
+    "iobench_block_device": case_iobench_block_device,
+    "iobench_short_time": case_iobench_short_time,
+    "iobench_cache_truth": case_iobench_cache_truth,
+    "numeric_options": case_numeric_options,
+    "doctor_reports_errors": case_doctor_reports_errors,
+    "doctor_report_target": case_doctor_report_target,
 }
 
 if __name__ == "__main__":
