@@ -173,7 +173,7 @@ TEST(eval_crop_matches_torchvision)
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         ch_crop c;
-        ch_geom_eval(t[i].W, t[i].H, 224, &c);
+        ch_geom_eval(t[i].W, t[i].H, 256, 224, &c);
         double sx = (double)t[i].W / t[i].rw, sy = (double)t[i].H / t[i].rh;
         double want[4] = {t[i].left * sx, t[i].top * sy, (t[i].left + 224) * sx,
                           (t[i].top + 224) * sy};
@@ -347,8 +347,8 @@ static int n_cases(void) { return 7; }
 static void case_crop(int i, img *m, ch_crop *c, uint32_t *size)
 {
     switch (i) {
-    case 0: *m = (img){500, 375, NULL}; ch_geom_eval(500, 375, 224, c); *size = 224; break;
-    case 1: *m = (img){375, 500, NULL}; ch_geom_eval(375, 500, 96, c); *size = 96; break;
+    case 0: *m = (img){500, 375, NULL}; ch_geom_eval(500, 375, 256, 224, c); *size = 224; break;
+    case 1: *m = (img){375, 500, NULL}; ch_geom_eval(375, 500, 109, 96, c); *size = 96; break;
     case 2: {
         *m = (img){640, 480, NULL};
         ch_rng r = ch_rng_for(1, 2, 3);
@@ -357,7 +357,7 @@ static void case_crop(int i, img *m, ch_crop *c, uint32_t *size)
         break;
     }
     case 3: *m = (img){50, 40, NULL}; ch_geom_full(50, 40, c); *size = 96; break; /* upscale */
-    case 4: *m = (img){1000, 200, NULL}; ch_geom_eval(1000, 200, 224, c); *size = 224; break;
+    case 4: *m = (img){1000, 200, NULL}; ch_geom_eval(1000, 200, 256, 224, c); *size = 224; break;
     case 5: {
         *m = (img){300, 300, NULL};
         ch_geom_full(300, 300, c);
