@@ -58,7 +58,7 @@ static void axis_taps(ch_resize_axis *a, double in0, double in1, uint32_t out, i
         if (n > a->ksize)
             n = a->ksize;
         float *k = a->k + (size_t)i * a->ksize;
-        float sum = 0;
+        double sum = 0; /* in double: a 1-pixel-tall strip has 10^5..10^6 taps */
         for (int32_t t = 0; t < n; t++) {
             float w = tri((float)((xmin + t) - center + 0.5) * ss);
             k[t] = w;
@@ -70,7 +70,7 @@ static void axis_taps(ch_resize_axis *a, double in0, double in1, uint32_t out, i
             sum = 1;
         }
         for (int32_t t = 0; t < n; t++)
-            k[t] /= sum;
+            k[t] = (float)(k[t] / sum);
         a->start[i] = xmin;
         a->count[i] = n;
         if (xmin < a->lo)
@@ -316,15 +316,16 @@ static int run_hfirst(const ch_resize_plan *p, const uint8_t *pix, size_t stride
         for (uint32_t x = 0; x < W; x++) {
             const float *k = p->x.k + (size_t)x * p->x.ksize;
             const uint8_t *sp = src + (size_t)(p->x.start[x] - px) * 3;
-            float a0 = 0, a1 = 0, a2 = 0;
+            /* double: this path is taken for very long tap lists */
+            double a0 = 0, a1 = 0, a2 = 0;
             for (int32_t t = 0; t < p->x.count[x]; t++) {
-                a0 += k[t] * (float)sp[3 * t];
-                a1 += k[t] * (float)sp[3 * t + 1];
-                a2 += k[t] * (float)sp[3 * t + 2];
+                a0 += k[t] * (double)sp[3 * t];
+                a1 += k[t] * (double)sp[3 * t + 1];
+                a2 += k[t] * (double)sp[3 * t + 2];
             }
-            d[3 * x] = a0;
-            d[3 * x + 1] = a1;
-            d[3 * x + 2] = a2;
+            d[3 * x] = (float)a0;
+            d[3 * x + 1] = (float)a1;
+            d[3 * x + 2] = (float)a2;
         }
     }
     for (uint32_t y = 0; y < H; y++) {
