@@ -184,7 +184,8 @@ static void write_row(const float *row, uint32_t y, int flip, const ch_out_spec 
             uint32_t ox = flip ? W - 1 - x : x;
             for (int c = 0; c < 3; c++) {
                 float v = row[x * 3 + c] + 0.5f;
-                uint8_t b = v <= 0.0f ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
+                /* NaN-proof: !(v > 0) catches it before the conversion */
+                uint8_t b = !(v > 0.0f) ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
                 if (o->layout == CHUTE_LAYOUT_NHWC)
                     ((uint8_t *)dst)[((size_t)y * W + ox) * 3 + c] = b;
                 else
