@@ -477,6 +477,8 @@ typedef struct growbuf {
 
 static void gb_put(growbuf *g, const void *src, size_t len)
 {
+    if (len == 0)
+        return;
     if (g->n + len > g->cap) {
         g->cap = (g->n + len) * 2;
         g->p = realloc(g->p, g->cap);

@@ -479,7 +479,10 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
     ld->sample_bytes = (size_t)o->size * o->size * 3 * esz;
     /* Slots start on 2 MiB boundaries so they can be backed by huge pages. */
     size_t meta = (size_t)o->batch_size * (sizeof(int64_t) + sizeof(uint64_t));
-    ld->batch_bytes = (ld->sample_bytes * o->batch_size + meta + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    /* Labels and indices start 64-byte aligned after the pixels: a uint8
+     * batch of odd size (299 x 299 x 3) would misalign their int64s. */
+    size_t pixels = (ld->sample_bytes * o->batch_size + 63) & ~(size_t)63;
+    ld->batch_bytes = (pixels + meta + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
     ld->nslots = o->prefetch + o->max_held;
     ld->ring_len = ld->batch_bytes * ld->nslots;
 
@@ -510,7 +513,7 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
     for (uint32_t i = 0; i < ld->nslots; i++) {
         slot *s = &ld->slots[i];
         s->data = ld->ring_mem + i * ld->batch_bytes;
-        s->labels = (int64_t *)(s->data + ld->sample_bytes * o->batch_size);
+        s->labels = (int64_t *)(s->data + ((ld->sample_bytes * o->batch_size + 63) & ~(size_t)63));
         s->indices = (uint64_t *)(s->labels + o->batch_size);
         s->handle.ld = ld;
         s->handle.index = i;
