@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "util.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@ int cmd_bench(int argc, char **argv)
     int transform = 0, dtype = 0, json = 0, no_dct = 0, quiet = 0;
     uint32_t epochs = 1, step_ms = 0;
     uint64_t max_batches = 0;
+    const char *crop_pct = NULL;
     const cli_opt opts[] = {
         {"--transform", CLI_CHOICE, &transform, "train|eval|none", 0, 0, "transform (default train)"},
         {"--size", CLI_U32, &o.size, NULL, 1, 8192, "output height and width (default 224)"},
@@ -37,6 +39,10 @@ int cmd_bench(int argc, char **argv)
          "simulate a training step: the consumer spends this long on each batch"},
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
         {"--quiet", CLI_FLAG, &quiet, NULL, 0, 0, "no live progress line"},
+        {"--crop-pct", CLI_STR, &crop_pct, NULL, 0, 0,
+         "eval: resize to floor(size / crop_pct), crop_pct in (0, 1] (default 0.875)"},
+        {"--resize-size", CLI_U32, &o.resize_size, NULL, 1, 65536,
+         "eval: resize the shorter side to this (default floor(size / crop_pct))"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
     const char *pos[1];
@@ -55,6 +61,14 @@ int cmd_bench(int argc, char **argv)
     char workers_why[256] = "--workers";
     if (!o.workers)
         chute_default_workers(workers_why, sizeof workers_why);
+    if (crop_pct) {
+        char *end = NULL;
+        o.crop_pct = strtof(crop_pct, &end);
+        if (end == crop_pct || *end || !(o.crop_pct > 0 && o.crop_pct <= 1)) {
+            fprintf(stderr, "chute bench: --crop-pct %s: want a number in (0, 1]\n", crop_pct);
+            return 2;
+        }
+    }
 
     chute_error err = {0};
     chute_dataset *ds = NULL;

@@ -142,7 +142,7 @@ CHUTE_API uint64_t chute_dataset_skipped(const chute_dataset *ds, uint64_t k, ch
 /* ------------------------------------------------------------------ */
 typedef enum chute_transform {
     CHUTE_TRANSFORM_TRAIN = 0, /* RandomResizedCrop(scale .08-1, ratio 3/4-4/3) + hflip p=.5 */
-    CHUTE_TRANSFORM_EVAL = 1,  /* resize shorter side to size*256/224, center crop size */
+    CHUTE_TRANSFORM_EVAL = 1,  /* resize shorter side to floor(size/crop_pct), center crop size */
     CHUTE_TRANSFORM_NONE = 2   /* resize the whole image to size x size */
 } chute_transform;
 
@@ -213,6 +213,12 @@ typedef struct chute_loader_options {
     uint64_t max_sample_bytes;/* encoded size limit per sample; default 64 MiB */
     uint32_t scale_min_pct;   /* TRAIN crop area range in percent; default 8..100 */
     uint32_t scale_max_pct;
+    /* EVAL: Resize(resize_size) + CenterCrop(size), as timm's eval transform.
+     * crop_pct: 0 = 0.875; must be in (0, 1].  resize_size: 0 =
+     * floor(size / crop_pct) (224 -> 256, 299 -> 341); otherwise used as
+     * given and must be >= size.  Setting both is an error.             */
+    float crop_pct;
+    uint32_t resize_size;
 } chute_loader_options;
 
 typedef struct chute_loader chute_loader;

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Pixels against torchvision on PIL images, on real photos.
 
-eval   --transform eval uint8, no shuffle: every image within a mean absolute
-       error of 2 (0..255 scale) of torchvision's Resize(256) +
-       CenterCrop(224) on PIL's convert("RGB") (JPEG, progressive, grey,
-       CMYK, PNG RGB/grey/RGBA), labels equal ImageFolder's; with DCT-domain
-       downscaling allowed, within 3.
+eval   --transform eval uint8, no shuffle, against torchvision's
+       Resize(R) + CenterCrop(size) on PIL's convert("RGB") (JPEG,
+       progressive, grey, CMYK, PNG RGB/grey/RGBA), R = floor(size / crop_pct)
+       as timm computes it (crop_pct 0.875 by default: 224 -> 256,
+       299 -> 341) or the --resize-size given; labels equal ImageFolder's.
+       Bounds are the measured errors plus a small margin (see LIMITS):
+       per-image mean absolute error (0..255 scale) and its mean over the
+       tree, without and with DCT-domain downscaling.
 train  the train transform's float32 output has the statistics torchvision's
        RandomResizedCrop + flip + Normalize gives on the same photos, stays
        inside the normalized range, changes between epochs; with the crop
@@ -23,16 +26,33 @@ MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 
 
-def reference_eval(samples, size=224):
+def reference_eval(samples, size, resize):
     import numpy as np
     import torchvision.transforms as TV
     from PIL import Image
-    tf = TV.Compose([TV.Resize(size * 256 // 224), TV.CenterCrop(size)])
+    tf = TV.Compose([TV.Resize(resize), TV.CenterCrop(size)])
     out = []
     for path, _ in samples:
         with Image.open(path) as im:
             out.append(np.asarray(tf(im.convert("RGB")), dtype=np.float32))
     return out
+
+
+# (size, extra dump options, torchvision's resize side, DCT allowed,
+#  max per-image MAE, max mean MAE).  Measured on the fixture tree (200
+#  photos): 224 no-DCT max 0.175 mean 0.103; 224 DCT max 1.125 mean 0.144;
+#  299 (resize 341) max 0.167 mean 0.104 with or without DCT (no photo is
+#  large enough to scale); crop_pct 0.95 (resize 235) max 0.176 mean 0.102;
+#  resize_size 292 at 256 max 0.175 mean 0.104.  The old rule resized 299
+#  to round(299 * 256 / 224) = 342: MAE mean 4.3, max 14.2 against this.
+LIMITS = [
+    (224, [], 256, False, 0.3, 0.15),
+    (224, [], 256, True, 1.5, 0.2),
+    (299, [], 341, False, 0.3, 0.15),
+    (299, [], 341, True, 1.5, 0.2),
+    (224, ["--crop-pct", "0.95"], 235, False, 0.3, 0.15),
+    (256, ["--resize-size", 292], 292, False, 0.3, 0.15),
+]
 
 
 def eval_(ctx):
@@ -41,12 +61,15 @@ def eval_(ctx):
     import numpy as np
     work = ctx.scratch("eval")
     classes, samples = T.imagefolder_samples(ctx.tree)
-    ref = reference_eval(samples)
-    S = 224
-    for dct, limit in ((False, 2.0), (True, 3.0)):
-        out = os.path.join(work, "eval_dct%d.bin" % dct)
+    refs = {}
+    for S, extra, R, dct, limit, mean_limit in LIMITS:
+        if (S, R) not in refs:
+            refs[(S, R)] = reference_eval(samples, S, R)
+        ref = refs[(S, R)]
+        tag = "size %d resize %d dct=%s%s" % (S, R, dct, (" " + " ".join(map(str, extra))) if extra else "")
+        out = os.path.join(work, "eval_%d_%d_dct%d.bin" % (S, R, dct))
         opts = ["--transform", "eval", "--dtype", "uint8", "--size", S, "--no-shuffle",
-                "--batch-size", 50, "--workers", 2]
+                "--batch-size", 50, "--workers", 2] + extra
         if not dct:
             opts.append("--no-dct-scale")
         ctx.dump_run(ctx.tree, out, *opts)
@@ -56,13 +79,13 @@ def eval_(ctx):
         imgs = data.reshape(-1, S, S, 3).astype(np.float32)
         maes = np.array([np.abs(a - b).mean() for a, b in zip(imgs, ref)])
         worst = int(maes.argmax())
-        ctx.note("eval dct=%s: MAE mean %.3f, max %.3f (%s)" %
-                 (dct, maes.mean(), maes.max(), os.path.relpath(samples[worst][0], ctx.tree)))
+        ctx.note("eval %s: MAE mean %.3f, max %.3f (%s)" %
+                 (tag, maes.mean(), maes.max(), os.path.relpath(samples[worst][0], ctx.tree)))
         for i in np.nonzero(maes > limit)[0][:10]:
-            ctx.check(False, "eval dct=%s: %s differs from torchvision by MAE %.2f (limit %.1f)"
-                      % (dct, os.path.relpath(samples[i][0], ctx.tree), maes[i], limit))
-        if not dct:
-            ctx.check(maes.mean() < 0.5, "mean MAE %.3f over the tree (expected ~0.1)" % maes.mean())
+            ctx.check(False, "eval %s: %s differs from torchvision by MAE %.2f (limit %.2f)"
+                      % (tag, os.path.relpath(samples[i][0], ctx.tree), maes[i], limit))
+        ctx.check(maes.mean() <= mean_limit, "eval %s: mean MAE %.3f over the tree (limit %.2f)"
+                  % (tag, maes.mean(), mean_limit))
 
 
 def fallback_box(W, H):

@@ -8,6 +8,8 @@
  */
 #include "unit.h"
 
+#include <math.h>
+
 #include "chute.h"
 
 #include <pthread.h>
@@ -832,6 +834,68 @@ TEST(probe_image)
     CHECK(chute_probe_image("nope", 4, 0, NULL, NULL, NULL, &err) == CHUTE_EFORMAT, "garbage");
     CHECK(chute_probe_image(NULL, 10, 0, NULL, NULL, NULL, &err) == CHUTE_EINVAL, "NULL data");
     free(buf);
+    chute_dataset_close(ds);
+    return 0;
+}
+
+/* Normalization constants and the eval resize side (issue #8): NaN or
+ * infinite mean/std, a zero std channel, a std whose reciprocal is not a
+ * float, crop_pct outside (0, 1], both crop_pct and resize_size, and a
+ * resize side below the output size are refused with a message naming
+ * the option; the valid spellings of the defaults are accepted. */
+TEST(option_validation_normalize_and_eval_resize)
+{
+    NEED_DATA();
+    chute_dataset *ds = open_ds(g_tree);
+    CHECK(ds != NULL, "open");
+    static const struct {
+        const char *what, *says;
+        int field; /* 0 mean[1], 1 std[1], 2 crop_pct, 3 resize_size, 4 both */
+        float v;
+    } bad[] = {
+        {"mean NaN", "mean", 0, NAN},          {"mean inf", "mean", 0, INFINITY},
+        {"std inf", "std", 1, INFINITY},       {"std NaN", "std", 1, NAN},
+        {"std 0", "std", 1, 0.0f},             {"std 1e-40", "std", 1, 1e-40f},
+        {"crop_pct -0.5", "crop_pct", 2, -0.5f}, {"crop_pct 1.5", "crop_pct", 2, 1.5f},
+        {"crop_pct NaN", "crop_pct", 2, NAN},  {"resize 16 < size 32", "resize", 3, 16},
+        {"resize 70000", "resize", 3, 70000},  {"crop_pct and resize_size", "crop_pct", 4, 0.9f},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        chute_loader_options o = small_opts();
+        o.transform = CHUTE_TRANSFORM_EVAL;
+        o.mean[0] = 0.5f, o.mean[1] = 0.5f, o.mean[2] = 0.5f;
+        o.std[0] = 0.25f, o.std[1] = 0.25f, o.std[2] = 0.25f;
+        switch (bad[i].field) {
+        case 0: o.mean[1] = bad[i].v; break;
+        case 1: o.std[1] = bad[i].v; break;
+        case 2: o.crop_pct = bad[i].v; break;
+        case 3: o.resize_size = (uint32_t)bad[i].v; break;
+        default: o.crop_pct = bad[i].v, o.resize_size = 64; break;
+        }
+        chute_loader *ld = (chute_loader *)0x1;
+        chute_error err = {0};
+        int rc = chute_loader_create(ds, &o, &ld, &err);
+        if (rc == CHUTE_OK)
+            chute_loader_destroy(ld);
+        CHECK(rc == CHUTE_EINVAL && strstr(err.message, bad[i].says),
+              "%s: %s (%s)", bad[i].what, chute_status_name(rc), err.message);
+    }
+    static const struct {
+        float crop_pct;
+        uint32_t resize;
+    } good[] = {{0, 0}, {0.875f, 0}, {1.0f, 0}, {0, 32}, {0, 37}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        chute_loader_options o = small_opts();
+        o.transform = CHUTE_TRANSFORM_EVAL;
+        o.crop_pct = good[i].crop_pct;
+        o.resize_size = good[i].resize;
+        chute_loader *ld = NULL;
+        chute_error err = {0};
+        int rc = chute_loader_create(ds, &o, &ld, &err);
+        chute_loader_destroy(ld);
+        CHECK(rc == CHUTE_OK, "crop_pct %g resize %u refused: %s", (double)good[i].crop_pct,
+              good[i].resize, err.message);
+    }
     chute_dataset_close(ds);
     return 0;
 }

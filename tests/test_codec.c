@@ -13,6 +13,9 @@
 #include "format/format.h" /* ch_crc32 for hand-made PNGs */
 
 #include <dirent.h>
+#include <jpeglib.h>
+#include <time.h>
+#include <zlib.h>
 
 typedef struct file_list {
     char **paths;
@@ -461,6 +464,284 @@ static int decode_status(ch_decoder *d, const uint8_t *data, size_t len, chute_e
         rc = ch_decoder_finish(d, 1, 0, 0, info.width, info.height, &buf, &im, err);
     ch_buf_free(&buf);
     return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Ancillary-chunk and scan bombs                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct growbuf {
+    uint8_t *p;
+    size_t n, cap;
+} growbuf;
+
+static void gb_put(growbuf *g, const void *src, size_t len)
+{
+    if (len == 0)
+        return;
+    if (g->n + len > g->cap) {
+        g->cap = (g->n + len) * 2;
+        g->p = realloc(g->p, g->cap);
+    }
+    memcpy(g->p + g->n, src, len);
+    g->n += len;
+}
+
+static void gb_chunk(growbuf *g, const char *type, const uint8_t *data, size_t len)
+{
+    uint8_t hdr[8];
+    put_be32(hdr, (uint32_t)len);
+    memcpy(hdr + 4, type, 4);
+    gb_put(g, hdr, 8);
+    gb_put(g, data, len);
+    uint32_t crc = (uint32_t)crc32(crc32(0, (const Bytef *)type, 4), data, (uInt)len);
+    uint8_t c[4];
+    put_be32(c, crc);
+    gb_put(g, c, 4);
+}
+
+/* zlib stream of `zeros` zero bytes, compressed at level 9 without ever
+ * holding them (1 GiB of zeros deflates to about 1 MiB). */
+static void deflate_zeros(growbuf *g, uint64_t zeros)
+{
+    static uint8_t zin[1 << 16], zout[1 << 16];
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    deflateInit(&z, 9);
+    for (;;) {
+        uint64_t left = zeros;
+        z.next_in = zin;
+        z.avail_in = (uInt)(left < sizeof zin ? left : sizeof zin);
+        zeros -= z.avail_in;
+        int flush = zeros == 0 ? Z_FINISH : Z_NO_FLUSH;
+        int rc;
+        do {
+            z.next_out = zout;
+            z.avail_out = sizeof zout;
+            rc = deflate(&z, flush);
+            gb_put(g, zout, sizeof zout - z.avail_out);
+        } while (z.avail_out == 0);
+        if (rc == Z_STREAM_END)
+            break;
+    }
+    deflateEnd(&z);
+}
+
+/* A valid 16x16 RGB PNG carrying one ancillary chunk before IDAT:
+ * "zTXt"/"iCCP" with `inflated` zero bytes compressed, or "tEXt" with
+ * `inflated` bytes stored as is. */
+static growbuf png_with_chunk(const char *type, uint64_t inflated)
+{
+    growbuf g = {0};
+    gb_put(&g, "\x89PNG\r\n\x1a\n", 8);
+    uint8_t ihdr[13] = {0};
+    put_be32(ihdr, 16);
+    put_be32(ihdr + 4, 16);
+    ihdr[8] = 8;
+    ihdr[9] = 2;
+    gb_chunk(&g, "IHDR", ihdr, 13);
+    growbuf c = {0};
+    if (!strcmp(type, "tEXt")) {
+        gb_put(&c, "Comment", 8); /* keyword + NUL */
+        uint8_t a[4096];
+        memset(a, 'a', sizeof a);
+        for (uint64_t k = 0; k < inflated; k += sizeof a)
+            gb_put(&c, a, inflated - k < sizeof a ? inflated - k : sizeof a);
+    } else {
+        gb_put(&c, !strcmp(type, "iCCP") ? "ICC profile" : "Comment", !strcmp(type, "iCCP") ? 12 : 8);
+        gb_put(&c, "\0", 1); /* compression method 0 */
+        deflate_zeros(&c, inflated);
+    }
+    gb_chunk(&g, type, c.p, c.n);
+    free(c.p);
+    uint8_t raw[16 * (1 + 16 * 3)];
+    for (int y = 0; y < 16; y++) {
+        raw[y * 49] = 0;
+        for (int x = 0; x < 48; x++)
+            raw[y * 49 + 1 + x] = (uint8_t)(x * 5 + y * 3);
+    }
+    uLongf zl = compressBound(sizeof raw);
+    uint8_t *z = malloc(zl);
+    compress2(z, &zl, raw, sizeof raw, 9);
+    gb_chunk(&g, "IDAT", z, zl);
+    free(z);
+    gb_chunk(&g, "IEND", NULL, 0);
+    return g;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* zTXt / iCCP that inflate to 64 MiB (a few KiB in the file) and a 9 MiB
+ * tEXt fail with CHUTE_ELIMIT instead of costing memory and zlib time on
+ * every decode; modest ones (200 KiB text, a 3 KiB profile) still decode,
+ * with the pixels of the same image without them.  PIL fails the same
+ * bombs ("Decompressed Data Too Large", 1 MiB per chunk). */
+TEST(png_ancillary_chunk_bombs_limited)
+{
+    ch_decoder *d = NULL;
+    CHECK(ch_decoder_create(&d) == CHUTE_OK, "create");
+    chute_error err = {0};
+    growbuf plain = png_with_chunk("tEXt", 10);
+    int rc = decode_status(d, plain.p, plain.n, &err);
+    if (rc == CHUTE_EUNSUPPORTED) {
+        free(plain.p);
+        ch_decoder_destroy(d);
+        SKIP("built without PNG support");
+    }
+    CHECK(rc == CHUTE_OK, "plain PNG: %s (%s)", chute_status_name(rc), err.message);
+    static const struct {
+        const char *type;
+        uint64_t bytes;
+        int want;
+    } cases[] = {
+        {"zTXt", 64ull << 20, CHUTE_ELIMIT}, {"iCCP", 64ull << 20, CHUTE_ELIMIT},
+        {"tEXt", 9ull << 20, CHUTE_ELIMIT},  {"zTXt", 200u << 10, CHUTE_OK},
+        {"iCCP", 3u << 10, CHUTE_OK},        {"tEXt", 200u << 10, CHUTE_OK},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        growbuf g = png_with_chunk(cases[i].type, cases[i].bytes);
+        double t0 = mono_s();
+        ch_image_info info;
+        ch_buf buf = {0};
+        ch_image im;
+        rc = ch_decoder_begin(d, g.p, g.n, 64ull << 20, &info, &err);
+        if (rc == CHUTE_OK)
+            rc = ch_decoder_finish(d, 1, 0, 0, info.width, info.height, &buf, &im, &err);
+        double t = mono_s() - t0;
+        fprintf(stderr, "%s of %llu bytes (%zu in the file): %s in %.1f ms%s%s\n", cases[i].type,
+                (unsigned long long)cases[i].bytes, g.n, chute_status_name(rc), t * 1e3,
+                rc ? ": " : "", rc ? err.message : "");
+        int same = 1;
+        if (rc == CHUTE_OK) {
+            ch_buf pb = {0};
+            ch_image pim;
+            ch_image_info pinfo;
+            same = ch_decoder_begin(d, plain.p, plain.n, 64ull << 20, &pinfo, &err) == CHUTE_OK &&
+                   ch_decoder_finish(d, 1, 0, 0, 16, 16, &pb, &pim, &err) == CHUTE_OK &&
+                   memcmp(pim.pixels, im.pixels, 16 * 16 * 3) == 0;
+            ch_buf_free(&pb);
+        }
+        ch_buf_free(&buf);
+        free(g.p);
+        CHECK(rc == cases[i].want, "%s of %llu bytes: %s, want %s (%s)", cases[i].type,
+              (unsigned long long)cases[i].bytes, chute_status_name(rc),
+              chute_status_name(cases[i].want), err.message);
+        CHECK(same, "%s of %llu bytes: pixels differ from the same PNG without it", cases[i].type,
+              (unsigned long long)cases[i].bytes);
+    }
+    /* The decoder still works after a limit. */
+    rc = decode_status(d, plain.p, plain.n, &err);
+    CHECK(rc == CHUTE_OK, "plain PNG after the bombs: %s", chute_status_name(rc));
+    free(plain.p);
+    ch_decoder_destroy(d);
+    return 0;
+}
+
+/* A valid progressive greyscale JPEG of w x h (flat grey) whose scan
+ * script refines every coefficient band one bit at a time: 11 DC scans
+ * plus 11 for each of the 63 AC coefficients (libjpeg's encoder allows
+ * successive approximation from bit 10 for 8-bit samples), 704 scans,
+ * almost all of
+ * them end-of-band runs: a few KiB that every decoder must process scan
+ * by scan over the whole image (libjpeg-turbo's documented DoS). */
+static growbuf jpeg_many_scans(uint32_t w, uint32_t h, int *nscans)
+{
+    static jpeg_scan_info script[11 + 63 * 11];
+    int n = 0;
+    for (int al = 10; al >= 0; al--) {
+        script[n] = (jpeg_scan_info){1, {0}, 0, 0, al == 10 ? 0 : al + 1, al};
+        n++;
+    }
+    for (int k = 1; k < 64; k++)
+        for (int al = 10; al >= 0; al--) {
+            script[n] = (jpeg_scan_info){1, {0}, k, k, al == 10 ? 0 : al + 1, al};
+            n++;
+        }
+    *nscans = n;
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr e;
+    c.err = jpeg_std_error(&e);
+    jpeg_create_compress(&c);
+    unsigned char *mem = NULL;
+    unsigned long memlen = 0;
+    jpeg_mem_dest(&c, &mem, &memlen);
+    c.image_width = w;
+    c.image_height = h;
+    c.input_components = 1;
+    c.in_color_space = JCS_GRAYSCALE;
+    jpeg_set_defaults(&c);
+    c.scan_info = script;
+    c.num_scans = n;
+    jpeg_start_compress(&c, TRUE);
+    uint8_t *row = malloc(w);
+    memset(row, 128, w);
+    while (c.next_scanline < h) {
+        JSAMPROW r = row;
+        jpeg_write_scanlines(&c, &r, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    free(row);
+    growbuf g = {0};
+    gb_put(&g, mem, memlen);
+    free(mem);
+    return g;
+}
+
+/* More scans than any encoder writes: CHUTE_ELIMIT, fast, and the decoder
+ * stays usable; a normal progressive JPEG (10 scans) still decodes. */
+TEST(jpeg_scan_bomb_limited)
+{
+    int nscans = 0;
+    growbuf g = jpeg_many_scans(2048, 2048, &nscans);
+    ch_decoder *d = NULL;
+    CHECK(ch_decoder_create(&d) == CHUTE_OK, "create");
+    chute_error err = {0};
+    double t0 = mono_s();
+    int rc = decode_status(d, g.p, g.n, &err);
+    double t = mono_s() - t0;
+    fprintf(stderr, "%d-scan progressive 2048x2048 JPEG (%zu bytes): %s in %.0f ms (%s)\n", nscans,
+            g.n, chute_status_name(rc), t * 1e3, err.message);
+    free(g.p);
+    CHECK(rc == CHUTE_ELIMIT, "%d-scan JPEG: %s, want ELIMIT (%s)", nscans, chute_status_name(rc),
+          err.message);
+    CHECK(strstr(err.message, "scans") != NULL, "message does not say why: %s", err.message);
+
+    /* jpeg_simple_progression's script (10 scans for colour) is fine. */
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr e;
+    c.err = jpeg_std_error(&e);
+    jpeg_create_compress(&c);
+    unsigned char *mem = NULL;
+    unsigned long memlen = 0;
+    jpeg_mem_dest(&c, &mem, &memlen);
+    c.image_width = 64;
+    c.image_height = 48;
+    c.input_components = 3;
+    c.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_simple_progression(&c);
+    jpeg_start_compress(&c, TRUE);
+    uint8_t row[64 * 3];
+    for (int x = 0; x < 64 * 3; x++)
+        row[x] = (uint8_t)(x * 7);
+    while (c.next_scanline < 48) {
+        JSAMPROW r = row;
+        jpeg_write_scanlines(&c, &r, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    rc = decode_status(d, mem, memlen, &err);
+    free(mem);
+    ch_decoder_destroy(d);
+    CHECK(rc == CHUTE_OK, "normal progressive JPEG after the bomb: %s (%s)", chute_status_name(rc),
+          err.message);
+    return 0;
 }
 
 TEST(truncated_jpeg_is_corrupt)

@@ -158,8 +158,11 @@ class Loader:
         size: output height = width in pixels.
         transform: ``"train"`` (RandomResizedCrop(scale, ratio 3/4..4/3) + random
             horizontal flip, seeded by (seed, epoch, sample)), ``"eval"`` (resize the
-            shorter side to size*256/224, center crop) or ``"none"`` (resize the
+            shorter side to ``resize_size``, center crop) or ``"none"`` (resize the
             whole image to size x size).
+        crop_pct, resize_size: the ``"eval"`` resize side, as timm: ``resize_size``
+            if given, else ``floor(size / crop_pct)`` with ``crop_pct`` in (0, 1],
+            default 0.875 (224 -> 256, 299 -> 341).  Give at most one.
         scale: area range of the ``"train"`` crop, default ``(0.08, 1.0)``
             (whole percents).
         dtype: ``"float32"`` (default), ``"float16"`` or ``"uint8"``.
@@ -261,6 +264,8 @@ class Loader:
         max_sample_bytes: Optional[int] = None,
         timeout: Optional[float] = None,
         read_delay_us: int = 0,
+        crop_pct: Optional[float] = None,
+        resize_size: Optional[int] = None,
     ) -> None:
         self._core: Any = None
         u32 = 2 ** 32 - 1
@@ -289,6 +294,10 @@ class Loader:
         smin_pct, smax_pct = int(round(smin * 100)), int(round(smax * 100))
         if not 1 <= smin_pct <= smax_pct <= 100:
             raise ValueError("scale must satisfy 0.01 <= min <= max <= 1.0, got %r" % (scale,))
+        if crop_pct is not None and not 0 < float(crop_pct) <= 1:
+            raise ValueError("crop_pct must be in (0, 1], got %r" % (crop_pct,))
+        if crop_pct is not None and resize_size is not None:
+            raise ValueError("give crop_pct or resize_size, not both")
         if timeout is not None and not timeout >= 0:
             raise ValueError("timeout must be >= 0 or None")
         self.timeout = None if timeout is None else float(timeout)
@@ -350,6 +359,8 @@ class Loader:
             scale_min_pct=smin_pct,
             scale_max_pct=smax_pct,
             copy_on_hold_limit=bool(t_hold),
+            crop_pct=0.0 if crop_pct is None else float(crop_pct),
+            resize_size=0 if resize_size is None else _uint("resize_size", resize_size, 1, 65536),
         )
         self.dtype = ("float32", "uint8", "float16")[t_dtype]
         self.layout = ("nhwc" if t_dtype == 1 else "nchw") if t_layout == 0 else layout.lower()

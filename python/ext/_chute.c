@@ -980,7 +980,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
                              "rank",         "world_size",    "remainder",     "on_corrupt",
                              "normalize",    "mean",          "std",           "dct_scale",
                              "max_pixels",   "max_sample_bytes", "scale_min_pct", "scale_max_pct",
-                             "copy_on_hold_limit", NULL};
+                             "copy_on_hold_limit", "crop_pct", "resize_size", NULL};
     PyObject *dataset = NULL, *mean = Py_None, *std = Py_None;
     chute_loader_options o;
     memset(&o, 0, sizeof o);
@@ -989,11 +989,14 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     int transform = 0, dtype = 0, layout = 0, remainder = 0, on_corrupt = 0;
     unsigned long long seed = 0, max_pixels = 0, max_sample_bytes = 0;
     int shuffle = 1, drop_last = 0, normalize = 1, dct_scale = 1, copy_on_limit = 1;
+    float crop_pct = 0;
+    unsigned int resize_size = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O!|$IIiiiIIIKppIIiipOOpKKIIp:_Loader", kwlist, &DatasetType, &dataset,
+            args, kw, "O!|$IIiiiIIIKppIIiipOOpKKIIpfI:_Loader", kwlist, &DatasetType, &dataset,
             &batch_size, &size, &transform, &dtype, &layout, &workers, &prefetch, &max_held, &seed,
             &shuffle, &drop_last, &rank, &world_size, &remainder, &on_corrupt, &normalize, &mean,
-            &std, &dct_scale, &max_pixels, &max_sample_bytes, &smin, &smax, &copy_on_limit))
+            &std, &dct_scale, &max_pixels, &max_sample_bytes, &smin, &smax, &copy_on_limit,
+            &crop_pct, &resize_size))
         return -1;
     if (self->core) {
         PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
@@ -1028,6 +1031,8 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     o.max_sample_bytes = max_sample_bytes;
     o.scale_min_pct = smin;
     o.scale_max_pct = smax;
+    o.crop_pct = crop_pct;
+    o.resize_size = resize_size;
     if (parse_rgb(mean, o.mean, "mean") || parse_rgb(std, o.std, "std"))
         return -1;
 

@@ -12,6 +12,7 @@ typedef struct ch_jpeg_err {
     struct jpeg_error_mgr pub;
     jmp_buf jb;
     int warnings;             /* corrupt-data warnings seen in this image */
+    int limit;                /* the failure was one of our limits (scans, memory) */
     char msg[JMSG_LENGTH_MAX];
 } ch_jpeg_err;
 
@@ -23,6 +24,7 @@ struct ch_decoder {
     /* JPEG */
     struct jpeg_decompress_struct cinfo;
     ch_jpeg_err jerr;
+    struct jpeg_progress_mgr jprogress; /* enforces the scan limit */
     int jpeg_started;         /* header read, decompress not finished */
     int adobe_inverted;
     /* PNG: the libspng context of the image in progress (begin -> finish) */

@@ -16,10 +16,27 @@
  *
  * Settings match PIL's defaults (ISLOW IDCT, fancy upsampling) so pixels
  * equal those torchvision sees for the same file at scale 1.
+ *
+ * Limits beyond max_pixels.  A progressive JPEG may hold any number of
+ * scans, and the decoder must process each over the whole image even
+ * when it carries nothing but end-of-band runs: a few kilobytes of
+ * scans can cost minutes (libjpeg-turbo's "two issues with the JPEG
+ * standard" report).  A progress monitor stops the decode past
+ * CH_JPEG_MAX_SCANS scans, the limit libjpeg-turbo's own fuzzers set
+ * through TJPARAM_SCANLIMIT; real encoders write about 10 (jpegtran,
+ * mozjpeg).  libjpeg's memory is capped through max_memory_to_use at
+ * what a max_pixels image can need (coefficient buffers of 4 full-size
+ * components, 2 bytes per coefficient, plus 32 MiB of tables and rows),
+ * so nothing in the file can make it allocate past its pixel budget; with
+ * no backing store, going over fails the image.  Markers (APPn, COM) are
+ * never saved (jpeg_save_markers is not called), so their size costs
+ * nothing.  All three fail with CHUTE_ELIMIT.
  */
 #include "codec_impl.h"
 
 #include <jerror.h>
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 static void on_error_exit(j_common_ptr c)
@@ -44,6 +61,38 @@ static void on_emit_message(j_common_ptr c, int level)
 
 static void on_output_message(j_common_ptr c) { (void)c; }
 
+enum { CH_JPEG_MAX_SCANS = 100 };
+
+/* Called by libjpeg while it absorbs the input (once per iMCU row of
+ * each scan) and while it outputs rows. */
+static void on_progress(j_common_ptr c)
+{
+    if (!c->is_decompressor)
+        return;
+    int scans = ((j_decompress_ptr)c)->input_scan_number;
+    if (scans > CH_JPEG_MAX_SCANS) {
+        ch_jpeg_err *e = (ch_jpeg_err *)c->err;
+        snprintf(e->msg, sizeof e->msg, "more than %d scans (a progressive-JPEG CPU bomb)",
+                 CH_JPEG_MAX_SCANS);
+        e->limit = 1;
+        longjmp(e->jb, 1);
+    }
+}
+
+/* Status for a longjmp out of libjpeg. */
+static int jpeg_fail(ch_decoder *d, chute_error *err, const char *what)
+{
+    int code = d->jerr.pub.msg_code;
+    if (d->jerr.limit)
+        return ch_err(err, CHUTE_ELIMIT, "JPEG %s: %s", what, d->jerr.msg);
+    if (code == JERR_NO_BACKING_STORE)
+        return ch_err(err, CHUTE_ELIMIT, "JPEG %s: needs more than %ld MiB of decoder memory", what,
+                      d->cinfo.mem ? d->cinfo.mem->max_memory_to_use >> 20 : 0L);
+    if (code == JERR_OUT_OF_MEMORY)
+        return ch_err(err, CHUTE_ENOMEM, "JPEG %s: %s", what, d->jerr.msg);
+    return ch_err(err, CHUTE_ECORRUPT, "JPEG %s: %s", what, d->jerr.msg);
+}
+
 static int ensure_created(ch_decoder *d)
 {
     if (d->cinfo.mem)
@@ -58,6 +107,8 @@ static int ensure_created(ch_decoder *d)
         return CHUTE_ENOMEM;
     }
     jpeg_create_decompress(&d->cinfo);
+    d->jprogress.progress_monitor = on_progress;
+    d->cinfo.progress = &d->jprogress;
     return CHUTE_OK;
 }
 
@@ -74,10 +125,15 @@ int ch_jpeg_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
         return ch_err(err, CHUTE_ENOMEM, "out of memory creating a JPEG decoder");
     struct jpeg_decompress_struct *ci = &d->cinfo;
     d->jerr.warnings = 0;
+    d->jerr.limit = 0;
     d->jerr.msg[0] = '\0';
+    d->jerr.pub.msg_code = 0;
+    /* What a max_pixels image can need; see the top of this file. */
+    uint64_t cap = max_pixels > (UINT64_MAX >> 4) ? UINT64_MAX : max_pixels * 8 + (32u << 20);
+    ci->mem->max_memory_to_use = cap > (uint64_t)LONG_MAX ? LONG_MAX : (long)cap;
     if (setjmp(d->jerr.jb)) {
         ch_jpeg_abort(d);
-        return ch_err(err, CHUTE_ECORRUPT, "JPEG header: %s", d->jerr.msg);
+        return jpeg_fail(d, err, "header");
     }
     d->jpeg_started = 1;
     jpeg_mem_src(ci, d->data, (unsigned long)d->len);
@@ -156,7 +212,7 @@ int ch_jpeg_finish(ch_decoder *d, uint32_t denom, uint32_t x, uint32_t y, uint32
     volatile size_t stride = 0;
     if (setjmp(d->jerr.jb)) {
         ch_jpeg_abort(d);
-        return ch_err(err, CHUTE_ECORRUPT, "JPEG data: %s", d->jerr.msg);
+        return jpeg_fail(d, err, "data");
     }
     jpeg_start_decompress(ci);
     if (ci->output_width != sw || ci->output_height != sh) {

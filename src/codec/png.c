@@ -5,6 +5,19 @@
  * (16-bit samples are reduced, palette and grey expanded, alpha dropped
  * without compositing, which is what PIL's convert("RGB") does).  The
  * size limit is checked from the header before the pixel buffer exists.
+ *
+ * Ancillary chunks.  max_pixels bounds the pixels, not the metadata: a
+ * 1 MB PNG whose zTXt or iCCP inflates to 1 GB would cost every worker a
+ * gigabyte and seconds of zlib per decode, because libspng's defaults
+ * inflate and keep such chunks without limit.  We need none of them (no
+ * text, no colour management: PIL's convert("RGB") ignores the profile),
+ * so they are capped the way PIL caps text: 1 MiB inflated per chunk
+ * (PIL's MAX_TEXT_CHUNK, which PIL also applies to iCCP) and 8 MiB of
+ * stored chunk data in all (PIL allows 64 MiB of text; 8 keeps a worker's
+ * extra memory small).  Past the cap the image fails with CHUTE_ELIMIT,
+ * as PIL fails it with "Decompressed Data Too Large"; libspng stops
+ * inflating at the cap, so the cost is bounded by it.  Unknown chunks are
+ * skipped unread (libspng's default, set explicitly), CRCs stay checked.
  */
 #include "codec_impl.h"
 
@@ -12,6 +25,25 @@
 
 #ifdef CHUTE_HAVE_SPNG
 #include <spng.h>
+
+enum {
+    CH_PNG_CHUNK_LIMIT = 1 << 20, /* inflated bytes of one zTXt/iTXt/iCCP */
+    CH_PNG_CACHE_LIMIT = 8 << 20  /* stored ancillary chunk bytes in all */
+};
+
+/* A libspng failure as a chute status: a chunk over our caps is a limit,
+ * anything else damaged content. */
+static int png_fail(chute_error *err, const char *what, int e)
+{
+    if (e == SPNG_ECHUNK_LIMITS)
+        return ch_err(err, CHUTE_ELIMIT,
+                      "PNG %s: ancillary chunks (text, ICC profile, EXIF) over the limit of %d KiB "
+                      "inflated per chunk, %d MiB in all, or too many chunks",
+                      what, CH_PNG_CHUNK_LIMIT >> 10, CH_PNG_CACHE_LIMIT >> 20);
+    if (e == SPNG_EMEM)
+        return ch_err(err, CHUTE_ENOMEM, "PNG %s: out of memory", what);
+    return ch_err(err, CHUTE_ECORRUPT, "PNG %s: %s", what, spng_strerror(e));
+}
 
 void ch_png_abort(ch_decoder *d)
 {
@@ -28,12 +60,16 @@ int ch_png_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
     if (!ctx)
         return ch_err(err, CHUTE_ENOMEM, "out of memory creating a PNG decoder");
     struct spng_ihdr ihdr;
-    int e = spng_set_png_buffer(ctx, d->data, d->len);
+    int e = spng_set_chunk_limits(ctx, CH_PNG_CHUNK_LIMIT, CH_PNG_CACHE_LIMIT);
+    if (!e)
+        e = spng_set_option(ctx, SPNG_KEEP_UNKNOWN_CHUNKS, 0);
+    if (!e)
+        e = spng_set_png_buffer(ctx, d->data, d->len);
     if (!e)
         e = spng_get_ihdr(ctx, &ihdr);
     if (e) {
         spng_ctx_free(ctx);
-        return ch_err(err, CHUTE_ECORRUPT, "PNG header: %s", spng_strerror(e));
+        return png_fail(err, "header", e);
     }
     if ((uint64_t)ihdr.width * ihdr.height > max_pixels) {
         spng_ctx_free(ctx);
@@ -68,7 +104,7 @@ int ch_png_finish(ch_decoder *d, ch_buf *buf, ch_image *out, chute_error *err)
         e = spng_decode_image(ctx, buf->data, need, SPNG_FMT_RGB8, 0);
     ch_png_abort(d);
     if (e)
-        return ch_err(err, CHUTE_ECORRUPT, "PNG data: %s", spng_strerror(e));
+        return png_fail(err, "data", e);
     out->pixels = buf->data;
     out->w = d->info.width;
     out->h = d->info.height;

@@ -23,10 +23,21 @@ typedef struct ch_crop {
     int flip;
 } ch_crop;
 
+/* Every geometry call gives, for any w, h >= 1 (up to INT32_MAX, past
+ * which clip coordinates cannot be represented), a crop with finite
+ * coordinates, 0 <= x0 < x1 <= w, 0 <= y0 < y1 <= h, and a non-empty clip
+ * box inside the image: extreme aspect ratios (1 x 20000, 16777216 x 1)
+ * included.  ch_resize_plan_make rejects anything else with EINVAL. */
 void ch_geom_train(uint32_t w, uint32_t h, double scale_min, double scale_max, ch_rng *rng,
                    ch_crop *out);
-void ch_geom_eval(uint32_t w, uint32_t h, uint32_t size, ch_crop *out);
+/* torchvision Resize(resize) + CenterCrop(size); resize >= size. */
+void ch_geom_eval(uint32_t w, uint32_t h, uint32_t resize, uint32_t size, ch_crop *out);
 void ch_geom_full(uint32_t w, uint32_t h, ch_crop *out);
+/* Resize side for an eval crop_pct, as timm computes it:
+ * floor(size / crop_pct), with crop_pct read as the shortest decimal that
+ * rounds to the float given (so 0.8f means 0.8, not 0.800000011920929);
+ * 0 if the result does not fit in uint32. */
+uint32_t ch_eval_resize_size(uint32_t size, float crop_pct);
 /* The same crop in the coordinates of the image scaled by 1/denom. */
 void ch_crop_scale(const ch_crop *c, uint32_t denom, uint32_t scaled_w, uint32_t scaled_h,
                    ch_crop *out);
@@ -60,7 +71,9 @@ typedef struct ch_resize_plan {
 
 /* Compute filter taps for mapping crop -> out_w x out_h. After this,
  * plan.x.lo/hi and plan.y.lo/hi give the window the decoder must
- * deliver.  Memory comes from s->coef. */
+ * deliver.  Memory comes from s->coef.  CHUTE_EINVAL for a crop that is
+ * not finite, empty, or whose clip box is empty or negative; CHUTE_ENOMEM
+ * when the taps do not fit in memory. */
 int ch_resize_plan_make(ch_resize_plan *p, const ch_crop *c, uint32_t out_w, uint32_t out_h,
                         ch_resize_scratch *s);
 
@@ -68,6 +81,10 @@ int ch_resize_plan_make(ch_resize_plan *p, const ch_crop *c, uint32_t out_w, uin
  * write the result into dst, one sample's slot. */
 int ch_resize_run(const ch_resize_plan *p, const uint8_t *pix, size_t stride, int32_t px,
                   int32_t py, int flip, const ch_out_spec *o, void *dst, ch_resize_scratch *s);
+
+/* Whether ch_resize_run takes the horizontal-first order for this plan
+ * (exposed for tests: the choice depends only on the plan). */
+int ch_resize_hfirst(const ch_resize_plan *p);
 
 uint16_t ch_f32_to_f16(float f);
 

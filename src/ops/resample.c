@@ -14,6 +14,16 @@
  *
  * Memory: taps and the intermediate rows live in the worker's scratch,
  * which grows to the largest crop seen and is then reused.
+ *
+ * Cost.  Vertical-first is the fast order for every usual crop, but it
+ * runs the vertical taps over the whole window width once per output
+ * row, which is out_h / window_h times the pixels when the window is
+ * shorter than the output: a 4,194,304 x 1 PNG resized whole (transform
+ * NONE) would cost 224 passes over 12 MB.  So the pass order is chosen
+ * from the plan's tap counts: when horizontal-first (PIL's own order) is
+ * clearly cheaper, the source rows are first reduced to out_w columns and
+ * the vertical taps run on those.  Either way the work is bounded by a
+ * small multiple of (window pixels + output pixels) x taps.
  */
 #include "ops.h"
 
@@ -37,21 +47,18 @@ static void axis_taps(ch_resize_axis *a, double in0, double in1, uint32_t out, i
     a->hi = clip0;
     for (uint32_t i = 0; i < out; i++) {
         double center = in0 + (i + 0.5) * scale;
-        int32_t xmin = (int32_t)floor(center - support + 0.5);
-        int32_t xmax = (int32_t)floor(center + support + 0.5);
-        if (xmin < clip0)
-            xmin = clip0;
-        if (xmax > clip1)
-            xmax = clip1;
+        /* Clamped to the clip box in double, before any conversion. */
+        int32_t xmin = (int32_t)fmax(floor(center - support + 0.5), clip0);
+        int32_t xmax = (int32_t)fmin(floor(center + support + 0.5), clip1);
         if (xmax <= xmin) { /* degenerate: take the nearest pixel */
-            xmin = CH_MIN(CH_MAX((int32_t)floor(center), clip0), clip1 - 1);
+            xmin = (int32_t)fmin(fmax(floor(center), clip0), clip1 - 1);
             xmax = xmin + 1;
         }
         int32_t n = xmax - xmin;
         if (n > a->ksize)
             n = a->ksize;
         float *k = a->k + (size_t)i * a->ksize;
-        float sum = 0;
+        double sum = 0; /* in double: a 1-pixel-tall strip has 10^5..10^6 taps */
         for (int32_t t = 0; t < n; t++) {
             float w = tri((float)((xmin + t) - center + 0.5) * ss);
             k[t] = w;
@@ -63,7 +70,7 @@ static void axis_taps(ch_resize_axis *a, double in0, double in1, uint32_t out, i
             sum = 1;
         }
         for (int32_t t = 0; t < n; t++)
-            k[t] /= sum;
+            k[t] = (float)(k[t] / sum);
         a->start[i] = xmin;
         a->count[i] = n;
         if (xmin < a->lo)
@@ -82,9 +89,11 @@ static void axis_taps(ch_resize_axis *a, double in0, double in1, uint32_t out, i
             a->k[(size_t)i * a->ksize + t] = 0.0f;
 }
 
+/* Bytes of an axis's tables, 0 on overflow. */
 static size_t axis_bytes(uint32_t out, int32_t ksize)
 {
-    return (size_t)out * (2 * sizeof(int32_t) + (size_t)ksize * sizeof(float));
+    size_t per = 2 * sizeof(int32_t) + (size_t)ksize * sizeof(float);
+    return per > SIZE_MAX / 2 / out ? 0 : (size_t)out * per;
 }
 
 static void axis_bind(ch_resize_axis *a, uint8_t *mem, uint32_t out, int32_t ksize)
@@ -95,14 +104,34 @@ static void axis_bind(ch_resize_axis *a, uint8_t *mem, uint32_t out, int32_t ksi
     a->count = a->start + out;
 }
 
+/* Taps per output pixel an axis may need: 2 * ceil(scale) + 2 covers the
+ * widened triangle's support, and no list is longer than the clip box. */
+static int32_t axis_ksize(double in0, double in1, uint32_t out, int32_t clip0, int32_t clip1)
+{
+    double scale = (in1 - in0) / out;
+    double k = ceil(scale < 1.0 ? 1.0 : scale) * 2 + 2;
+    double span = (double)clip1 - clip0;
+    return (int32_t)(k < span ? k : span);
+}
+
+static int crop_ok(const ch_crop *c, uint32_t out_w, uint32_t out_h)
+{
+    return out_w > 0 && out_h > 0 && isfinite(c->x0) && isfinite(c->x1) && isfinite(c->y0) &&
+           isfinite(c->y1) && c->x1 > c->x0 && c->y1 > c->y0 && c->clip_x0 >= 0 &&
+           c->clip_y0 >= 0 && c->clip_x1 > c->clip_x0 && c->clip_y1 > c->clip_y0 &&
+           c->x0 >= c->clip_x0 - 1.0 && c->x1 <= c->clip_x1 + 1.0 && c->y0 >= c->clip_y0 - 1.0 &&
+           c->y1 <= c->clip_y1 + 1.0;
+}
+
 int ch_resize_plan_make(ch_resize_plan *p, const ch_crop *c, uint32_t out_w, uint32_t out_h,
                         ch_resize_scratch *s)
 {
-    double sx = (c->x1 - c->x0) / out_w, sy = (c->y1 - c->y0) / out_h;
-    int32_t kx = (int32_t)ceil(CH_MAX(sx, 1.0)) * 2 + 2;
-    int32_t ky = (int32_t)ceil(CH_MAX(sy, 1.0)) * 2 + 2;
+    if (!crop_ok(c, out_w, out_h))
+        return CHUTE_EINVAL;
+    int32_t kx = axis_ksize(c->x0, c->x1, out_w, c->clip_x0, c->clip_x1);
+    int32_t ky = axis_ksize(c->y0, c->y1, out_h, c->clip_y0, c->clip_y1);
     size_t bx = axis_bytes(out_w, kx), by = axis_bytes(out_h, ky);
-    if (ch_buf_reserve(&s->coef, bx + by) != CHUTE_OK)
+    if (!bx || !by || bx > SIZE_MAX - by || ch_buf_reserve(&s->coef, bx + by) != CHUTE_OK)
         return CHUTE_ENOMEM;
     axis_bind(&p->x, s->coef.data, out_w, kx);
     axis_bind(&p->y, s->coef.data + bx, out_h, ky);
@@ -155,7 +184,8 @@ static void write_row(const float *row, uint32_t y, int flip, const ch_out_spec 
             uint32_t ox = flip ? W - 1 - x : x;
             for (int c = 0; c < 3; c++) {
                 float v = row[x * 3 + c] + 0.5f;
-                uint8_t b = v <= 0.0f ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
+                /* NaN-proof: !(v > 0) catches it before the conversion */
+                uint8_t b = !(v > 0.0f) ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
                 if (o->layout == CHUTE_LAYOUT_NHWC)
                     ((uint8_t *)dst)[((size_t)y * W + ox) * 3 + c] = b;
                 else
@@ -265,6 +295,69 @@ static void hpass_rgb(const ch_resize_plan *p, const float *vrow, float *orow)
     }
 }
 
+/* Horizontal-first (PIL's order), for windows much wider than they are
+ * tall relative to the output: every source row of the window is reduced
+ * to out_w RGB floats once, then the vertical taps combine those rows.
+ * Tap lists are walked to their true length here (the padded tail of a
+ * list may point past the window's last column). */
+static int run_hfirst(const ch_resize_plan *p, const uint8_t *pix, size_t stride, int32_t px,
+                      int32_t py, int flip, const ch_out_spec *o, void *dst, ch_resize_scratch *s)
+{
+    const uint32_t W = p->out_w, H = p->out_h;
+    const size_t rows = (size_t)(p->y.hi - p->y.lo);
+    const size_t rowf = (size_t)W * 3;
+    if (rows + 1 > SIZE_MAX / sizeof(float) / rowf)
+        return CHUTE_ENOMEM;
+    if (ch_buf_reserve(&s->tmp, (rows + 1) * rowf * sizeof(float)) != CHUTE_OK)
+        return CHUTE_ENOMEM;
+    float *inter = (float *)s->tmp.data, *orow = inter + rows * rowf;
+    for (size_t r = 0; r < rows; r++) {
+        const uint8_t *src = pix + (size_t)(p->y.lo + (int32_t)r - py) * stride;
+        float *d = inter + r * rowf;
+        for (uint32_t x = 0; x < W; x++) {
+            const float *k = p->x.k + (size_t)x * p->x.ksize;
+            const uint8_t *sp = src + (size_t)(p->x.start[x] - px) * 3;
+            /* double: this path is taken for very long tap lists */
+            double a0 = 0, a1 = 0, a2 = 0;
+            for (int32_t t = 0; t < p->x.count[x]; t++) {
+                a0 += k[t] * (double)sp[3 * t];
+                a1 += k[t] * (double)sp[3 * t + 1];
+                a2 += k[t] * (double)sp[3 * t + 2];
+            }
+            d[3 * x] = (float)a0;
+            d[3 * x + 1] = (float)a1;
+            d[3 * x + 2] = (float)a2;
+        }
+    }
+    for (uint32_t y = 0; y < H; y++) {
+        const float *k = p->y.k + (size_t)y * p->y.ksize;
+        const float *r0 = inter + (size_t)(p->y.start[y] - p->y.lo) * rowf;
+        for (size_t i = 0; i < rowf; i++)
+            orow[i] = k[0] * r0[i];
+        for (int32_t j = 1; j < p->y.count[y]; j++) {
+            const float *r = r0 + (size_t)j * rowf;
+            for (size_t i = 0; i < rowf; i++)
+                orow[i] += k[j] * r[i];
+        }
+        write_row(orow, y, flip, o, dst);
+    }
+    return CHUTE_OK;
+}
+
+int ch_resize_hfirst(const ch_resize_plan *p)
+{
+    /* Multiply-adds of each order (per channel), from the plan alone, so
+     * the choice is the same for a window and for the whole image. */
+    const double cols = (double)(p->x.hi - p->x.lo), rows = (double)(p->y.hi - p->y.lo);
+    const double W = p->out_w, H = p->out_h;
+    double vfirst = H * p->y.kmax * cols + H * W * p->x.kmax;
+    double hfirst = rows * W * p->x.kmax + H * W * p->y.kmax;
+    /* Clearly cheaper only (the vertical-first kernels are the tuned
+     * ones), and with the intermediate rows no larger than the window
+     * itself or 16 Mi floats. */
+    return hfirst * 4 < vfirst && rows * W * 3 <= CH_MAX(cols * rows * 3, 16.0 * 1024 * 1024);
+}
+
 int ch_resize_run(const ch_resize_plan *p, const uint8_t *pix, size_t stride, int32_t px,
                   int32_t py, int flip, const ch_out_spec *o, void *dst, ch_resize_scratch *s)
 {
@@ -272,6 +365,8 @@ int ch_resize_run(const ch_resize_plan *p, const uint8_t *pix, size_t stride, in
      * runs the gather-shaped horizontal taps on output rows only, and the
      * vectorisable vertical taps on the source rows.  The row buffer has
      * one float of slack so 4-wide loads of the last pixel stay inside. */
+    if (ch_resize_hfirst(p))
+        return run_hfirst(p, pix, stride, px, py, flip, o, dst, s);
     const uint32_t W = p->out_w, H = p->out_h;
     const int32_t cols = p->x.hi - p->x.lo;
     const size_t len = (size_t)cols * 3;

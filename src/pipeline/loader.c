@@ -60,6 +60,7 @@
 #include "sampler.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -185,7 +186,7 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
         ch_geom_train(info.width, info.height, ld->o.scale_min_pct / 100.0,
                       ld->o.scale_max_pct / 100.0, &r, &crop);
     } else if (ld->o.transform == CHUTE_TRANSFORM_EVAL) {
-        ch_geom_eval(info.width, info.height, ld->o.size, &crop);
+        ch_geom_eval(info.width, info.height, ld->o.resize_size, ld->o.size, &crop);
     } else {
         ch_geom_full(info.width, info.height, &crop);
     }
@@ -205,8 +206,12 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
         ch_crop_scale(&crop, denom, sw, sh, &sc);
     }
     ch_resize_plan plan;
-    if (ch_resize_plan_make(&plan, &sc, ld->o.size, ld->o.size, &w->rs) != CHUTE_OK) {
+    rc = ch_resize_plan_make(&plan, &sc, ld->o.size, ld->o.size, &w->rs);
+    if (rc != CHUTE_OK) {
         ch_decoder_abort(w->dec);
+        if (rc == CHUTE_EINVAL) /* geometry promises never to give one */
+            return ch_err(err, CHUTE_EINVAL, "no valid crop of a %ux%u image", info.width,
+                          info.height);
         return ch_err(err, CHUTE_ENOMEM, "out of memory for resize taps");
     }
     ch_image img;
@@ -508,9 +513,34 @@ static int resolve_options(const chute_loader_options *in, chute_loader_options 
     if (o->scale_min_pct == 0 || o->scale_min_pct > o->scale_max_pct || o->scale_max_pct > 100)
         return ch_err(err, CHUTE_EINVAL, "scale range %u..%u%% is invalid", o->scale_min_pct,
                       o->scale_max_pct);
-    for (int c = 0; c < 3; c++)
-        if (!(o->std[c] > 0))
-            return ch_err(err, CHUTE_EINVAL, "std[%d] must be positive", c);
+    for (int c = 0; c < 3; c++) {
+        if (!isfinite(o->mean[c]))
+            return ch_err(err, CHUTE_EINVAL, "mean[%d] = %g is not a finite number", c,
+                          (double)o->mean[c]);
+        if (!(o->std[c] > 0) || !isfinite(o->std[c]))
+            return ch_err(err, CHUTE_EINVAL, "std[%d] = %g must be positive and finite", c,
+                          (double)o->std[c]);
+        /* The normalize constants themselves must be finite too (a std of
+         * 1e-40 is positive, but 1 / (255 * std) is inf in float). */
+        float mul = 1.0f / (255.0f * o->std[c]), add = -o->mean[c] / o->std[c];
+        if (!isfinite(mul) || !isfinite(add))
+            return ch_err(err, CHUTE_EINVAL,
+                          "mean[%d] = %g, std[%d] = %g give a non-finite normalization", c,
+                          (double)o->mean[c], c, (double)o->std[c]);
+    }
+    /* Eval resize side: timm's floor(size / crop_pct), or given. */
+    if (o->crop_pct != 0 && o->resize_size != 0)
+        return ch_err(err, CHUTE_EINVAL, "set crop_pct or resize_size, not both");
+    if (o->crop_pct != 0 && !(o->crop_pct > 0 && o->crop_pct <= 1))
+        return ch_err(err, CHUTE_EINVAL, "crop_pct %g must be in (0, 1]", (double)o->crop_pct);
+    if (!o->resize_size) {
+        if (!o->crop_pct)
+            o->crop_pct = 0.875f;
+        o->resize_size = ch_eval_resize_size(o->size, o->crop_pct);
+    }
+    if (o->resize_size < o->size || o->resize_size > 65536)
+        return ch_err(err, CHUTE_EINVAL, "eval resize side %u must be in [size %u, 65536]",
+                      o->resize_size, o->size);
     return CHUTE_OK;
 }
 

@@ -8,6 +8,7 @@
  *             [--rank R --world W] [--drop-last] [--remainder-drop] [--no-shuffle]
  *             [--no-dct-scale] [--strict] [--start-batch B] [--layout nchw|nhwc]
  *             [--scale-pct MIN MAX] [--no-normalize] [--max-pixels N]
+ *             [--crop-pct F] [--resize-size N]
  * Prints "samples=N batches=B corrupt=C" on success; exit 1 with the
  * library's message on failure.
  */
@@ -56,6 +57,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--strict")) o.on_corrupt = CHUTE_CORRUPT_FAIL;
         else if (!strcmp(a, "--no-normalize")) o.no_normalize = 1;
         else if (!strcmp(a, "--max-pixels")) { o.max_pixels = strtoull(v, NULL, 10); i++; }
+        else if (!strcmp(a, "--crop-pct")) { o.crop_pct = strtof(v, NULL); i++; }
+        else if (!strcmp(a, "--resize-size")) { o.resize_size = (uint32_t)atoi(v); i++; }
         else if (!strcmp(a, "--scale-pct") && i + 2 < argc) {
             o.scale_min_pct = (uint32_t)atoi(argv[i + 1]);
             o.scale_max_pct = (uint32_t)atoi(argv[i + 2]);

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Regenerate tests/golden_pil_resize.h: what real PIL and torchvision make
+of small synthetic images, for test_ops.c to compare chute's geometry and
+resampler against.  Nothing here uses chute's formulas.
+
+    /usr/bin/python3 tests/tools/make_pil_golden.py > tests/golden_pil_resize.h
+
+Pixels: each channel of an RGB image is resized as its own PIL mode "F"
+(float32) image, so the reference has no intermediate rounding (PIL's
+8-bit path rounds after each pass); PIL's float path uses the same filter,
+support and centre as its 8-bit one (ImagingResample, precompute_coeffs).
+The source image is the integer hash img_px() below, which test_ops.c
+reproduces bit for bit.
+
+Geometry of extreme shapes (1 x 20000, 16777216 x 1, ...): torchvision's
+own F.resize and F.center_crop run on a pixel-less stand-in PIL image that
+records the size it is resized to and the box it is cropped at (the real
+resize of 1 x 20000 to 256 x 5,120,000 would need gigabytes).
+"""
+import math
+import sys
+
+import numpy as np
+import torchvision.transforms.functional as TF
+from PIL import Image
+
+
+def img_px(x, y, c):
+    """Source pixel value (0..255); mirrored by img_px() in test_ops.c."""
+    v = ((x * 73856093) ^ (y * 19349663) ^ ((c + 1) * 83492791)) & 0xFFFFFFFF
+    v = ((v ^ (v >> 13)) * 0x5BD1E995) & 0xFFFFFFFF
+    return (v ^ (v >> 15)) & 0xFF
+
+
+def channels(W, H):
+    ys, xs = np.mgrid[0:H, 0:W].astype(np.uint64)
+    out = []
+    for c in range(3):
+        v = ((xs * 73856093) ^ (ys * 19349663) ^ np.uint64((c + 1) * 83492791)) & 0xFFFFFFFF
+        v = ((v ^ (v >> 13)) * 0x5BD1E995) & 0xFFFFFFFF
+        v = (v ^ (v >> 15)) & 0xFF
+        out.append(Image.fromarray(v.astype(np.float32), mode="F"))
+    assert img_px(W - 1, H - 1, 2) == int(np.asarray(out[2])[H - 1, W - 1])
+    return out
+
+
+def rgb(chans):
+    return np.stack([np.asarray(ch, dtype=np.float32) for ch in chans], axis=-1)
+
+
+# kind, W, H, params, S.  EVAL: torchvision Resize(R) + CenterCrop(S).
+# CROP: TF.resized_crop (RandomResizedCrop's crop-then-resize) at an
+# integer box.  FULL: resize the whole image to S x S.  BOX: PIL resize of
+# a fractional box inside an integer crop (the clip box).
+CASES = [
+    ("EVAL", 50, 37, dict(R=13), 12),
+    ("EVAL", 37, 50, dict(R=13), 12),
+    ("EVAL", 100, 20, dict(R=13), 12),      # 5:1
+    ("EVAL", 1, 3000, dict(R=13), 12),      # 1 pixel wide: 0.92 source px upscaled
+    ("EVAL", 3000, 1, dict(R=13), 12),
+    ("EVAL", 7, 5, dict(R=3), 3),
+    ("EVAL", 15, 12, dict(R=18), 16),       # upscale: shorter side 12 -> 18
+    ("EVAL", 341, 299, dict(R=13), 12),     # strong downscale
+    ("CROP", 64, 48, dict(box=(10, 5, 30, 28)), 12),
+    ("CROP", 40, 40, dict(box=(0, 0, 40, 40)), 16),
+    ("CROP", 5, 4, dict(box=(0, 0, 5, 4)), 12),  # upscale a tiny image
+    ("CROP", 1, 1, dict(box=(0, 0, 1, 1)), 8),   # one pixel
+    ("FULL", 3000, 2, dict(), 12),          # much wider than tall
+    ("FULL", 2, 3000, dict(), 12),
+    ("FULL", 50, 40, dict(), 16),
+    ("BOX", 30, 30, dict(clip=(10, 3, 22, 15), box=(10.25, 3.5, 21.75, 15.0)), 10),
+]
+
+
+def reference(kind, W, H, p, S):
+    ch = channels(W, H)
+    if kind == "EVAL":
+        out = [TF.center_crop(TF.resize(c, p["R"]), S) for c in ch]
+    elif kind == "CROP":
+        x, y, w, h = p["box"]
+        out = [TF.resized_crop(c, y, x, h, w, [S, S]) for c in ch]
+    elif kind == "FULL":
+        out = [c.resize((S, S), Image.BILINEAR) for c in ch]
+    else:
+        cx0, cy0, cx1, cy1 = p["clip"]
+        x0, y0, x1, y1 = p["box"]
+        out = [c.crop(p["clip"]).resize((S, S), Image.BILINEAR, box=(x0 - cx0, y0 - cy0, x1 - cx0, y1 - cy0))
+               for c in ch]
+    a = rgb(out)
+    assert a.shape == (S, S, 3), a.shape
+    return a
+
+
+class Shape(Image.Image):
+    """A PIL image with a size and no pixels: records what torchvision does
+    to it (resize to a size, crop at a box) without allocating."""
+
+    def __init__(self, w, h, log):
+        super().__init__()
+        self._size = (w, h)
+        self.mode = "F"
+        self.log = log
+
+    def resize(self, size, resample=None, box=None, reducing_gap=None):
+        self.log["resized"] = size
+        return Shape(size[0], size[1], self.log)
+
+    def crop(self, box=None):
+        self.log["crop"] = box
+        return Shape(box[2] - box[0], box[3] - box[1], self.log)
+
+
+# W, H, R, S: shapes whose resized long side is huge or whose short side is 1.
+EXTREME = [
+    (1, 20000, 256, 224), (20000, 1, 256, 224), (16777216, 1, 256, 224), (1, 16777216, 256, 224),
+    (1, 67108864, 256, 224), (3, 16777216, 256, 224), (65535, 2, 342, 299), (1, 1, 256, 224),
+    (2, 65535, 9362, 8192),
+]
+
+
+def extreme_row(W, H, R, S):
+    log = {}
+    TF.center_crop(TF.resize(Shape(W, H, log), R), S)
+    rw, rh = log.get("resized", (W, H))
+    left, top, right, bottom = log["crop"]
+    assert right - left == S and bottom - top == S
+    return rw, rh, left, top
+
+
+def main():
+    o = sys.stdout
+    o.write("/* golden_pil_resize.h -- GENERATED by tests/tools/make_pil_golden.py from\n"
+            " * PIL %s / torchvision %s; do not edit.  See that script. */\n"
+            % (Image.__version__ if hasattr(Image, "__version__") else __import__("PIL").__version__,
+               __import__("torchvision").__version__))
+    o.write("enum { GOLD_EVAL, GOLD_CROP, GOLD_FULL, GOLD_BOX };\n")
+    names = []
+    for i, (kind, W, H, p, S) in enumerate(CASES):
+        a = reference(kind, W, H, p, S)
+        name = "gold_px_%d" % i
+        names.append(name)
+        vals = ["%.7g" % v for v in a.reshape(-1)]
+        o.write("static const float %s[%d] = {\n" % (name, len(vals)))
+        for k in range(0, len(vals), 8):
+            o.write("    " + ", ".join(vals[k:k + 8]) + ",\n")
+        o.write("};\n")
+    o.write("static const struct gold_case {\n"
+            "    int kind;\n    uint32_t W, H, R, S;\n"
+            "    int32_t box[4];     /* CROP: x, y, w, h; BOX: clip x0, y0, x1, y1 */\n"
+            "    double fbox[4];     /* BOX: x0, y0, x1, y1 */\n"
+            "    const float *want;  /* S x S x 3, HWC */\n"
+            "} gold_cases[] = {\n")
+    for i, (kind, W, H, p, S) in enumerate(CASES):
+        box = p.get("box") if kind == "CROP" else p.get("clip", (0, 0, 0, 0))
+        fbox = p["box"] if kind == "BOX" else (0, 0, 0, 0)
+        o.write("    {GOLD_%s, %d, %d, %d, %d, {%s}, {%s}, %s},\n"
+                % (kind, W, H, p.get("R", 0), S, ", ".join(str(v) for v in box),
+                   ", ".join(repr(float(v)) for v in fbox), names[i]))
+    o.write("};\n")
+    o.write("/* torchvision Resize(R) + CenterCrop(S) geometry: resized size and crop\n"
+            " * offset (pixels of the resized image). */\n"
+            "static const struct gold_geom {\n"
+            "    uint32_t W, H, R, S;\n    uint64_t rw, rh, left, top;\n"
+            "} gold_geoms[] = {\n")
+    for W, H, R, S in EXTREME:
+        rw, rh, left, top = extreme_row(W, H, R, S)
+        o.write("    {%d, %d, %d, %d, %d, %d, %d, %d},\n" % (W, H, R, S, rw, rh, left, top))
+    o.write("};\n")
+    # timm's eval resize side, floor(size / crop_pct), in Python floats.
+    o.write("/* floor(size / crop_pct) in Python (timm's eval resize side). */\n"
+            "static const struct gold_pct {\n    uint32_t size;\n    float crop_pct;\n"
+            "    uint32_t resize;\n} gold_pcts[] = {\n")
+    for size, pct in [(224, 0.875), (299, 0.875), (224, 0.8), (224, 0.9), (224, 0.95), (384, 1.0),
+                      (256, 0.95), (288, 0.95), (240, 0.96), (1, 0.875), (8192, 0.875), (320, 0.7),
+                      (224, 0.93), (380, 0.922)]:
+        o.write("    {%d, %rf, %d},\n" % (size, pct, math.floor(size / pct)))
+    o.write("};\n")
+
+
+if __name__ == "__main__":
+    main()
