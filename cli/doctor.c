@@ -349,6 +349,28 @@ static void diagnose(doctor_result *r)
                    r->gpu_rate, r->gpu_rate / (r->deliverable_ips > 0 ? r->deliverable_ips : 1));
 }
 
+/* A measuring stage failed (an I/O error is never skipped: the loader
+ * retries, then stops).  Say why, and what the stages before it found, so
+ * a half-unreadable dataset is never reported as a clean, fast one. */
+static int stage_failed(const doctor_result *r, const char *stage, const char *why, int json)
+{
+    if (json) {
+        printf("{\"system\":\"chute\",\"failed\":true,\"failed_stage\":\"%s\",\"error\":", stage);
+        cli_json_str(stdout, why);
+        printf(",\"storage_reads\":%llu,\"storage_read_errors\":%llu,\"storage_first_error\":",
+               (unsigned long long)r->storage_samples, (unsigned long long)r->storage_errors);
+        cli_json_str(stdout, r->storage_errors ? r->storage_first_error : "");
+        printf("}\n");
+    }
+    fprintf(stderr, "chute doctor: %s stage stopped: %s\n", stage, why);
+    if (r->storage_errors)
+        fprintf(stderr,
+                "chute doctor: WARNING storage: %llu of %llu reads failed (first: %s)\n",
+                (unsigned long long)r->storage_errors, (unsigned long long)r->storage_samples,
+                r->storage_first_error);
+    return 1;
+}
+
 int cmd_doctor(int argc, char **argv)
 {
     doctor_result *r = calloc(1, sizeof *r);
@@ -429,7 +451,7 @@ int cmd_doctor(int argc, char **argv)
     o1.workers = 1;
     run_out one;
     if (run_pipeline(ds, &o1, secs, NULL, NULL, &one) != 0) {
-        fprintf(stderr, "chute doctor: %s\n", one.err);
+        stage_failed(r, "decode/transform", one.err, json);
         chute_dataset_close(ds);
         cli_gpu_close(gpu);
         free(r);
@@ -451,7 +473,7 @@ int cmd_doctor(int argc, char **argv)
         fprintf(stderr, "doctor: 4/4 full pipeline (%u workers)...\n", o.workers);
     run_out full;
     if (run_pipeline(ds, &o, secs, r, gpu, &full) != 0) {
-        fprintf(stderr, "chute doctor: %s\n", full.err);
+        stage_failed(r, "pipeline", full.err, json);
         chute_dataset_close(ds);
         cli_gpu_close(gpu);
         free(r);

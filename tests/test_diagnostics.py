@@ -23,8 +23,10 @@ Cases:
   iobench_cache_truth      re-read small file, tmpfs --direct: not called cold
   numeric_options          overflowing sizes, nan/inf durations, signed
                     integers: refused with a reason
-  doctor_reports_errors    half the files unreadable: errors in text, JSON,
-                    HTML and verdict; ceiling counts only successful reads
+  doctor_reports_errors    half the files fail with EIO: storage errors
+                    counted, the measuring stage stops (I/O errors are
+                    never skipped) and doctor exits 1 saying both; half
+                    corrupt: skips in text, JSON, HTML and verdict
   doctor_report_target     --report never writes into a device
 """
 import hashlib
@@ -438,40 +440,73 @@ def case_numeric_options(ctx):
 
 
 def case_doctor_reports_errors(ctx):
+    """Half the files fail with EIO (faultfs): the storage stage counts the
+    failures, and since an I/O error is never skipped the measuring stages
+    stop; doctor exits 1 saying so, with the storage errors, in text and
+    JSON.  Half the files with corrupt *content*: every stage reports its
+    skips, the verdict and the HTML report say so."""
     ctx.need_data()
+    lib = os.environ.get("CHUTE_FAULTFS")
+    if not lib or not os.path.exists(lib):
+        raise Skip("fault shim not built (CHUTE_FAULTFS=%r)" % lib)
     t = ctx.scratch("doctor_errors")
     link_tree(ctx.tree, t)
-    broken = 0
-    total = 0
+    broken = total = 0
     for root, _, fs in os.walk(t):
         for i, f in enumerate(sorted(fs)):
             total += 1
             if i % 2 == 0:
-                p = os.path.join(root, f)
-                os.unlink(p)
-                os.symlink("/nonexistent-chute-test/" + f, p)
+                os.rename(os.path.join(root, f), os.path.join(root, "bad_" + f))
                 broken += 1
-    rep = os.path.join(t + "-report.html")
-    d = doctor_json(ctx, t, "--workers", 2, "--batch-size", 8, "--report", rep)
-    if not d:
-        return
-    ctx.check(d.get("storage_reads", 0) > 0, "no storage_reads in JSON: %r" % d)
+    env = dict(os.environ, LD_PRELOAD=lib, CHUTE_FAULT_PATH="/bad_", CHUTE_FAULT_OP="read",
+               CHUTE_FAULT_ERRNO="EIO",
+               ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0")
+    p = ctx.run([ctx.chute, "doctor", t, "--json", "--time", "1s", "--workers", 2,
+                 "--batch-size", 8], expect=1, timeout=240, env=env)
+    try:
+        d = json.loads(p.out)
+    except ValueError:
+        ctx.check(False, "doctor --json printed no JSON: %r / %s" % (p.out[:500], p.err[-800:]))
+        d = {}
     reads, errs = d.get("storage_reads", 0), d.get("storage_read_errors", 0)
+    ctx.check(reads > 0 and d.get("failed") is True, "JSON: %r" % d)
     if reads == total:
         ctx.check(errs == broken, "%d of %d files unreadable, doctor counted %d errors" % (broken, total, errs))
     else:
         ctx.check(0.25 * reads <= errs <= 0.75 * reads, "%d errors in %d reads of half-broken data" % (errs, reads))
-    ctx.check(d.get("storage_first_error") and "No such file" in d["storage_first_error"],
+    ctx.check("Input/output error" in (d.get("storage_first_error") or "")
+              and "bad_" in d.get("storage_first_error", ""),
               "first error not named: %r" % d.get("storage_first_error"))
-    ctx.check(any("storage" in w and "failed" in w for w in d.get("warnings", [])), "no storage warning: %r" % d.get("warnings"))
-    ctx.check("WARNING" in d["verdict"], "verdict hides the errors: %r" % d["verdict"])
+    ctx.check("bad_" in (d.get("error") or "") and "Input/output error" in d.get("error", ""),
+              "the stage's stop does not name the file and the I/O error: %r" % d.get("error"))
+    p = ctx.run([ctx.chute, "doctor", t, "--time", "0.5s", "--workers", 2, "--batch-size", 8],
+                expect=1, timeout=240, env=env)
+    ctx.check("WARNING" in p.err and "reads failed" in p.err and "stopped" in p.err,
+              "text output hides the errors:\n%s" % p.err)
+
+    # Corrupt content in half the files: skipped and counted, and said.
+    c = ctx.scratch("doctor_corrupt")
+    link_tree(ctx.tree, c)
+    for root, _, fs in os.walk(c):
+        for i, f in enumerate(sorted(fs)):
+            if i % 2 == 0:
+                q = os.path.join(root, f)
+                os.unlink(q)
+                with open(q, "wb") as fh:
+                    fh.write(b"\xff\xd8 not really a JPEG " * 40)
+    rep = os.path.join(c + "-report.html")
+    d = doctor_json(ctx, c, "--workers", 2, "--batch-size", 8, "--report", rep)
+    if not d:
+        return
+    ctx.check(any("corrupt" in w for w in d.get("warnings", [])), "no corrupt warning: %r" % d.get("warnings"))
+    ctx.check("WARNING" in d["verdict"], "verdict hides the skips: %r" % d["verdict"])
     if os.path.exists(rep):
         html = open(rep).read()
-        ctx.check('id="warnings"' in html and "reads failed" in html, "HTML report hides the errors")
+        ctx.check('id="warnings"' in html and "corrupt" in html, "HTML report hides the skips")
     else:
         ctx.check(False, "no HTML report written")
-    p = ctx.run([ctx.chute, "doctor", t, "--time", "0.5s", "--workers", 2, "--batch-size", 8], timeout=240)
-    ctx.check("WARNING" in p.out and "reads failed" in p.out, "text output hides the errors:\n%s" % p.out)
+    p = ctx.run([ctx.chute, "doctor", c, "--time", "0.5s", "--workers", 2, "--batch-size", 8], timeout=240)
+    ctx.check("WARNING" in p.out and "corrupt" in p.out, "text output hides the skips:\n%s" % p.out)
 
 
 def case_doctor_report_target(ctx):
