@@ -102,6 +102,7 @@ typedef struct slot {
 typedef struct worker {
     chute_loader *ld;
     pthread_t thread;
+    int started;              /* `thread` exists (destroy joins only these) */
     uint32_t id;
     ch_buf rbuf;              /* encoded bytes */
     ch_buf pbuf;              /* decoded window */
@@ -679,15 +680,10 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         rc = pthread_create(&ld->workers[i].thread, NULL, worker_main, &ld->workers[i]);
         if (rc != 0) {
             /* Threads 0..i-1 exist; destroy joins exactly those. */
-            uint32_t n = ld->nworkers;
-            ld->nworkers = i;
-            for (uint32_t j = i; j < n; j++) {
-                ch_decoder_destroy(ld->workers[j].dec);
-                ch_buf_free(&ld->workers[j].rbuf);
-            }
             chute_loader_destroy(ld);
             return ch_err_errno(err, CHUTE_ENOMEM, rc, "cannot start worker thread %u", i);
         }
+        ld->workers[i].started = 1;
     }
     *out_loader = ld;
     return CHUTE_OK;
@@ -725,15 +721,21 @@ static int refuse_in_child(chute_loader *ld, const char *call)
 
 /* Destroy in a fork() child: the threads are gone and `mu` may be held
  * by one of them, so free the memory and touch no lock. */
-static void destroy_in_child(chute_loader *ld)
+static void free_worker(worker *w)
 {
-    for (uint32_t i = 0; ld->workers && i < ld->nworkers; i++) {
-        ch_decoder_destroy(ld->workers[i].dec);
-        ch_buf_free(&ld->workers[i].rbuf);
-        ch_buf_free(&ld->workers[i].pbuf);
-        ch_buf_free(&ld->workers[i].rs.coef);
-        ch_buf_free(&ld->workers[i].rs.tmp);
-    }
+    ch_decoder_destroy(w->dec);
+    ch_buf_free(&w->rbuf);
+    ch_buf_free(&w->pbuf);
+    ch_buf_free(&w->rs.coef);
+    ch_buf_free(&w->rs.tmp);
+}
+
+/* Everything but the threads and the locks (the workers are joined, or
+ * gone with a fork). */
+static void free_memory(chute_loader *ld)
+{
+    for (uint32_t i = 0; ld->workers && i < ld->nworkers; i++)
+        free_worker(&ld->workers[i]);
     free(ld->workers);
     free(ld->wstats);
     if (ld->ring_mem)
@@ -741,6 +743,11 @@ static void destroy_in_child(chute_loader *ld)
     free(ld->slots);
     free(ld->seqmap);
     ch_sampler_free(&ld->sampler);
+}
+
+static void destroy_in_child(chute_loader *ld)
+{
+    free_memory(ld);
     free(ld);
 }
 
@@ -758,22 +765,11 @@ void chute_loader_destroy(chute_loader *ld)
         ld->shutdown = 1;
         pthread_cond_broadcast(&ld->work_cv);
         pthread_mutex_unlock(&ld->mu);
-        for (uint32_t i = 0; i < ld->nworkers; i++) {
-            pthread_join(ld->workers[i].thread, NULL);
-            ch_decoder_destroy(ld->workers[i].dec);
-            ch_buf_free(&ld->workers[i].rbuf);
-            ch_buf_free(&ld->workers[i].pbuf);
-            ch_buf_free(&ld->workers[i].rs.coef);
-            ch_buf_free(&ld->workers[i].rs.tmp);
-        }
-        free(ld->workers);
+        for (uint32_t i = 0; i < ld->nworkers; i++)
+            if (ld->workers[i].started)
+                pthread_join(ld->workers[i].thread, NULL);
     }
-    free(ld->wstats);
-    if (ld->ring_mem)
-        munmap(ld->ring_mem, ld->ring_len);
-    free(ld->slots);
-    free(ld->seqmap);
-    ch_sampler_free(&ld->sampler);
+    free_memory(ld);
     pthread_mutex_destroy(&ld->mu);
     pthread_cond_destroy(&ld->work_cv);
     pthread_cond_destroy(&ld->slot_cv);
