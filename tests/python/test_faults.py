@@ -205,28 +205,44 @@ def test_default_workers_follow_affinity(tree):
         assert w == max(1, alone // 2) and "LOCAL_WORLD_SIZE=2" in why, (alone, w, why)
 
 
+def _faultfs():
+    """The LD_PRELOAD fault shim built by the C tests (tests/tools/faultfs.c)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    cands = [os.environ.get("CHUTE_FAULTFS", ""),
+             os.path.join(here, "..", "..", "build", "tests", "libchute_faultfs.so")]
+    return next((c for c in cands if c and os.path.exists(c)), None)
+
+
 def test_pack_fails_on_unreadable_file_instead_of_leaving_it_out(corrupt_tree, tmp_path):
     """pack leaves out files with bad content (the corrupt tree's two), but a
     file it cannot read is an I/O error: the pack fails naming it, rather
-    than writing a dataset that silently lacks the file."""
+    than writing a dataset that silently lacks the file.  The read fails
+    with EIO through the fault shim, in a child Python (LD_PRELOAD must be
+    there from the start)."""
     import shutil
-    import socket
+    import subprocess
+    import sys
+    shim = _faultfs()
+    if not shim:
+        pytest.skip("fault shim not built (cmake build of tests/tools/faultfs.c)")
     src = tmp_path / "tree"
     shutil.copytree(corrupt_tree, src)
-    bad = src / "class00" / "unreadable.jpg"  # a socket: open() fails with ENXIO
-    s = socket.socket(socket.AF_UNIX)
-    try:
-        s.bind(str(bad))
-    except OSError as e:
-        pytest.skip("cannot make a socket file: %s" % e)
-    try:
-        with pytest.raises(chute.ChuteIOError) as e:
-            chute.pack(str(src), str(tmp_path / "out"))
-        assert "unreadable.jpg" in str(e.value)
-        with pytest.raises(chute.ChuteError):
-            chute.Dataset(str(tmp_path / "out"))  # no manifest: not a dataset
-    finally:
-        s.close()
-    os.unlink(str(bad))
+    good = sorted((src / "class00").glob("*.jpg"))[0]
+    shutil.copyfile(str(good), str(src / "class00" / "unreadable.jpg"))
+    code = ("import sys, chute\n"
+            "try:\n"
+            "    chute.pack(sys.argv[1], sys.argv[2])\n"
+            "except chute.ChuteIOError as e:\n"
+            "    print('IOERROR', e); sys.exit(3)\n")
+    env = dict(os.environ, LD_PRELOAD=shim, CHUTE_FAULT_PATH="/unreadable.jpg",
+               CHUTE_FAULT_OP="read", CHUTE_FAULT_ERRNO="EIO",
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    p = subprocess.run([sys.executable, "-c", code, str(src), str(tmp_path / "out")],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    assert p.returncode == 3, (p.returncode, p.stdout, p.stderr[-2000:])
+    assert b"unreadable.jpg" in p.stdout and b"Input/output error" in p.stdout, p.stdout
+    with pytest.raises(chute.ChuteError):
+        chute.Dataset(str(tmp_path / "out"))  # no manifest: not a dataset
+    # Without the fault the same tree packs: only the two corrupt files are left out.
     res = chute.pack(str(src), str(tmp_path / "out"))
-    assert res["skipped"] == 2 and res["files"] == 30
+    assert res["skipped"] == 2 and res["files"] == 31
