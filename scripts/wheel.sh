@@ -24,6 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
+bash scripts/deps.sh
 PY=/usr/bin/python3
 W="$ROOT/build-wheel"
 run_pytest=1
@@ -63,7 +64,7 @@ whl=$(ls "$W"/wheelhouse/chute-*manylinux*.whl 2>/dev/null) || fail "auditwheel 
 # the others (a copy with a hashed name and SONAME in chute.libs/, every
 # NEEDED libz.so.1 in the wheel pointed at it), so the wheel does not depend
 # on the target's zlib at all; wheel pack rewrites RECORD.
-zsys=$(ldconfig -p | awk '/libz\.so\.1 .*x86-64/ && !n++ {print $NF}')
+zsys=$("$(command -v ldconfig || echo /sbin/ldconfig)" -p | awk '/libz\.so\.1 .*x86-64/ && !n++ {print $NF}')
 [ -n "$zsys" ] || fail "no system libz.so.1 to vendor"
 zsys=$(realpath "$zsys")
 zname="libz-$(sha256sum "$zsys" | cut -c1-8).so.${zsys##*/libz.so.}"
@@ -165,7 +166,8 @@ done
 
 echo "== size and import time"
 size=$(stat -c %s "$whl")
-echo "wheel size: $((size / 1024)) KiB ($(unzip -l "$whl" | tail -1 | awk '{print int($1/1024)}') KiB unpacked)"
+unpacked=$("$PY" -c 'import sys, zipfile; print(sum(i.file_size for i in zipfile.ZipFile(sys.argv[1]).infolist()) // 1024)' "$whl")
+echo "wheel size: $((size / 1024)) KiB ($unpacked KiB unpacked)"
 "$V/python" - <<'EOF'
 import statistics, subprocess, sys
 def t(mod):
