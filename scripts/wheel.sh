@@ -77,6 +77,7 @@ while read -r f; do
   if readelf -d "$f" 2>/dev/null | grep -q 'NEEDED.*\[libz\.so\.1\]'; then
     "$T/patchelf" --replace-needed libz.so.1 "$zname" "$f"
     # grafted libraries find their siblings through $ORIGIN
+    # shellcheck disable=SC2016  # $ORIGIN is for the dynamic loader, not the shell
     case "$f" in "$u/chute.libs/"*) "$T/patchelf" --force-rpath --set-rpath '$ORIGIN' "$f";; esac
   fi
 done < <(find "$u" -type f \( -name '*.so*' -o -path '*/bin/*' \))
@@ -104,13 +105,13 @@ echo "chute from $pkg"
 echo "== ldd: codecs resolve to the wheel's copies"
 for f in "$pkg"/_chute.*.so "$pkg/bin/chute" "$pkg/lib/libchute.so"; do
   out=$(ldd "$f")
-  ! grep -q 'not found' <<<"$out" || fail "$f: unresolved libraries:\n$out"
+  ! grep -q 'not found' <<<"$out" || fail "$f: unresolved libraries: $(grep 'not found' <<<"$out" | tr -s ' \t\n' ' ')"
   for lib in libjpeg libspng libz liburing; do
     while read -r line; do
       [ -z "$line" ] && continue
       path=$(realpath -m "$(awk '{print $3}' <<<"$line")")
       case "$path" in "$site/chute.libs/"*) ;; *) fail "$f: $lib resolves to $path, not the wheel's";; esac
-    done < <(grep -E "^\s*$lib[-.]" <<<"$out" || true)
+    done < <(grep -E "^\s*${lib}[-.]" <<<"$out" || true)
   done
   grep -qE 'libjpeg[-.]' <<<"$out" || [ "$f" != "$pkg/bin/chute" ] || fail "$f links no libjpeg?"
   echo "$(basename "$f"): $(grep -oE '(libjpeg|libspng|libz|liburing)[^ ]* => [^ ]*' <<<"$out" | sed "s|$site/||" | tr '\n' ' ')"
