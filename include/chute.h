@@ -47,6 +47,11 @@ extern "C" {
 CHUTE_API const char *chute_version(void);
 CHUTE_API int chute_version_number(void);
 
+/* The optional features compiled into this libchute, as space-separated
+ * names: "jpeg" (always), "png" (built with libspng; without it PNG samples
+ * fail with CHUTE_EUNSUPPORTED).  A static string; any thread. */
+CHUTE_API const char *chute_features(void);
+
 /* ------------------------------------------------------------------ */
 /* Status codes                                                        */
 /* ------------------------------------------------------------------ */

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: C tests (ctest) in a Release build, under
 # AddressSanitizer+UBSan and under ThreadSanitizer, then the Python
-# package's tests (pytest).
+# package's tests (pytest), then the wheel tier (scripts/wheel.sh: build the
+# manylinux wheel, install it into a fresh venv, run the CLI smoke test and
+# pytest from there; about a minute on 2 cores, needs PyPI for its tools).
 #   usage: bash scripts/test.sh [--quick]   (--quick: Release ctest + pytest only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,5 +31,10 @@ fi
 if [ -d tests/python ]; then
   echo "== Python package and pytest"
   /usr/bin/python3 -m pytest -q tests/python || status=1
+fi
+
+if [ "${1:-}" != "--quick" ]; then
+  echo "== wheel: sdist -> wheel -> auditwheel repair, installed in a fresh venv, tested there"
+  bash scripts/wheel.sh || status=1
 fi
 exit $status

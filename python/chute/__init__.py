@@ -23,9 +23,14 @@ Contents
                  LOCAL_WORLD_SIZE)
     SkippedSamplesWarning  once per epoch when on_corrupt="skip" replaced samples
     probe_image  decode-check encoded bytes
+    features     what this build can do (png, io_uring, nvml, ...)
+    get_include, get_lib  chute.h and libchute.so for C users
     ChuteError   base of the exceptions (InvalidArgumentError, NotFoundError,
                  CorruptDataError, BusyError, ...)
 """
+import os as _os
+from typing import Dict as _Dict
+
 from ._chute import (  # noqa: F401
     Array,
     Batch,
@@ -53,6 +58,55 @@ del _obj
 __version__: str = _lib_version()
 """Version of the package, which is the version of the libchute compiled into it."""
 
+
+def get_include() -> str:
+    """Directory holding chute.h, for C/C++ code built against the bundled libchute
+    (like numpy.get_include()): ``cc -I$(python -c 'import chute; print(chute.get_include())')``."""
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
+
+
+def get_lib() -> str:
+    """Directory holding the bundled libchute.so (link with ``-L<dir> -lchute
+    -Wl,-rpath,<dir>``); lib/pkgconfig/chute.pc is there too."""
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "lib")
+
+
+_FUTURE = ("s3", "hdf5", "kafka")
+
+
+def features() -> _Dict[str, bool]:
+    """What this build of chute can do: ``{"jpeg": True, "png": ..., "io_uring": ...,
+    "nvml": ..., "s3": False, "hdf5": False, "kafka": False}``.
+
+    ``jpeg``/``png`` are the codecs compiled into libchute (without libspng, PNG
+    samples fail with UnsupportedError).  ``io_uring`` is whether the bundled
+    ``chute`` command was built with liburing (``chute iobench``); ``nvml``
+    whether the NVIDIA management library can be loaded now (``chute doctor``'s
+    GPU utilisation).  s3, hdf5 and kafka sources are not part of this build.
+    Never raises: what cannot be determined is reported as False.
+    """
+    from ._chute import features as _lib_features
+
+    have = set(_lib_features().split())
+    out = {"jpeg": "jpeg" in have, "png": "png" in have}
+    cli = set()
+    from .__main__ import cli_path
+
+    import subprocess
+
+    try:
+        r = subprocess.run([cli_path(), "version"], capture_output=True, text=True, timeout=30)
+        for line in r.stdout.splitlines():
+            if line.startswith("features:"):
+                cli = set(line.split()[1:])
+    except (OSError, ValueError, subprocess.SubprocessError):
+        pass
+    out["io_uring"] = "io_uring" in cli
+    out["nvml"] = "nvml" in cli
+    for name in _FUTURE:
+        out[name] = False
+    return out
+
 __all__ = [
     "Loader",
     "Dataset",
@@ -74,5 +128,8 @@ __all__ = [
     "BusyError",
     "UnsupportedError",
     "CancelledError",
+    "features",
+    "get_include",
+    "get_lib",
     "__version__",
 ]

@@ -1599,6 +1599,11 @@ static PyObject *mod_status_name(PyObject *m, PyObject *arg)
     return PyUnicode_FromString(chute_status_name((int)s));
 }
 
+static PyObject *mod_features(PyObject *m, PyObject *unused)
+{
+    return PyUnicode_FromString(chute_features());
+}
+
 static PyMethodDef module_methods[] = {
     {"pack", (PyCFunction)(void (*)(void))mod_pack, METH_VARARGS | METH_KEYWORDS,
      "pack(root, out_dir, *, shard_size=0, threads=0, strict=False, validate=True, align=0,\n"
@@ -1613,6 +1618,8 @@ static PyMethodDef module_methods[] = {
      "LOCAL_WORLD_SIZE when set."},
     {"version", (PyCFunction)mod_version, METH_NOARGS,
      "version()\n--\n\nThe linked libchute's version string."},
+    {"features", (PyCFunction)mod_features, METH_NOARGS,
+     "features()\n--\n\nThe optional features compiled into libchute (chute_features())."},
     {"status_name", (PyCFunction)mod_status_name, METH_O,
      "status_name(code)\n--\n\nName of a chute status code."},
     {NULL},

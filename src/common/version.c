@@ -12,6 +12,17 @@ const char *chute_version(void)
 
 int chute_version_number(void) { return CHUTE_VERSION_NUMBER; }
 
+/* Compile-time truth, so the CLI's `version` and Python's chute.features()
+ * report what this binary can decode instead of guessing from the system. */
+const char *chute_features(void)
+{
+#ifdef CHUTE_HAVE_SPNG
+    return "jpeg png";
+#else
+    return "jpeg";
+#endif
+}
+
 const char *chute_status_name(int status)
 {
     switch (status) {

@@ -5,11 +5,12 @@ Run from the repository root:
     /usr/bin/python3 -m pytest tests/python
 
 The tests exercise the checkout: the package is first built (incrementally,
-`setup.py build`, about 10 s when the C sources changed, 1 s otherwise) into
-build-python/lib-test/, which goes first on sys.path, so no stale binary
-is ever tested and nothing is written into python/.  Set
-CHUTE_TEST_INSTALLED=1 to test the installed package (`pip install .`)
-instead.  Test data is generated once per session: an ImageFolder tree of
+`setup.py build`, which drives CMake in build-python/cmake-*/: about 10 s when
+the C sources changed, 1-2 s otherwise) into build-python/lib-test/, which
+goes first on sys.path, so no stale binary is ever tested and nothing is
+written into python/.  Set CHUTE_TEST_INSTALLED=1 to test the installed
+package (`pip install .`, or the wheel: scripts/wheel.sh runs a copy of this
+directory that way from outside the checkout) instead.  Test data is generated once per session: an ImageFolder tree of
 real photos (tests/tools/make_tree.py) and the same tree packed into shards
 with chute.pack.
 """
