@@ -55,23 +55,26 @@ int main(int argc, char **argv)
     ch_image im;
     if (rc == CHUTE_OK)
         rc = ch_decoder_finish(d, 1, x, y, w, h, &pix, &im, &err);
+    int status = 0;
     if (rc != CHUTE_OK) {
         fprintf(stderr, "%s: %s: %s\n", argv[1], chute_status_name(rc), err.message);
-        return 1;
+        status = 1;
+    } else {
+        FILE *o = fopen(argv[2], "wb");
+        /* The decoder may deliver more than asked (out->x/y/w/h): cut the window. */
+        for (uint32_t r = 0; o && r < h; r++)
+            fwrite(im.pixels + (size_t)(y - im.y + r) * im.stride + (size_t)(x - im.x) * 3, 1,
+                   (size_t)w * 3, o);
+        if (!o || fclose(o) != 0) {
+            perror(argv[2]);
+            status = 1;
+        } else {
+            printf("format=%d width=%u height=%u channels=%u caps=%u\n", info.kind, info.width,
+                   info.height, info.channels, info.caps);
+        }
     }
-    FILE *o = fopen(argv[2], "wb");
-    if (!o)
-        return 1;
-    /* The decoder may deliver more than asked (out->x/y/w/h): cut the window. */
-    for (uint32_t r = 0; r < h; r++)
-        fwrite(im.pixels + (size_t)(y - im.y + r) * im.stride + (size_t)(x - im.x) * 3, 1,
-               (size_t)w * 3, o);
-    if (fclose(o) != 0)
-        return 1;
-    printf("format=%d width=%u height=%u channels=%u caps=%u\n", info.kind, info.width,
-           info.height, info.channels, info.caps);
     ch_decoder_destroy(d);
     ch_buf_free(&pix);
     ch_buf_free(&in);
-    return 0;
+    return status;
 }
