@@ -11,7 +11,8 @@ bmp_pixels   BMPs written by PIL (24-bit RGB, 32-bit RGBA, 8-bit adaptive
              rows and columns decoded).  RLE8, JPEG-in-BMP, 16-bit,
              truncated and lying headers fail with a clear message.
 bmp_loader   the loader's eval and train uint8 output on a tree of BMPs is
-             byte for byte the output on the same pixels saved as PNG.
+             byte for byte the output on the same pixels saved as PNG;
+             `chute inspect --json` counts them as BMP.
 raw_loader   CHRAW records (docs/FORMAT.md) of PIL-decoded pixels (RGB,
              grey, RGBA), decode to exactly those pixels; as a tree and
              packed into chute shards they give the loader output of the
@@ -217,6 +218,12 @@ def case_bmp_loader(ctx):
     save_tree(ctx, bmp, 40, lambda im, base: im.save(base + ".bmp"))
     save_tree(ctx, png, 40, lambda im, base: im.save(base + ".png"))
     dumps_equal(ctx, bmp, png, "BMP tree vs PNG tree")
+    # inspect counts them by the registry's format id
+    import json
+    p = ctx.run([ctx.chute, "inspect", "--json", bmp])
+    if p.returncode == 0:
+        f = json.loads(p.out)["formats"]
+        ctx.check(f.get("bmp") == 40 and f.get("undecodable") == 0, "inspect formats: %s" % f)
 
 
 def chraw(im):
