@@ -41,7 +41,7 @@ typedef struct insp {
     uint64_t size_bins[SIZE_BINS];
     uint64_t bytes;
     uint64_t side_bins[8];    /* shorter side: <64,<128,<256,<512,<1024,<2048,<4096,>= */
-    uint64_t fmt[3];          /* other, JPEG, PNG */
+    uint64_t fmt[5];          /* by format id: 0 undecodable, JPEG, PNG, BMP, CHRAW */
     uint64_t cs[5];           /* grey, grey+alpha, RGB, RGBA/CMYK(4) , other */
     uint64_t *per_class;
     dim_count *dims;
@@ -116,7 +116,7 @@ static void *insp_thread(void *arg)
             s->bad++;
             s->fmt[0]++;
         } else {
-            s->fmt[fmt == 1 ? 1 : fmt == 2 ? 2 : 0]++;
+            s->fmt[fmt >= 1 && fmt <= 4 ? fmt : 0]++;
             s->cs[ch == 1 ? 0 : ch == 2 ? 1 : ch == 3 ? 2 : ch == 4 ? 3 : 4]++;
             uint32_t side = w < h ? w : h;
             unsigned sb = 0;
@@ -261,8 +261,10 @@ int cmd_inspect(int argc, char **argv)
                    s.dims[k].h, (unsigned long long)s.dims[k].n);
         printf("],\"mean_width\":%.1f,\"mean_height\":%.1f,", good ? s.sum_w / good : 0,
                good ? s.sum_h / good : 0);
-        printf("\"formats\":{\"jpeg\":%llu,\"png\":%llu,\"undecodable\":%llu},",
+        printf("\"formats\":{\"jpeg\":%llu,\"png\":%llu,\"bmp\":%llu,\"raw\":%llu,"
+               "\"undecodable\":%llu},",
                (unsigned long long)s.fmt[1], (unsigned long long)s.fmt[2],
+               (unsigned long long)s.fmt[3], (unsigned long long)s.fmt[4],
                (unsigned long long)s.fmt[0]);
         printf("\"color_spaces\":{");
         for (unsigned b = 0; b < 5; b++)
@@ -302,8 +304,12 @@ int cmd_inspect(int argc, char **argv)
     } else {
         printf("%s: %s, %llu samples in %u classes, %.1f MB (mean %.1f KB)\n", pos[0], kind,
                (unsigned long long)s.n, nc, s.bytes / 1e6, s.n ? s.bytes / 1e3 / s.n : 0);
-        printf("formats: %llu JPEG, %llu PNG, %llu undecodable\n", (unsigned long long)s.fmt[1],
-               (unsigned long long)s.fmt[2], (unsigned long long)s.fmt[0]);
+        printf("formats: %llu JPEG, %llu PNG, ", (unsigned long long)s.fmt[1],
+               (unsigned long long)s.fmt[2]);
+        if (s.fmt[3] || s.fmt[4])
+            printf("%llu BMP, %llu CHRAW, ", (unsigned long long)s.fmt[3],
+                   (unsigned long long)s.fmt[4]);
+        printf("%llu undecodable\n", (unsigned long long)s.fmt[0]);
         printf("colour: ");
         for (unsigned b = 0; b < 5; b++)
             if (s.cs[b])

@@ -431,7 +431,8 @@ CHUTE_API int chute_pack(const char *root, const char *out_dir, const chute_pack
                          chute_pack_result *out_result, chute_error *err);
 
 /* Header-only look at one encoded image in memory: size, channels and
- * format (1 = JPEG, 2 = PNG) without decoding pixels.  Thread-safe.      */
+ * format (1 = JPEG, 2 = PNG, 3 = BMP, 4 = CHRAW raw pixel record, one id
+ * per registered decoder) without decoding pixels.  Thread-safe.         */
 CHUTE_API int chute_image_header(const void *data, size_t len, uint32_t *out_w, uint32_t *out_h,
                                  uint32_t *out_channels, int *out_format, chute_error *err);
 

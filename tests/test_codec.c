@@ -132,6 +132,10 @@ TEST(sniff_magic_numbers)
         {"\x89PNG\r\n\x1a\n\0\0", 10, CH_IMG_PNG, "PNG"},
         {"\x89PNG\r\n\x1a", 7, CH_IMG_UNKNOWN, "unknown data"},
         {"BM\x36\0\0\0", 6, CH_IMG_UNKNOWN, "BMP"},
+        {"BM\x36\0\0\0\0\0\0\0\x36\0\0\0\x28\0\0\0", 18, CH_IMG_BMP, "BMP"},
+        {"BM\x36\0\0\0\0\0\0\0\x36\0\0\0\x29\0\0\0", 18, CH_IMG_UNKNOWN, "BMP"},
+        {"CHRAW\1\3\0", 8, CH_IMG_RAW, "CHRAW"},
+        {"CHRA", 4, CH_IMG_UNKNOWN, "unknown data"},
         {"RIFF\0\0\0\0WEBPVP8 ", 16, CH_IMG_UNKNOWN, "WebP"},
         {"II*\0", 4, CH_IMG_UNKNOWN, "TIFF"},
         {"MM\0*", 4, CH_IMG_UNKNOWN, "TIFF"},
@@ -911,3 +915,146 @@ TEST(header_mutations_never_crash)
 }
 
 UNIT_MAIN
+
+/* The registry names every decoder once, with its public format id. */
+TEST(registry_lists_decoders)
+{
+    char names[CH_DECODER_NAMES_MAX];
+    CHECK(strcmp(ch_decoder_names(names, sizeof names), "JPEG, PNG, BMP or CHRAW") == 0,
+          "names: %s", names);
+    static const char *const want[] = {NULL, "JPEG", "PNG", "BMP", "CHRAW", NULL};
+    for (int id = 0; id <= 5; id++)
+        CHECK((want[id] == NULL && ch_format_name(id) == NULL) ||
+                  (want[id] && ch_format_name(id) && strcmp(ch_format_name(id), want[id]) == 0),
+              "format %d: %s", id, ch_format_name(id) ? ch_format_name(id) : "(null)");
+    return 0;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+/* A 54-byte BMP header (40-byte info header) + `extra` bytes of data. */
+static size_t bmp_header(uint8_t *b, int32_t w, int32_t h, uint16_t bpp, uint32_t comp,
+                         size_t extra)
+{
+    memset(b, 0, 54 + extra);
+    b[0] = 'B';
+    b[1] = 'M';
+    put32(b + 2, (uint32_t)(54 + extra));
+    put32(b + 10, 54);
+    put32(b + 14, 40);
+    put32(b + 18, (uint32_t)w);
+    put32(b + 22, (uint32_t)h);
+    b[26] = 1;
+    b[28] = (uint8_t)bpp;
+    put32(b + 30, comp);
+    return 54 + extra;
+}
+
+/* Sizes from a BMP header: limits before allocation, 64-bit row
+ * arithmetic (no wrap past a small buffer), offsets inside the file,
+ * compressed variants refused as unsupported. */
+TEST(bmp_hostile_headers)
+{
+    ch_decoder *d = NULL;
+    CHECK(ch_decoder_create(&d) == CHUTE_OK, "create");
+    static uint8_t b[54 + 4096];
+    static const struct {
+        int32_t w, h;
+        uint16_t bpp;
+        uint32_t comp;
+        uint64_t max_pixels;
+        int want;
+        const char *says;
+    } t[] = {
+        {0x7FFFFFFF, INT32_MIN, 32, 0, UINT64_MAX, CHUTE_ECORRUPT, "do not fit"},
+        {0x7FFFFFFF, 0x7FFFFFFF, 24, 0, UINT64_MAX, CHUTE_ECORRUPT, "do not fit"},
+        {0x7FFFFFFF, INT32_MIN, 1, 0, 64ull << 20, CHUTE_ELIMIT, "exceeds the limit"},
+        {16, 16, 24, 0, 255, CHUTE_ELIMIT, "exceeds the limit"},
+        {16, 16, 24, 1, UINT64_MAX, CHUTE_EUNSUPPORTED, "RLE8"},
+        {16, 16, 4, 2, UINT64_MAX, CHUTE_EUNSUPPORTED, "RLE4"},
+        {16, 16, 24, 4, UINT64_MAX, CHUTE_EUNSUPPORTED, "JPEG-in-BMP"},
+        {16, 16, 24, 5, UINT64_MAX, CHUTE_EUNSUPPORTED, "PNG-in-BMP"},
+        {16, 16, 16, 0, UINT64_MAX, CHUTE_EUNSUPPORTED, "16-bit"},
+        {16, 16, 24, 3, UINT64_MAX, CHUTE_EUNSUPPORTED, "BI_BITFIELDS at 24"},
+        {16, 16, 7, 0, UINT64_MAX, CHUTE_ECORRUPT, "7 bits per pixel"},
+        {-16, 16, 24, 0, UINT64_MAX, CHUTE_ECORRUPT, "bad image size"},
+        {16, 0, 24, 0, UINT64_MAX, CHUTE_ECORRUPT, "bad image size"},
+        {16, -16, 24, 0, UINT64_MAX, CHUTE_OK, ""},
+        {16, 16, 8, 0, UINT64_MAX, CHUTE_ECORRUPT, "pixel data offset"}, /* palette at 54 */
+        {8, 8, 32, 3, UINT64_MAX, CHUTE_EUNSUPPORTED, "bit masks"},      /* masks all zero */
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        size_t len = bmp_header(b, t[i].w, t[i].h, t[i].bpp, t[i].comp, 4096);
+        chute_error err = {0};
+        ch_image_info info;
+        int rc = ch_decoder_begin(d, b, len, t[i].max_pixels, &info, &err);
+        CHECK(rc == t[i].want && strstr(err.message, t[i].says) &&
+                  (rc == CHUTE_OK || strstr(err.message, "BMP")),
+              "case %zu: %s (%s), want %s saying '%s'", i, chute_status_name(rc), err.message,
+              chute_status_name(t[i].want), t[i].says);
+        if (rc == CHUTE_OK) {
+            ch_buf buf = {0};
+            ch_image im;
+            CHECK(info.kind == CH_IMG_BMP && info.caps == CH_DEC_CROP_WINDOW, "info");
+            CHECK(ch_decoder_finish(d, 1, 15, 15, 2, 1, &buf, &im, &err) == CHUTE_EINVAL,
+                  "window outside accepted");
+            ch_buf_free(&buf);
+        }
+        ch_decoder_abort(d);
+    }
+    /* Palette past the end of a short file; offset inside the headers. */
+    size_t len = bmp_header(b, 4, 4, 8, 0, 0);
+    put32(b + 46, 256);
+    chute_error err = {0};
+    ch_image_info info;
+    CHECK(ch_decoder_begin(d, b, len + 100, UINT64_MAX, &info, &err) == CHUTE_ECORRUPT &&
+              strstr(err.message, "palette"),
+          "palette past end: %s", err.message);
+    len = bmp_header(b, 4, 4, 24, 0, 64);
+    put32(b + 10, 20);
+    CHECK(ch_decoder_begin(d, b, len, UINT64_MAX, &info, &err) == CHUTE_ECORRUPT &&
+              strstr(err.message, "offset 20"),
+          "offset in headers: %s", err.message);
+    ch_decoder_destroy(d);
+    return 0;
+}
+
+/* CHRAW: an RGB window is a view into the record; sizes that overflow
+ * 32 bits are refused by the length check, not wrapped. */
+TEST(raw_window_and_sizes)
+{
+    ch_decoder *d = NULL;
+    CHECK(ch_decoder_create(&d) == CHUTE_OK, "create");
+    uint8_t rec[16 + 5 * 4 * 3];
+    memcpy(rec, "CHRAW\1\3\0", 8);
+    put32(rec + 8, 5);
+    put32(rec + 12, 4);
+    for (size_t i = 16; i < sizeof rec; i++)
+        rec[i] = (uint8_t)i;
+    chute_error err = {0};
+    ch_image_info info;
+    ch_buf buf = {0};
+    ch_image im;
+    CHECK(ch_decoder_begin(d, rec, sizeof rec, 20, &info, &err) == CHUTE_OK &&
+              info.kind == CH_IMG_RAW && info.width == 5 && info.height == 4,
+          "begin: %s", err.message);
+    CHECK(ch_decoder_finish(d, 4, 1, 2, 3, 2, &buf, &im, &err) == CHUTE_OK, "finish: %s",
+          err.message);
+    CHECK(im.pixels == rec + 16 + (2 * 5 + 1) * 3 && im.stride == 15 && im.x == 1 && im.y == 2 &&
+              im.scale_denom == 1 && buf.data == NULL,
+          "zero-copy view");
+    CHECK(ch_decoder_begin(d, rec, sizeof rec, 19, &info, &err) == CHUTE_ELIMIT, "limit");
+    put32(rec + 8, 0x80000000u);
+    put32(rec + 12, 0x80000000u); /* w*h*3 = 3 * 2^62 wraps in 64 bits without care */
+    CHECK(ch_decoder_begin(d, rec, sizeof rec, UINT64_MAX, &info, &err) == CHUTE_ECORRUPT,
+          "overflowing size: %s", err.message);
+    ch_buf_free(&buf);
+    ch_decoder_destroy(d);
+    return 0;
+}

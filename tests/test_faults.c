@@ -224,7 +224,7 @@ TEST(corrupt_content_skipped_not_retried)
 /* When every replacement of a skipped sample fails too, the message names
  * the original sample with the original's reason and the last replacement
  * with its own: sample 0 fails with an injected error, every other file is
- * garbage ("not a JPEG or PNG"). */
+ * garbage ("not a JPEG, PNG, BMP or CHRAW"). */
 TEST(replacement_errors_keep_their_own_reason)
 {
     NEED_DATA();
@@ -254,7 +254,7 @@ TEST(replacement_errors_keep_their_own_reason)
     chute_dataset_close(ds);
     CHECK(r.rc == CHUTE_ECORRUPT, "epoch of garbage ended with %s", chute_status_name(r.rc));
     /* "FIRST: injected ... (and 16 replacement samples failed too; the
-     * last, OTHER: not a JPEG or PNG image (...))" */
+     * last, OTHER: not a JPEG, PNG, BMP or CHRAW image (...))" */
     const char *p = strstr(r.msg, first);
     CHECK(p == r.msg, "message does not start with the sample that failed (%s): '%s'", first,
           r.msg);
@@ -264,7 +264,7 @@ TEST(replacement_errors_keep_their_own_reason)
     CHECK(strstr(reason, "injected CHUTE_ECORRUPT") && strstr(reason, "injected") < tail,
           "%s is reported with another file's reason: '%s'", first, r.msg);
     const char *last = strstr(tail, "junk");
-    CHECK(last && strstr(last, "not a JPEG or PNG"),
+    CHECK(last && strstr(last, "not a JPEG, PNG, BMP or CHRAW"),
           "the last replacement is not named with its own reason: '%s'", r.msg);
     CHECK(r.stats.corrupt >= 17, "corrupt %llu, expected at least 1 + 16 replacements",
           (unsigned long long)r.stats.corrupt);

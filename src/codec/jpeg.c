@@ -61,6 +61,11 @@ static void on_emit_message(j_common_ptr c, int level)
 
 static void on_output_message(j_common_ptr c) { (void)c; }
 
+static int ch_jpeg_sniff(const uint8_t *p, size_t len)
+{
+    return len >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF;
+}
+
 enum { CH_JPEG_MAX_SCANS = 100 };
 
 /* Called by libjpeg while it absorbs the input (once per iMCU row of
@@ -112,14 +117,14 @@ static int ensure_created(ch_decoder *d)
     return CHUTE_OK;
 }
 
-void ch_jpeg_abort(ch_decoder *d)
+static void ch_jpeg_abort(ch_decoder *d)
 {
     if (d->jpeg_started && d->cinfo.mem)
         jpeg_abort_decompress(&d->cinfo);
     d->jpeg_started = 0;
 }
 
-int ch_jpeg_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
+static int ch_jpeg_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
 {
     if (ensure_created(d) != CHUTE_OK)
         return ch_err(err, CHUTE_ENOMEM, "out of memory creating a JPEG decoder");
@@ -163,7 +168,7 @@ int ch_jpeg_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
     return CHUTE_OK;
 }
 
-void ch_jpeg_scaled_size(const ch_decoder *d, uint32_t denom, uint32_t *w, uint32_t *h)
+static void ch_jpeg_scaled_size(const ch_decoder *d, uint32_t denom, uint32_t *w, uint32_t *h)
 {
     *w = (d->info.width + denom - 1) / denom;
     *h = (d->info.height + denom - 1) / denom;
@@ -188,8 +193,8 @@ static void cmyk_to_rgb(uint8_t *p, size_t npix, int inverted)
     }
 }
 
-int ch_jpeg_finish(ch_decoder *d, uint32_t denom, uint32_t x, uint32_t y, uint32_t w, uint32_t h,
-                   ch_buf *buf, ch_image *out, chute_error *err)
+static int ch_jpeg_finish(ch_decoder *d, uint32_t denom, uint32_t x, uint32_t y, uint32_t w,
+                          uint32_t h, ch_buf *buf, ch_image *out, chute_error *err)
 {
     struct jpeg_decompress_struct *ci = &d->cinfo;
     if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
@@ -201,7 +206,7 @@ int ch_jpeg_finish(ch_decoder *d, uint32_t denom, uint32_t x, uint32_t y, uint32
     ci->do_fancy_upsampling = TRUE;
     uint32_t sw, sh;
     ch_jpeg_scaled_size(d, denom, &sw, &sh);
-    if (w == 0 || h == 0 || x >= sw || y >= sh || w > sw - x || h > sh - y) {
+    if (!ch_window_ok(x, y, w, h, sw, sh)) {
         ch_jpeg_abort(d);
         return ch_err(err, CHUTE_EINVAL, "JPEG window %ux%u+%u+%u outside the %ux%u image", w, h, x,
                       y, sw, sh);
@@ -272,3 +277,21 @@ int ch_jpeg_finish(ch_decoder *d, uint32_t denom, uint32_t x, uint32_t y, uint32
     out->scale_denom = vdenom;
     return CHUTE_OK;
 }
+
+void ch_jpeg_destroy(ch_decoder *d)
+{
+    ch_jpeg_abort(d);
+    if (d->cinfo.mem)
+        jpeg_destroy_decompress(&d->cinfo);
+}
+
+const ch_decoder_ops ch_jpeg_ops = {
+    .name = "JPEG",
+    .format = CH_IMG_JPEG,
+    .caps = CH_DEC_CROP_WINDOW | CH_DEC_DCT_SCALE,
+    .sniff = ch_jpeg_sniff,
+    .begin = ch_jpeg_begin,
+    .scaled_size = ch_jpeg_scaled_size,
+    .finish = ch_jpeg_finish,
+    .abort = ch_jpeg_abort,
+};

@@ -23,6 +23,11 @@
 
 #include <string.h>
 
+static int ch_png_sniff(const uint8_t *p, size_t len)
+{
+    return len >= 8 && memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0;
+}
+
 #ifdef CHUTE_HAVE_SPNG
 #include <spng.h>
 
@@ -45,7 +50,7 @@ static int png_fail(chute_error *err, const char *what, int e)
     return ch_err(err, CHUTE_ECORRUPT, "PNG %s: %s", what, spng_strerror(e));
 }
 
-void ch_png_abort(ch_decoder *d)
+static void ch_png_abort(ch_decoder *d)
 {
     if (d->png_ctx) {
         spng_ctx_free(d->png_ctx);
@@ -53,7 +58,7 @@ void ch_png_abort(ch_decoder *d)
     }
 }
 
-int ch_png_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
+static int ch_png_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
 {
     /* One context per image, kept from the header to the pixels. */
     spng_ctx *ctx = spng_ctx_new(0);
@@ -86,8 +91,14 @@ int ch_png_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
     return CHUTE_OK;
 }
 
-int ch_png_finish(ch_decoder *d, ch_buf *buf, ch_image *out, chute_error *err)
+static int ch_png_finish(ch_decoder *d, uint32_t denom, uint32_t x, uint32_t y, uint32_t w,
+                         uint32_t h, ch_buf *buf, ch_image *out, chute_error *err)
 {
+    (void)denom;
+    (void)x;
+    (void)y;
+    (void)w;
+    (void)h;
     spng_ctx *ctx = d->png_ctx;
     if (!ctx)
         return ch_err(err, CHUTE_EINVAL, "PNG: finish without begin");
@@ -118,21 +129,43 @@ int ch_png_finish(ch_decoder *d, ch_buf *buf, ch_image *out, chute_error *err)
 
 #else
 
-void ch_png_abort(ch_decoder *d) { (void)d; }
+static void ch_png_abort(ch_decoder *d) { (void)d; }
 
-int ch_png_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
+static int ch_png_begin(ch_decoder *d, uint64_t max_pixels, chute_error *err)
 {
     (void)d;
     (void)max_pixels;
     return ch_err(err, CHUTE_EUNSUPPORTED, "PNG support was not built in (libspng missing)");
 }
 
-int ch_png_finish(ch_decoder *d, ch_buf *buf, ch_image *out, chute_error *err)
+static int ch_png_finish(ch_decoder *d, uint32_t denom, uint32_t x, uint32_t y, uint32_t w,
+                         uint32_t h, ch_buf *buf, ch_image *out, chute_error *err)
 {
+    (void)denom;
+    (void)x;
+    (void)y;
+    (void)w;
+    (void)h;
     (void)d;
     (void)buf;
     (void)out;
+    (void)denom;
+    (void)x;
+    (void)y;
+    (void)w;
+    (void)h;
     return ch_err(err, CHUTE_EUNSUPPORTED, "PNG support was not built in (libspng missing)");
 }
 
 #endif
+
+/* No windowed decode: finish() decodes the whole image. */
+const ch_decoder_ops ch_png_ops = {
+    .name = "PNG",
+    .format = CH_IMG_PNG,
+    .caps = 0,
+    .sniff = ch_png_sniff,
+    .begin = ch_png_begin,
+    .finish = ch_png_finish,
+    .abort = ch_png_abort,
+};

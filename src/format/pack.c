@@ -167,8 +167,9 @@ static void check_one(pack_job *j, ch_decoder *dec, ch_buf *pix, uint64_t i)
         return;
     it->kind = ch_sniff(it->data.data, it->len);
     if (it->kind == CH_IMG_UNKNOWN) {
-        item_set(it, ITEM_UNDECODABLE, CHUTE_EFORMAT, "not a JPEG or PNG image (%s)",
-                 ch_sniff_name(it->data.data, it->len));
+        char names[CH_DECODER_NAMES_MAX];
+        item_set(it, ITEM_UNDECODABLE, CHUTE_EFORMAT, "not a %s image (%s)",
+                 ch_decoder_names(names, sizeof names), ch_sniff_name(it->data.data, it->len));
         return;
     }
     /* The pixel limit is checked even without validation: reading the
@@ -178,7 +179,7 @@ static void check_one(pack_job *j, ch_decoder *dec, ch_buf *pix, uint64_t i)
     ch_image_info info;
     int rc = ch_decoder_begin(dec, it->data.data, it->len, j->max_pixels, &info, &err);
     if (rc == CHUTE_OK && j->validate) {
-        uint32_t denom = info.kind == CH_IMG_JPEG ? 8 : 1, sw, sh;
+        uint32_t denom = info.caps & CH_DEC_DCT_SCALE ? 8 : 1, sw, sh;
         ch_decoder_scaled_size(dec, denom, &sw, &sh);
         ch_image img;
         rc = ch_decoder_finish(dec, denom, 0, 0, sw, sh, pix, &img, &err);

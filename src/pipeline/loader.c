@@ -195,7 +195,7 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
      * paths) and only while the crop stays at least the output size, so
      * the resampler still only ever shrinks. */
     uint32_t denom = 1;
-    if (info.kind == CH_IMG_JPEG && !ld->o.no_dct_scale) {
+    if ((info.caps & CH_DEC_DCT_SCALE) && !ld->o.no_dct_scale) {
         double cw = crop.x1 - crop.x0, chh = crop.y1 - crop.y0;
         while (denom < 8 && cw / (denom * 2) >= ld->o.size && chh / (denom * 2) >= ld->o.size)
             denom *= 2;

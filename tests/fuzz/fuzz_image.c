@@ -1,6 +1,7 @@
 /*
- * fuzz_image.c — fuzz target: the image decoders (JPEG via libjpeg-turbo,
- * PNG via libspng) through chute's two-step decode, with a window and DCT
+ * fuzz_image.c — fuzz target: every registered image decoder (JPEG via
+ * libjpeg-turbo, PNG via libspng, BMP, CHRAW; seeds for the last two in
+ * corpus/image) through chute's two-step decode, with a window and DCT
  * scale chosen from the input's last bytes.  Must never crash, hang, leak
  * or allocate beyond the pixel limit.
  */

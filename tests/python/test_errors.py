@@ -85,7 +85,7 @@ def test_corrupt_skip_counts_and_continues(corrupt_tree):
     if "truncated.jpg" in msg:
         assert "truncated.jpg: JPEG" in msg, msg
     else:
-        assert "garbage.jpg: not a JPEG or PNG" in msg, msg
+        assert "garbage.jpg: not a JPEG, PNG, BMP or CHRAW" in msg, msg
     warned = [str(w.message) for w in rec if issubclass(w.category, chute.SkippedSamplesWarning)]
     assert len(warned) == 1 and "%d samples" % s["corrupt"] in warned[0], warned
 
