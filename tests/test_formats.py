@@ -18,8 +18,8 @@ Cases:
                        clear errors naming what was tried
   corrupt_records      a flipped byte in a TFRecord record -> that sample fails
                        with file@offset and a CRC message, the others read; a
-                       tar sample without image or label fails naming shard
-                       and key
+                       tar sample without image or label, or with a field
+                       twice, fails naming shard and key
   same_batches         tree, shards, TFRecord and WebDataset copies of the
                        photo tree give byte-identical batches for one seed;
                        bench and inspect name the format
@@ -256,14 +256,16 @@ def corrupt_records(ctx):
     os.makedirs(d)
     with tarfile.open(os.path.join(d, "a.tar"), "w", format=tarfile.USTAR_FORMAT) as t:
         for name, data_ in (("ok.jpg", b"JPEG"), ("ok.cls", b"1"), ("nolabel.png", b"PNG"),
-                            ("noimage.cls", b"0"), ("badlabel.JPG", b"J"), ("badlabel.cls", b"x1")):
+                            ("noimage.cls", b"0"), ("badlabel.JPG", b"J"), ("badlabel.cls", b"x1"),
+                            ("dup.jpg", b"1"), ("dup.cls", b"2"), ("dup.jpg", b"3")):
             ti = tarfile.TarInfo(name)
             ti.size = len(data_)
             t.addfile(ti, io.BytesIO(data_))
     info, data = read_all(ctx, d, expect=1)
     err = info["proc"].err
-    ctx.check(info["n"] == 4 and data and data[0] == b"JPEG", "wds: %r %r" % (info.get("n"), data[:1]))
-    for key, why in (("nolabel", ".cls"), ("noimage", "no image"), ("badlabel", "not a decimal")):
+    ctx.check(info["n"] == 5 and data and data[0] == b"JPEG", "wds: %r %r" % (info.get("n"), data[:1]))
+    for key, why in (("nolabel", ".cls"), ("noimage", "no image"), ("badlabel", "not a decimal"),
+                     ("dup", "twice")):
         ctx.check('a.tar@' in err and '"%s"' % key in err and why in err,
                   "sample %s: %r" % (key, err))
 

@@ -14,12 +14,13 @@
  *     grouper lowercases nothing: webdataset lowercases, and so do we when
  *     comparing); the label is the `.cls` member, ASCII decimal (webdataset
  *     writes str(int)), read at open since every label is needed up front.
- *   - A sample without an image or a readable label, or whose key also
- *     names another sample in the shard (a "split" key), stays in the
+ *   - A sample without an image or a readable label, with a duplicated
+ *     field, or whose key also names another sample in the shard (a
+ *     "split" key), stays in the
  *     dataset and fails when read, CHUTE_ECORRUPT naming the shard, the
  *     sample's header offset and its key: the loader's corrupt-sample
- *     policy skips or fails it.  A duplicated field keeps its first member
- *     (the later ones are counted by the grouper, LENIENT policy).
+ *     policy skips or fails it.  So does a sample with a field twice
+ *     (webdataset raises ValueError on it).
  *   - read() is one positional read of the image member through the
  *     source.  Every shard stays open for the dataset's life.
  *   - Class names are synthesised "0".."N-1", N = largest label + 1.
@@ -32,7 +33,8 @@
 #include <string.h>
 #include <strings.h>
 
-enum { WDS_OK = 0, WDS_NO_IMAGE = 1, WDS_NO_LABEL = 2, WDS_BAD_LABEL = 3, WDS_SPLIT = 4 };
+enum { WDS_OK = 0, WDS_NO_IMAGE = 1, WDS_NO_LABEL = 2, WDS_BAD_LABEL = 3, WDS_SPLIT = 4,
+       WDS_DUPLICATE = 5 };
 
 typedef struct wds_sample {
     uint64_t offset;          /* image member's data (or the sample's first header) */
@@ -198,6 +200,22 @@ static int index_shard(chute_dataset *ds, wds_impl *t, uint32_t fi, uint64_t *ca
             s->bad = WDS_SPLIT;
             continue;
         }
+        /* The grouper (LENIENT) dropped duplicate fields: every keyed member
+         * between this sample's first and the next sample's first is this
+         * sample's, so more of them than fields means a duplicate. */
+        uint64_t m0 = w.fields[ws->first_field].member;
+        uint64_t m1 = k + 1 < w.count ? w.fields[w.samples[k + 1].first_field].member : tar.count;
+        uint64_t keyed = 0;
+        for (uint64_t m = m0; m < m1; m++) {
+            size_t kl, eo;
+            const char *mn = fmt_tar_name(&tar, m);
+            keyed += !fmt_wds_is_meta(mn, tar.m[m].name_len) &&
+                     fmt_wds_split_name(mn, tar.m[m].name_len, &kl, &eo);
+        }
+        if (keyed > ws->nfields) {
+            s->bad = WDS_DUPLICATE;
+            continue;
+        }
         if (!img) {
             s->bad = WDS_NO_IMAGE;
             continue;
@@ -286,7 +304,8 @@ static int wds_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, 
     const wds_file *f = &t->files[s->file];
     static const char *const why[] = {
         "", "no image member (.jpg, .jpeg, .png or .bmp)", "no .cls label member",
-        "the .cls member is not a decimal integer", "its key also names another sample in the shard"};
+        "the .cls member is not a decimal integer", "its key also names another sample in the shard",
+        "a field appears twice (webdataset refuses such a sample)"};
     if (s->bad)
         return ch_err(err, CHUTE_ECORRUPT, "%s@%llu: sample \"%s\": %s", f->path,
                       (unsigned long long)s->header, s->key, why[s->bad]);
