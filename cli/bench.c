@@ -151,7 +151,7 @@ int cmd_bench(int argc, char **argv)
     double ips = secs > 0 ? images / secs : 0;
     double mbs = secs > 0 ? (s.read.bytes - s0.read.bytes) / 1e6 / secs : 0;
     double wait = (s.wait_ns - s0.wait_ns) / 1e9;
-    const char *kind = chute_dataset_kind(ds) == CHUTE_SOURCE_SHARDS ? "shards" : "tree";
+    const char *kind = chute_dataset_format_name(ds);
     static const char *tnames[] = {"train", "eval", "none"};
     if (json) {
         printf("{\"system\":\"chute\",\"source\":");

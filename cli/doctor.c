@@ -304,7 +304,7 @@ static void diagnose(doctor_result *r)
 
     /* Advice tied to what was measured. */
     if (!strcmp(r->bottleneck, "storage")) {
-        if (!r->is_shards)
+        if (!strcmp(r->format, "tree")) /* many small files */
             add_advice(r,
                        "pack the files into shards (chute pack %s OUT): one large file reads "
                        "sequentially instead of %.0f small opens+reads per second",
@@ -434,7 +434,7 @@ int cmd_doctor(int argc, char **argv)
         free(r);
         return 1;
     }
-    r->is_shards = chute_dataset_kind(ds) == CHUTE_SOURCE_SHARDS;
+    snprintf(r->format, sizeof r->format, "%s", chute_dataset_format_name(ds));
     r->samples = chute_dataset_size(ds);
     r->read_delay_us = delay_us;
     cli_gpu *gpu = cli_gpu_open();
@@ -506,7 +506,7 @@ int cmd_doctor(int argc, char **argv)
         doctor_print_json(stdout, r);
     } else {
         printf("chute doctor: %s (%s, %llu samples, transform %s, %u workers on %u cores)\n",
-               r->source, r->is_shards ? "shards" : "tree", (unsigned long long)r->samples,
+               r->source, r->format, (unsigned long long)r->samples,
                r->transform, r->workers, r->cores);
         printf("  storage    %8.0f images/s  %7.1f MB/s   %s%s\n", r->storage_ips, r->storage_mbs,
                r->storage_method, delay_us ? " + injected latency" : "");

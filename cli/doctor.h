@@ -17,7 +17,7 @@ typedef struct doctor_point {
 typedef struct doctor_result {
     char source[1024];
     char transform[16];
-    int is_shards;
+    char format[32];          /* chute_dataset_format_name */
     uint64_t samples;
     uint32_t cores, workers, read_delay_us;
     /* stage 1 */

@@ -235,7 +235,7 @@ int cmd_inspect(int argc, char **argv)
     static const char *side_names[] = {"<64", "64-127", "128-255", "256-511", "512-1023",
                                        "1024-2047", "2048-4095", ">=4096"};
     static const char *cs_names[] = {"grey", "grey+alpha", "rgb", "4-channel (rgba/cmyk)", "other"};
-    const char *kind = chute_dataset_kind(ds) == CHUTE_SOURCE_SHARDS ? "shards" : "tree";
+    const char *kind = chute_dataset_format_name(ds);
     if (json) {
         printf("{\"source\":");
         cli_json_str(stdout, pos[0]);

@@ -29,7 +29,7 @@ void doctor_print_json(FILE *f, const doctor_result *r)
             "\"pipeline\":%.1f},"
             "\"per_core\":{\"decode_ms\":%.4f,\"transform_ms\":%.4f,\"read_ms\":%.4f},"
             "\"storage_mb_per_sec\":%.2f,\"storage_method\":",
-            r->is_shards ? "shards" : "tree", (unsigned long long)r->samples, r->transform,
+            r->format, (unsigned long long)r->samples, r->transform,
             r->cores, r->workers, r->bottleneck, r->deliverable_ips, r->pipeline_ips,
             r->pipeline_wait, r->storage_ips, r->decode_ips, r->transform_ips, r->cpu_ips,
             r->pipeline_ips, r->decode_s * 1e3, r->transform_s * 1e3, r->read_cpu_s * 1e3,
@@ -247,8 +247,8 @@ int doctor_write_report(const char *path, const doctor_result *r)
                       "td:first-child,th:first-child{text-align:left}.bn{color:#d9534f;"
                       "font-weight:bold}</style></head><body>\n<h1>chute doctor: ");
     html_text(&b, r->source);
-    cli_sb_printf(&b, "</h1>\n<p>%s, %llu samples, transform <b>%s</b>, %u workers on %u cores.</p>\n",
-                  r->is_shards ? "chute shards" : "image tree", (unsigned long long)r->samples,
+    cli_sb_printf(&b, "</h1>\n<p>%s format, %llu samples, transform <b>%s</b>, %u workers on %u cores.</p>\n",
+                  r->format, (unsigned long long)r->samples,
                   r->transform, r->workers, r->cores);
     cli_sb_printf(&b, "<p class=\"bn\" id=\"bottleneck\">Bottleneck: %s</p>\n<p>", r->bottleneck);
     html_text(&b, r->verdict);

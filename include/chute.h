@@ -109,6 +109,21 @@ typedef struct chute_dataset_options {
     uint32_t inject_fail_reads;
     int32_t inject_fail_status;
     uint64_t inject_fail_sample;
+    /* The format by its registered name ("tree", "shards", "tfrecord",
+     * "wds"; see chute_format_name), or NULL to probe the path: the format
+     * most sure of it wins; none, or two equally sure, is CHUTE_EFORMAT
+     * with a message listing what each said.  A name and a kind other than
+     * AUTO must agree. */
+    const char *format;
+    /* Added to every label read from the files (TFRecord, WebDataset):
+     * imagenet_to_gcs.py writes ImageNet labels 1..1000, so label_offset =
+     * -1 gives torchvision's 0..999.  A label still negative after it is
+     * an error at open naming the record.  Default 0. */
+    int32_t label_offset;
+    /* TFRecord feature keys (NULL: imagenet_to_gcs.py's "image/encoded"
+     * and "image/class/label"). */
+    const char *image_key;
+    const char *label_key;
 } chute_dataset_options;
 
 /* chute_dataset_open with options. */
@@ -120,7 +135,14 @@ CHUTE_API uint64_t chute_dataset_size(const chute_dataset *ds);
 CHUTE_API uint32_t chute_dataset_num_classes(const chute_dataset *ds);
 /* Class name for a label, borrowed from the dataset; NULL if out of range. */
 CHUTE_API const char *chute_dataset_class_name(const chute_dataset *ds, uint32_t label);
+/* AUTO for formats other than the tree and shards (kept for ABI
+ * compatibility; prefer chute_dataset_format_name). */
 CHUTE_API chute_source_kind chute_dataset_kind(const chute_dataset *ds);
+/* The registered name of the dataset's format ("tree", "shards",
+ * "tfrecord", "wds"); static storage.  NULL for a NULL dataset. */
+CHUTE_API const char *chute_dataset_format_name(const chute_dataset *ds);
+/* The k-th registered format's name (k from 0), NULL past the last. */
+CHUTE_API const char *chute_format_name(uint32_t k);
 /* Label of sample i (the torchvision convention: classes sorted by name). */
 CHUTE_API int64_t chute_dataset_label(const chute_dataset *ds, uint64_t i);
 /* Encoded size in bytes of sample i (its file or its shard record). */

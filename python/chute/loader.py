@@ -150,7 +150,14 @@ class Loader:
             the sorted class index, as torchvision's ImageFolder) or of a shard
             directory written by :func:`chute.pack`; or an open :class:`chute.Dataset`.
         source_kind: ``"auto"`` (a directory with ``chute.manifest`` is shards),
-            ``"tree"`` or ``"shards"``.
+            ``"tree"`` or ``"shards"``.  Kept for compatibility; see ``format``.
+        format: a registered format name (``"tree"``, ``"shards"``,
+            ``"tfrecord"``, ``"wds"``), or None (the default) to probe the path.
+            An unknown name raises with the list of known ones.
+        label_offset: added to labels read from TFRecord/WebDataset files
+            (``imagenet_to_gcs.py`` writes 1-based labels: use -1).
+        image_key, label_key: TFRecord feature keys (default
+            ``"image/encoded"`` and ``"image/class/label"``).
 
     Batches
         batch_size: samples per batch.
@@ -258,6 +265,10 @@ class Loader:
         return_indices: bool = False,
         as_torch: Optional[bool] = None,
         source_kind: str = "auto",
+        format: Optional[str] = None,
+        label_offset: int = 0,
+        image_key: Optional[str] = None,
+        label_key: Optional[str] = None,
         scale: Tuple[float, float] = (0.08, 1.0),
         dct_scale: bool = True,
         max_pixels: Optional[int] = None,
@@ -329,9 +340,13 @@ class Loader:
         if isinstance(source, _chute.Dataset):
             self.dataset = source
         else:
+            if format is not None and not isinstance(format, str):
+                raise TypeError("format must be a str or None")
             self.dataset = _chute.Dataset(os.fspath(source), t_kind,
                                           read_delay_us=_uint("read_delay_us", read_delay_us, 0,
-                                                              2 ** 32 - 1))
+                                                              2 ** 32 - 1),
+                                          format=format, label_offset=int(label_offset),
+                                          image_key=image_key, label_key=label_key)
         self._core = _chute._Loader(
             self.dataset,
             batch_size=self.batch_size,

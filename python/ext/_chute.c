@@ -673,20 +673,19 @@ static PyTypeObject DatasetType;
 static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path", "kind", "read_delay_us", "inject_fail_sample",
-                             "inject_fail_reads", "inject_fail_status", NULL};
+                             "inject_fail_reads", "inject_fail_status", "format",
+                             "label_offset", "image_key", "label_key", NULL};
+    const char *format = NULL, *image_key = NULL, *label_key = NULL;
+    int label_offset = 0;
     PyObject *path = NULL;
     int kind = CHUTE_SOURCE_AUTO, fail_status = 0;
     unsigned int delay = 0, fail_reads = 0;
     unsigned long long fail_sample = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIi:Dataset", kwlist, PyUnicode_FSConverter,
-                                     &path, &kind, &delay, &fail_sample, &fail_reads,
-                                     &fail_status))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizz:Dataset", kwlist,
+                                     PyUnicode_FSConverter, &path, &kind, &delay, &fail_sample,
+                                     &fail_reads, &fail_status, &format, &label_offset,
+                                     &image_key, &label_key))
         return -1;
-    if (kind < CHUTE_SOURCE_AUTO || kind > CHUTE_SOURCE_SHARDS) {
-        Py_DECREF(path);
-        PyErr_SetString(PyExc_ValueError, "kind must be 0 (auto), 1 (tree) or 2 (shards)");
-        return -1;
-    }
     if (self->ref) {
         Py_DECREF(path);
         PyErr_SetString(PyExc_RuntimeError, "Dataset is already open");
@@ -704,6 +703,10 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     o.inject_fail_sample = fail_sample;
     o.inject_fail_reads = fail_reads;
     o.inject_fail_status = fail_status;
+    o.format = format;
+    o.label_offset = label_offset;
+    o.image_key = image_key;
+    o.label_key = label_key;
     Py_BEGIN_ALLOW_THREADS
     rc = chute_dataset_open_ex(p, &o, &ds, &err);
     Py_END_ALLOW_THREADS
@@ -800,8 +803,7 @@ static PyObject *Dataset_get_kind(DatasetObject *self, void *c)
 {
     if (ds_check(self))
         return NULL;
-    return PyUnicode_FromString(chute_dataset_kind(self->ref->ds) == CHUTE_SOURCE_SHARDS ? "shards"
-                                                                                         : "tree");
+    return PyUnicode_FromString(chute_dataset_format_name(self->ref->ds));
 }
 
 static PyObject *Dataset_get_path(DatasetObject *self, void *c)
@@ -891,8 +893,7 @@ static PyObject *Dataset_repr(DatasetObject *self)
     if (!self->ref)
         return PyUnicode_FromString("chute.Dataset(<closed>)");
     return PyUnicode_FromFormat("chute.Dataset(%R, kind='%s', samples=%llu, classes=%u)", self->path,
-                                chute_dataset_kind(self->ref->ds) == CHUTE_SOURCE_SHARDS ? "shards"
-                                                                                         : "tree",
+                                chute_dataset_format_name(self->ref->ds),
                                 (unsigned long long)chute_dataset_size(self->ref->ds),
                                 chute_dataset_num_classes(self->ref->ds));
 }

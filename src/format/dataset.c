@@ -1,6 +1,8 @@
 /*
- * dataset.c — the public chute_dataset_* calls: detect the source kind,
- * open it through its format, and answer questions about samples.
+ * dataset.c — the public chute_dataset_* calls: pick the format (by name
+ * or by probing every registered one, registry.c), open the path through
+ * it, and answer questions about samples.  Also the small helpers formats
+ * share (file lists, synthesised class names, label checks).
  */
 #define _GNU_SOURCE
 #include "format.h"
@@ -26,23 +28,6 @@ void ch_dataset_free_fields(chute_dataset *ds)
     free(ds->class_names);
     free(ds->root);
     memset(ds, 0, sizeof *ds);
-}
-
-/* A directory holding shard files (or pack's temporaries) but no manifest
- * is an interrupted pack, not an image tree: say so instead of "no class
- * directories". */
-static int looks_like_partial_pack(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    int found = 0;
-    struct dirent *de;
-    while (!found && (de = readdir(d)) != NULL) {
-        found = ch_packfile_kind(de->d_name, NULL) != CH_PACKFILE_OTHER;
-    }
-    closedir(d);
-    return found;
 }
 
 int chute_dataset_open(const char *path, chute_source_kind kind, chute_dataset **out_ds,
@@ -126,10 +111,61 @@ void ch_ds_drop_cache(const chute_dataset *ds, uint64_t i)
     ch_drop_page_cache(path);
 }
 
+/* The format for path: the one named (opt->format, or the legacy kind),
+ * else the one whose probe is most sure.  Nothing sure, or a tie at the
+ * top, is an error listing every format and what its probe said. */
+static int pick_format(const char *path, int is_dir, const chute_dataset_options *opt,
+                       const ch_format_ops **out, chute_error *err)
+{
+    static const char *const legacy[] = {NULL, "tree", "shards"};
+    chute_source_kind kind = opt ? opt->kind : CHUTE_SOURCE_AUTO;
+    const char *name = opt ? opt->format : NULL;
+    if ((unsigned)kind >= sizeof legacy / sizeof *legacy)
+        return ch_err(err, CHUTE_EINVAL, "unknown source kind %d", (int)kind);
+    if (name && legacy[kind] && strcmp(name, legacy[kind]) != 0)
+        return ch_err(err, CHUTE_EINVAL, "format \"%s\" and source kind \"%s\" disagree", name,
+                      legacy[kind]);
+    if (!name)
+        name = legacy[kind];
+    char names[512] = "";
+    for (size_t k = 0; ch_formats[k]; k++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "",
+                 ch_formats[k]->name);
+    if (name) {
+        *out = ch_format_find(name);
+        if (!*out)
+            return ch_err(err, CHUTE_EINVAL, "unknown format \"%s\" (known: %s)", name, names);
+        return CHUTE_OK;
+    }
+    int best = CH_PROBE_NO, ties = 0;
+    char tried[2048] = "";
+    for (size_t k = 0; ch_formats[k]; k++) {
+        char why[512] = "";
+        int c = ch_formats[k]->probe(path, is_dir, why, sizeof why);
+        size_t l = strlen(tried);
+        snprintf(tried + l, sizeof tried - l, "%s%s: %s", k ? "; " : "", ch_formats[k]->name,
+                 c > CH_PROBE_NO ? (c == CH_PROBE_FALLBACK ? "matches as a fallback" : "matches") : why[0] ? why : "no match");
+        if (c > best) {
+            best = c;
+            ties = 0;
+            *out = ch_formats[k];
+        } else if (c == best && c > CH_PROBE_NO) {
+            ties++;
+        }
+    }
+    if (best == CH_PROBE_NO)
+        return ch_err(err, CHUTE_EFORMAT, "%s: no format recognises it (%s)", path, tried);
+    if (ties)
+        return ch_err(err, CHUTE_EFORMAT,
+                      "%s: more than one format matches equally (%s): name one with the format "
+                      "option",
+                      path, tried);
+    return CHUTE_OK;
+}
+
 int chute_dataset_open_ex(const char *path, const chute_dataset_options *opt,
                           chute_dataset **out_ds, chute_error *err)
 {
-    chute_source_kind kind = opt ? opt->kind : CHUTE_SOURCE_AUTO;
     if (!path || !out_ds)
         return ch_err(err, CHUTE_EINVAL, "chute_dataset_open: path and out_ds are required");
     *out_ds = NULL;
@@ -137,38 +173,25 @@ int chute_dataset_open_ex(const char *path, const chute_dataset_options *opt,
     if (stat(path, &st) != 0)
         return ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno, "%s",
                             path);
-    if (!S_ISDIR(st.st_mode))
-        return ch_err(err, CHUTE_EFORMAT,
-                      "%s: not a directory (expected an image tree or a chute shard directory)",
-                      path);
-    if (kind == CHUTE_SOURCE_AUTO) {
-        char m[4096];
-        snprintf(m, sizeof m, "%s/%s", path, CH_MANIFEST_NAME);
-        kind = access(m, F_OK) == 0 ? CHUTE_SOURCE_SHARDS : CHUTE_SOURCE_TREE;
-        if (kind == CHUTE_SOURCE_TREE && looks_like_partial_pack(path))
-            return ch_err(err, CHUTE_EFORMAT,
-                          "%s: shard files but no %s: an incomplete chute shard directory (was "
-                          "'chute pack' interrupted? run it again)",
-                          path, CH_MANIFEST_NAME);
-    }
+    const ch_format_ops *fmt = NULL;
+    int rc = pick_format(path, S_ISDIR(st.st_mode), opt, &fmt, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    chute_dataset_options zero = {0};
     chute_dataset *ds = calloc(1, sizeof *ds);
     if (!ds)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     ds->src = &ch_source_local;
+    ds->fmt = fmt;
     ds->root = strdup(path);
     /* Strip trailing slashes so messages read "root/cls/x.jpg". */
     size_t n = ds->root ? strlen(ds->root) : 0;
     while (n > 1 && ds->root[n - 1] == '/')
         ds->root[--n] = '\0';
-    int rc;
     if (!ds->root)
         rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
-    else if (kind == CHUTE_SOURCE_SHARDS)
-        rc = ch_shards_open(ds, ds->root, err);
-    else if (kind == CHUTE_SOURCE_TREE)
-        rc = ch_tree_open(ds, ds->root, err);
     else
-        rc = ch_err(err, CHUTE_EINVAL, "unknown source kind %d", (int)kind);
+        rc = fmt->open(ds, ds->root, opt ? opt : &zero, err);
     if (rc != CHUTE_OK) {
         ch_dataset_free_fields(ds);
         free(ds);
@@ -202,7 +225,16 @@ uint64_t chute_dataset_size(const chute_dataset *ds) { return ds ? ds->n : 0; }
 uint32_t chute_dataset_num_classes(const chute_dataset *ds) { return ds ? ds->nclasses : 0; }
 chute_source_kind chute_dataset_kind(const chute_dataset *ds)
 {
-    return ds ? ds->kind : CHUTE_SOURCE_AUTO;
+    if (ds && ds->fmt == &ch_format_tree)
+        return CHUTE_SOURCE_TREE;
+    if (ds && ds->fmt == &ch_format_shards)
+        return CHUTE_SOURCE_SHARDS;
+    return CHUTE_SOURCE_AUTO;
+}
+
+const char *chute_dataset_format_name(const chute_dataset *ds)
+{
+    return ds && ds->fmt ? ds->fmt->name : NULL;
 }
 
 const char *chute_dataset_class_name(const chute_dataset *ds, uint32_t label)
@@ -253,4 +285,113 @@ int chute_dataset_read(const chute_dataset *ds, uint64_t i, void *buf, size_t ca
         return ch_err(err, CHUTE_ELIMIT, "sample %llu needs %zu bytes, buffer has %zu",
                       (unsigned long long)i, *out_len, cap);
     return rc;
+}
+
+/* ---- helpers shared by the formats ---- */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void ch_path_list_free(char **v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+int ch_path_list(const char *path, int (*keep)(const char *name), char ***out, size_t *out_n,
+                 chute_error *err)
+{
+    *out = NULL;
+    *out_n = 0;
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno, "%s",
+                            path);
+    if (!S_ISDIR(st.st_mode)) {
+        char **v = malloc(sizeof *v);
+        if (!v || !(v[0] = strdup(path))) {
+            free(v);
+            return ch_err(err, CHUTE_ENOMEM, "out of memory");
+        }
+        *out = v;
+        *out_n = 1;
+        return CHUTE_OK;
+    }
+    DIR *d = opendir(path);
+    if (!d)
+        return ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot list", path);
+    char **v = NULL;
+    size_t n = 0, cap = 0;
+    int rc = CHUTE_OK;
+    struct dirent *de;
+    errno = 0;
+    while (rc == CHUTE_OK && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.' || !keep(de->d_name))
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            char **nv = realloc(v, nc * sizeof *nv);
+            if (!nv) {
+                rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+                break;
+            }
+            v = nv;
+            cap = nc;
+        }
+        if (asprintf(&v[n], "%s/%s", path, de->d_name) < 0) {
+            rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+            break;
+        }
+        n++;
+        errno = 0;
+    }
+    if (rc == CHUTE_OK && errno != 0)
+        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: listing failed", path);
+    closedir(d);
+    if (rc != CHUTE_OK) {
+        ch_path_list_free(v, n);
+        return rc;
+    }
+    if (n > 1)
+        qsort(v, n, sizeof *v, cmp_str);
+    *out = v;
+    *out_n = n;
+    return CHUTE_OK;
+}
+
+int ch_ds_synth_classes(chute_dataset *ds, uint32_t n, chute_error *err)
+{
+    if (n > CH_MAX_SYNTH_CLASSES)
+        return ch_err(err, CHUTE_ELIMIT, "%s: %u classes is more than %u", ds->root, n,
+                      CH_MAX_SYNTH_CLASSES);
+    ds->class_names = calloc(n ? n : 1, sizeof(char *));
+    if (!ds->class_names)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory for %u class names", n);
+    for (uint32_t c = 0; c < n; c++) {
+        if (asprintf(&ds->class_names[c], "%u", c) < 0) {
+            ds->class_names[c] = NULL;
+            ds->nclasses = c; /* what free_fields releases */
+            return ch_err(err, CHUTE_ENOMEM, "out of memory for %u class names", n);
+        }
+    }
+    ds->nclasses = n;
+    return CHUTE_OK;
+}
+
+int ch_ds_label(int64_t raw, const chute_dataset_options *opt, const char *where, int32_t *out,
+                chute_error *err)
+{
+    int64_t off = opt ? opt->label_offset : 0;
+    if (raw < INT64_MIN / 2 || raw > INT64_MAX / 2 || raw + off < 0 ||
+        raw + off >= (int64_t)CH_MAX_SYNTH_CLASSES)
+        return ch_err(err, CHUTE_ECORRUPT,
+                      "%s: label %lld%s is outside 0..%u (label_offset %lld; imagenet_to_gcs.py "
+                      "labels are 1-based: use label_offset -1)",
+                      where, (long long)raw, off ? " plus the offset" : "",
+                      CH_MAX_SYNTH_CLASSES - 1, (long long)off);
+    *out = (int32_t)(raw + off);
+    return CHUTE_OK;
 }

@@ -19,11 +19,40 @@
 
 #include <stdatomic.h>
 
-#define CH_FORMAT_OPS_VERSION 1
+#define CH_FORMAT_OPS_VERSION 2
 
+/* How sure a probe is that a path holds its format (0 = not this one). */
+enum {
+    CH_PROBE_NO = 0,
+    CH_PROBE_FALLBACK = 10,   /* "any directory": the image tree */
+    CH_PROBE_LIKELY = 60,     /* names and a valid first header */
+    CH_PROBE_CERTAIN = 100    /* a marker file only this format writes */
+};
+
+/*
+ * The contract a format fulfils (docs/DESIGN.md, "Adding a format"):
+ *   probe  looks at a path (is_dir: what stat said) and returns how sure it
+ *          is, CH_PROBE_*; it reads at most a few headers, never the data,
+ *          and on 0 may write why into why[n] for the "nothing matched"
+ *          message.  It has no side effects.
+ *   open   fills ds->impl, n, labels (n of them, each 0 <= l < nclasses),
+ *          nclasses and class_names (synthesise "0".."N-1" when the files
+ *          carry none).  ds->fmt, ds->src and ds->root are set before it is
+ *          called; on failure it leaves what it allocated in ds for
+ *          ch_dataset_free_fields (which calls close(impl)).
+ *   read   is called from many threads at once: no locks or allocation in
+ *          the steady state; a damaged sample is CHUTE_ECORRUPT with a
+ *          message that begins with the file (and @offset) and names the
+ *          sample, storage failures are CHUTE_EIO.
+ * The registry (registry.c) is the one list of formats; nothing outside a
+ * format's own file asks which format a dataset has.
+ */
 typedef struct ch_format_ops {
     uint32_t version;
     const char *name;
+    int (*probe)(const char *path, int is_dir, char *why, size_t n);
+    int (*open)(chute_dataset *ds, const char *path, const chute_dataset_options *opt,
+                chute_error *err);
     /* Read sample i into buf.  If cap is too small: CH_ESMALL, *out_len = need. */
     int (*read)(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, size_t *out_len,
                 chute_error *err);
@@ -38,7 +67,6 @@ typedef struct ch_format_ops {
 } ch_format_ops;
 
 struct chute_dataset {
-    chute_source_kind kind;
     const ch_format_ops *fmt;
     const ch_source_ops *src;
     void *impl;
@@ -79,11 +107,31 @@ void ch_ds_failure_message(const chute_dataset *ds, uint64_t i, const char *reas
  * its file, or on the whole shard that holds it).  Best effort. */
 void ch_ds_drop_cache(const chute_dataset *ds, uint64_t i);
 
-/* Open helpers: fill ds->impl, n, labels, classes.  On failure leave
- * whatever they allocated in ds for ch_dataset_free_fields. */
-int ch_tree_open(chute_dataset *ds, const char *root, chute_error *err);
-int ch_shards_open(chute_dataset *ds, const char *dir, chute_error *err);
+/* The registry (registry.c): every format, NULL-terminated, in the order
+ * probes run and names are listed. */
+extern const ch_format_ops *const ch_formats[];
+extern const ch_format_ops ch_format_tree, ch_format_shards, ch_format_tfrecord, ch_format_wds;
+/* The registered format called name, or NULL. */
+const ch_format_ops *ch_format_find(const char *name);
+
 void ch_dataset_free_fields(chute_dataset *ds);
+
+/* Helpers for formats made of many files in one directory (tfrecord, wds):
+ * the names in dir for which keep(name) is true, sorted bytewise, as
+ * "dir/name" paths (malloc'd array of malloc'd strings; free with
+ * ch_path_list_free).  A path that is a regular file is a list of one.
+ * Returns CHUTE_OK with *out_n = 0 when none matched. */
+int ch_path_list(const char *path, int (*keep)(const char *name), char ***out, size_t *out_n,
+                 chute_error *err);
+void ch_path_list_free(char **v, size_t n);
+/* Synthesised class names "0".."n-1" into ds (n <= CH_MAX_SYNTH_CLASSES). */
+#define CH_MAX_SYNTH_CLASSES (1u << 24)
+int ch_ds_synth_classes(chute_dataset *ds, uint32_t n, chute_error *err);
+/* Apply opt->label_offset to a label read from a file and check it: a
+ * label must end up in [0, CH_MAX_SYNTH_CLASSES).  `where` names the
+ * record for the message. */
+int ch_ds_label(int64_t raw, const chute_dataset_options *opt, const char *where, int32_t *out,
+                chute_error *err);
 
 /* Tree listing shared by the tree format and pack: classes sorted by name,
  * files in os.walk order (sorted dirs, sorted names), torchvision's image

@@ -59,6 +59,8 @@ typedef struct fmt_reader {
     uint64_t win_off;       /* file offset of win[0] */
     size_t win_len;         /* valid bytes in win */
     uint64_t last_off;      /* offset of the previous get (sizes refills) */
+    const struct ch_source_ops *src; /* source input (fmt_reader_source), or NULL */
+    void *src_h;
 } fmt_reader;
 
 #define FMT_WINDOW_DEFAULT (1u << 20)
@@ -75,6 +77,10 @@ int fmt_reader_fd(fmt_reader *r, int fd, uint64_t size, size_t window, const cha
  * the size is CHUTE_EIO (the file changed or the device failed). */
 int fmt_reader_get(fmt_reader *r, uint64_t off, size_t n, const uint8_t **out,
                    chute_error *err);
+/* The same over a file opened through a source (src/io): refills are
+ * src->read_at calls, so a format indexes remote files as local ones. */
+int fmt_reader_source(fmt_reader *r, const struct ch_source_ops *src, void *h, uint64_t size,
+                      size_t window, const char *name, chute_error *err);
 void fmt_reader_free(fmt_reader *r);
 
 /* ---- CRC32C (Castagnoli), as TFRecord uses it ------------------------- */

@@ -22,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include "parse.h"
+#include "../io/io.h"
 
 #include <errno.h>
 #include <string.h>
@@ -51,6 +52,15 @@ int fmt_reader_fd(fmt_reader *r, int fd, uint64_t size, size_t window, const cha
         return ch_err(err, CHUTE_ENOMEM, "%s: no memory for a %zu-byte read window", r->name,
                       r->win_cap);
     return CHUTE_OK;
+}
+
+int fmt_reader_source(fmt_reader *r, const struct ch_source_ops *src, void *h, uint64_t size,
+                      size_t window, const char *name, chute_error *err)
+{
+    int rc = fmt_reader_fd(r, -1, size, window, name, err);
+    r->src = src;
+    r->src_h = h;
+    return rc;
 }
 
 void fmt_reader_free(fmt_reader *r)
@@ -91,6 +101,12 @@ int fmt_reader_get(fmt_reader *r, uint64_t off, size_t n, const uint8_t **out,
     size_t got = 0;
     int tries = 0;
     r->win_len = 0; /* a failed refill must not leave a half-new window valid */
+    if (r->src) {
+        int rc = r->src->read_at(r->src_h, r->name, off, r->win, want, err);
+        if (rc != CHUTE_OK)
+            return rc;
+        got = want;
+    }
     while (got < want) {
         ssize_t k = pread(r->fd, r->win + got, want - got, (off_t)(off + got));
         if (k < 0 && (errno == EINTR || (errno == EAGAIN && ++tries < 3)))

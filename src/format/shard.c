@@ -947,7 +947,7 @@ static inline void shard_release(shards_impl *s, uint32_t k, void *h, int transi
 int ch_shards_cache_stats(const chute_dataset *ds, ch_shard_cache_stats *out)
 {
     memset(out, 0, sizeof *out);
-    if (!ds || ds->kind != CHUTE_SOURCE_SHARDS || !ds->impl)
+    if (!ds || ds->fmt != &ch_format_shards || !ds->impl)
         return CHUTE_EINVAL;
     shards_impl *s = ds->impl;
     fd_cache *c = &s->cache;
@@ -1047,15 +1047,6 @@ static void shards_close(void *impl)
     free(s);
 }
 
-static const ch_format_ops k_shards_ops = {
-    .version = CH_FORMAT_OPS_VERSION,
-    .name = "shards",
-    .read = shards_read,
-    .sample_size = shards_sample_size,
-    .describe = shards_describe,
-    .file_of = shards_file_of,
-    .close = shards_close,
-};
 
 typedef struct file_id {
     dev_t dev;
@@ -1163,15 +1154,15 @@ static int scan_shards(shards_impl *s, chute_error *err)
     return CHUTE_OK;
 }
 
-int ch_shards_open(chute_dataset *ds, const char *dir, chute_error *err)
+static int shards_open(chute_dataset *ds, const char *dir, const chute_dataset_options *opt,
+                       chute_error *err)
 {
+    (void)opt;
     shards_impl *s = calloc(1, sizeof *s);
     if (!s)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     pthread_mutex_init(&s->cache.mu, NULL);
     s->src = ds->src;
-    ds->kind = CHUTE_SOURCE_SHARDS;
-    ds->fmt = &k_shards_ops;
     ds->impl = s;
 
     char mpath[4096];
@@ -1263,3 +1254,31 @@ int ch_shards_open(chute_dataset *ds, const char *dir, chute_error *err)
     ds->n = total;
     return CHUTE_OK;
 }
+
+/* A directory with a manifest is a shard directory: only pack writes one. */
+static int shards_probe(const char *path, int is_dir, char *why, size_t n)
+{
+    char m[4096];
+    if (!is_dir) {
+        snprintf(why, n, "not a directory");
+        return CH_PROBE_NO;
+    }
+    if ((size_t)snprintf(m, sizeof m, "%s/%s", path, CH_MANIFEST_NAME) >= sizeof m ||
+        access(m, F_OK) != 0) {
+        snprintf(why, n, "no %s", CH_MANIFEST_NAME);
+        return CH_PROBE_NO;
+    }
+    return CH_PROBE_CERTAIN;
+}
+
+const ch_format_ops ch_format_shards = {
+    .version = CH_FORMAT_OPS_VERSION,
+    .name = "shards",
+    .probe = shards_probe,
+    .open = shards_open,
+    .read = shards_read,
+    .sample_size = shards_sample_size,
+    .describe = shards_describe,
+    .file_of = shards_file_of,
+    .close = shards_close,
+};

@@ -463,19 +463,44 @@ static void tree_close(void *impl)
     free(t);
 }
 
-static const ch_format_ops k_tree_ops = {
-    .version = CH_FORMAT_OPS_VERSION,
-    .name = "tree",
-    .read = tree_read,
-    .sample_size = tree_sample_size,
-    .describe = tree_describe,
-    .file_of = tree_describe,
-    .close = tree_close,
-    .skipped = tree_skipped,
-};
-
-int ch_tree_open(chute_dataset *ds, const char *root, chute_error *err)
+/* A directory holding shard files (or pack's temporaries) but no manifest
+ * is an interrupted pack, not an image tree: say so instead of "no class
+ * directories". */
+static int looks_like_partial_pack(const char *dir)
 {
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int found = 0;
+    struct dirent *de;
+    while (!found && (de = readdir(d)) != NULL)
+        found = ch_packfile_kind(de->d_name, NULL) != CH_PACKFILE_OTHER;
+    closedir(d);
+    return found;
+}
+
+/* Any directory may be an image tree: the fallback when nothing surer
+ * matches (an empty directory then fails in open with "no classes"). */
+static int tree_probe(const char *path, int is_dir, char *why, size_t n)
+{
+    if (!is_dir) {
+        snprintf(why, n, "not a directory");
+        return CH_PROBE_NO;
+    }
+    if (looks_like_partial_pack(path)) {
+        snprintf(why, n,
+                 "shard files but no %s: an incomplete chute shard directory (was 'chute pack' "
+                 "interrupted? run it again)",
+                 CH_MANIFEST_NAME);
+        return CH_PROBE_NO;
+    }
+    return CH_PROBE_FALLBACK;
+}
+
+static int tree_open(chute_dataset *ds, const char *root, const chute_dataset_options *opt,
+                     chute_error *err)
+{
+    (void)opt;
     tree_impl *t = calloc(1, sizeof *t);
     if (!t)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
@@ -484,8 +509,6 @@ int ch_tree_open(chute_dataset *ds, const char *root, chute_error *err)
         free(t);
         return rc;
     }
-    ds->kind = CHUTE_SOURCE_TREE;
-    ds->fmt = &k_tree_ops;
     ds->impl = t;
     ds->n = t->list.n;
     /* The dataset keeps its own copies so that formats stay independent. */
@@ -502,3 +525,16 @@ int ch_tree_open(chute_dataset *ds, const char *root, chute_error *err)
     }
     return CHUTE_OK;
 }
+
+const ch_format_ops ch_format_tree = {
+    .version = CH_FORMAT_OPS_VERSION,
+    .name = "tree",
+    .probe = tree_probe,
+    .open = tree_open,
+    .read = tree_read,
+    .sample_size = tree_sample_size,
+    .describe = tree_describe,
+    .file_of = tree_describe,
+    .close = tree_close,
+    .skipped = tree_skipped,
+};

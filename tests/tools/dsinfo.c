@@ -2,10 +2,11 @@
  * dsinfo.c — test helper: open a dataset through the public API and list
  * it, optionally writing every sample's encoded bytes.
  *
- * usage: dsinfo SOURCE [--kind auto|tree|shards] [--bytes OUT] [--probe]
+ * usage: dsinfo SOURCE [--kind auto|tree|shards] [--format NAME] [--label-offset N]
+ *               [--image-key K] [--label-key K] [--bytes OUT] [--probe]
  *
  * stdout:
- *   n=N classes=K kind=tree|shards
+ *   n=N classes=K kind=FORMAT            (chute_dataset_format_name)
  *   class LABEL NAME                      (K lines)
  *   sample INDEX LABEL SIZE DESCRIBE      (N lines)
  * --bytes OUT writes, per sample: u64 length, then the bytes that
@@ -30,12 +31,21 @@ int main(int argc, char **argv)
     chute_source_kind kind = CHUTE_SOURCE_AUTO;
     const char *bytes_path = NULL;
     int probe = 0;
+    chute_dataset_options o = {0};
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--kind") && i + 1 < argc) {
             const char *v = argv[++i];
             kind = !strcmp(v, "tree")     ? CHUTE_SOURCE_TREE
                    : !strcmp(v, "shards") ? CHUTE_SOURCE_SHARDS
                                           : CHUTE_SOURCE_AUTO;
+        } else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
+            o.format = argv[++i];
+        } else if (!strcmp(argv[i], "--label-offset") && i + 1 < argc) {
+            o.label_offset = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--image-key") && i + 1 < argc) {
+            o.image_key = argv[++i];
+        } else if (!strcmp(argv[i], "--label-key") && i + 1 < argc) {
+            o.label_key = argv[++i];
         } else if (!strcmp(argv[i], "--bytes") && i + 1 < argc) {
             bytes_path = argv[++i];
         } else if (!strcmp(argv[i], "--probe")) {
@@ -47,7 +57,8 @@ int main(int argc, char **argv)
     }
     chute_error err = {0};
     chute_dataset *ds = NULL;
-    int rc = chute_dataset_open(argv[1], kind, &ds, &err);
+    o.kind = kind;
+    int rc = chute_dataset_open_ex(argv[1], &o, &ds, &err);
     if (rc != CHUTE_OK) {
         fprintf(stderr, "dsinfo: %s: %s\n", chute_status_name(rc), err.message);
         return 1;
@@ -55,7 +66,7 @@ int main(int argc, char **argv)
     uint64_t n = chute_dataset_size(ds);
     uint32_t k = chute_dataset_num_classes(ds);
     printf("n=%llu classes=%u kind=%s\n", (unsigned long long)n, k,
-           chute_dataset_kind(ds) == CHUTE_SOURCE_SHARDS ? "shards" : "tree");
+           chute_dataset_format_name(ds));
     for (uint32_t c = 0; c < k; c++)
         printf("class %u %s\n", c, chute_dataset_class_name(ds, c));
     FILE *out = NULL;

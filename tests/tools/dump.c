@@ -8,7 +8,7 @@
  *             [--rank R --world W] [--drop-last] [--remainder-drop] [--no-shuffle]
  *             [--no-dct-scale] [--strict] [--start-batch B] [--layout nchw|nhwc]
  *             [--scale-pct MIN MAX] [--no-normalize] [--max-pixels N]
- *             [--crop-pct F] [--resize-size N]
+ *             [--crop-pct F] [--resize-size N] [--format NAME]
  * Prints "samples=N batches=B corrupt=C" on success; exit 1 with the
  * library's message on failure.
  */
@@ -25,6 +25,7 @@ int main(int argc, char **argv)
         return 2;
     }
     chute_loader_options o = {0};
+    chute_dataset_options dso = {0};
     uint64_t epoch = 0, start = 0;
     for (int i = 3; i < argc; i++) {
         const char *a = argv[i];
@@ -56,6 +57,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--no-dct-scale")) o.no_dct_scale = 1;
         else if (!strcmp(a, "--strict")) o.on_corrupt = CHUTE_CORRUPT_FAIL;
         else if (!strcmp(a, "--no-normalize")) o.no_normalize = 1;
+        else if (!strcmp(a, "--format")) { dso.format = v; i++; }
         else if (!strcmp(a, "--max-pixels")) { o.max_pixels = strtoull(v, NULL, 10); i++; }
         else if (!strcmp(a, "--crop-pct")) { o.crop_pct = strtof(v, NULL); i++; }
         else if (!strcmp(a, "--resize-size")) { o.resize_size = (uint32_t)atoi(v); i++; }
@@ -71,7 +73,7 @@ int main(int argc, char **argv)
     }
     chute_error err = {0};
     chute_dataset *ds = NULL;
-    if (chute_dataset_open(argv[1], CHUTE_SOURCE_AUTO, &ds, &err) != CHUTE_OK) {
+    if (chute_dataset_open_ex(argv[1], &dso, &ds, &err) != CHUTE_OK) {
         fprintf(stderr, "dump: %s\n", err.message);
         return 1;
     }

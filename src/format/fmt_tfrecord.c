@@ -1,0 +1,407 @@
+/*
+ * fmt_tfrecord.c — the "tfrecord" format: TFRecord files of tf.train.Example.
+ *
+ * Why it is shaped so:
+ *   - A dataset is a directory of TFRecord files (*.tfrecord, *.tfrecords,
+ *     or imagenet_to_gcs.py's "train-00000-of-01024" names), in name order,
+ *     or one such file.  The probe reads one 12-byte header and checks its
+ *     length CRC, so a directory of anything else is never mistaken for
+ *     TFRecords by its names alone.
+ *   - The index (where each record is) comes from a DALI tfrecord2idx file
+ *     beside the data when there is one ("F.idx" or F with its extension
+ *     replaced by ".idx"), else from one scan of the record headers
+ *     (parse.h).  Labels live inside each Example, so open reads every
+ *     record once anyway: it checks the data CRC, finds the image and label
+ *     features, and keeps (file, offset, length, image size) per sample.
+ *     A record that fails there is kept as a sample that will fail to read:
+ *     the loader's corrupt-sample policy decides (skip or fail), with the
+ *     message naming file@offset.  Framing that cannot be followed (a bad
+ *     length CRC) fails the open: no later record can be found.
+ *   - read() is one positional read of the whole framed record through the
+ *     source, both CRCs checked again (the file may have changed since
+ *     open), the Example walked again (allocation-free views), and the
+ *     image bytes moved to the front of the caller's buffer.  So the buffer
+ *     must hold the record, not just the image: CH_ESMALL asks for that.
+ *   - Defaults are imagenet_to_gcs.py's keys, "image/encoded" and
+ *     "image/class/label"; that script's labels are 1-based (1..1000), which
+ *     label_offset = -1 turns into torchvision's 0..999.  Class names are
+ *     synthesised "0".."N-1" with N = largest label + 1.
+ *   - Every file stays open for the dataset's life (one handle each).
+ * GZIP/ZLIB TFRecord files are not read by this format yet (parse.h can
+ * index them into a cache file; wiring that is left to a later change).
+ */
+#define _GNU_SOURCE
+#include "format.h"
+#include "parse.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define TFR_DEFAULT_IMAGE "image/encoded"
+#define TFR_DEFAULT_LABEL "image/class/label"
+
+typedef struct tfr_sample {
+    uint64_t offset;          /* of the record's framing */
+    uint64_t length;          /* of its data */
+    uint32_t file;
+    uint32_t image_len;
+    uint8_t bad;              /* failed at open: read reports why */
+} tfr_sample;
+
+typedef struct tfr_file {
+    char *path;
+    void *h;
+} tfr_file;
+
+typedef struct tfr_impl {
+    const ch_source_ops *src;
+    tfr_file *files;
+    size_t nfiles;
+    tfr_sample *samples;
+    char *keys[2];            /* image key, label key */
+} tfr_impl;
+
+/* "train-00000-of-01024": NAME-DIGITS-of-DIGITS at the end of the name. */
+static int sharded_name(const char *s)
+{
+    const char *of = strstr(s, "-of-");
+    if (!of)
+        return 0;
+    while (strstr(of + 1, "-of-"))
+        of = strstr(of + 1, "-of-");
+    const char *p = of;
+    size_t before = 0;
+    while (p > s && p[-1] >= '0' && p[-1] <= '9') {
+        p--;
+        before++;
+    }
+    if (!before || p == s || p[-1] != '-')
+        return 0;
+    const char *q = of + 4;
+    if (!*q)
+        return 0;
+    for (; *q; q++)
+        if (*q < '0' || *q > '9')
+            return 0;
+    return 1;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int tfr_name(const char *name)
+{
+    return ends_with(name, ".tfrecord") || ends_with(name, ".tfrecords") || sharded_name(name);
+}
+
+/* 1 if the file at path starts with a TFRecord header whose length CRC
+ * holds (an empty file is not evidence of anything: 0). */
+static int header_ok(const char *path)
+{
+    void *h = NULL;
+    uint64_t size = 0;
+    chute_error e = {0};
+    if (ch_source_local.open(path, &h, &size, &e) != CHUTE_OK)
+        return 0;
+    uint8_t hdr[FMT_TFR_HEADER];
+    int ok = size >= FMT_TFR_OVERHEAD &&
+             ch_source_local.read_at(h, path, 0, hdr, sizeof hdr, &e) == CHUTE_OK;
+    ch_source_local.close(h);
+    if (!ok)
+        return 0;
+    uint64_t len = 0;
+    memcpy(&len, hdr, 8); /* little-endian hosts only, as the rest of chute */
+    return fmt_tfr_check_header(hdr, len, path, 0, &e) == CHUTE_OK;
+}
+
+static int tfr_probe(const char *path, int is_dir, char *why, size_t n)
+{
+    char **v = NULL;
+    size_t nv = 0;
+    chute_error e = {0};
+    if (!is_dir)
+        return header_ok(path) ? CH_PROBE_LIKELY
+                               : (snprintf(why, n, "no TFRecord header"), CH_PROBE_NO);
+    if (ch_path_list(path, tfr_name, &v, &nv, &e) != CHUTE_OK || nv == 0) {
+        ch_path_list_free(v, nv);
+        snprintf(why, n, "no *.tfrecord, *.tfrecords or NAME-N-of-M files");
+        return CH_PROBE_NO;
+    }
+    int ok = header_ok(v[0]);
+    if (!ok)
+        snprintf(why, n, "%s: no TFRecord header", v[0]);
+    ch_path_list_free(v, nv);
+    return ok ? CH_PROBE_LIKELY : CH_PROBE_NO;
+}
+
+/* The DALI index beside path, if any: into ix (CHUTE_ENOTFOUND if none). */
+static int load_dali_index(const ch_source_ops *src, const char *path, uint64_t size,
+                           fmt_tfr_index *ix, chute_error *err)
+{
+    char cand[2][4200];
+    snprintf(cand[0], sizeof cand[0], "%s.idx", path);
+    snprintf(cand[1], sizeof cand[1], "%s", path);
+    char *dot = strrchr(cand[1], '.'), *slash = strrchr(cand[1], '/');
+    int two = dot && (!slash || dot > slash) && strlen(cand[1]) + 4 < sizeof cand[1];
+    if (two)
+        strcpy(dot, ".idx");
+    for (int k = 0; k < 1 + two; k++) {
+        size_t len = 0;
+        chute_error e = {0};
+        int rc = src->read_file(cand[k], NULL, 0, &len, &e);
+        if (rc != CH_ESMALL && rc != CHUTE_OK)
+            continue; /* absent or unreadable: scan instead */
+        char *text = malloc(len + 1);
+        if (!text)
+            return ch_err(err, CHUTE_ENOMEM, "out of memory for %s", cand[k]);
+        rc = len ? src->read_file(cand[k], text, len, &len, err) : CHUTE_OK;
+        if (rc == CHUTE_OK) {
+            text[len] = '\0';
+            rc = fmt_tfr_index_parse_dali(text, len, cand[k], size, ix, err);
+        }
+        free(text);
+        return rc;
+    }
+    return CHUTE_ENOTFOUND;
+}
+
+/* Check one record's bytes (the whole framed record in rec[16 + length])
+ * and find its image and label.  Message names file@offset. */
+static int parse_record(const tfr_impl *t, const char *path, uint64_t offset, uint64_t length,
+                        const uint8_t *rec, const uint8_t **img, size_t *img_len, int64_t *label,
+                        chute_error *err)
+{
+    int rc = fmt_tfr_check_header(rec, length, path, offset, err);
+    if (rc == CHUTE_OK)
+        rc = fmt_tfr_check_data(rec + FMT_TFR_HEADER, length, path, offset, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    fmt_pb_feature f[2];
+    rc = fmt_pb_example_find(rec + FMT_TFR_HEADER, (size_t)length, (const char *const *)t->keys,
+                             2, f, path, offset + FMT_TFR_HEADER, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    size_t pos = 0;
+    if (f[0].kind != FMT_PB_BYTES || f[0].count < 1 || !fmt_pb_bytes_next(&f[0], &pos, img, img_len))
+        return ch_err(err, CHUTE_ECORRUPT, "%s@%llu: no bytes feature \"%s\" (the image)", path,
+                      (unsigned long long)offset, t->keys[0]);
+    if (label) {
+        if (f[1].kind != FMT_PB_INT64 || f[1].count < 1 || fmt_pb_int64_decode(&f[1], label, 1) != 1)
+            return ch_err(err, CHUTE_ECORRUPT, "%s@%llu: no int64 feature \"%s\" (the label)",
+                          path, (unsigned long long)offset, t->keys[1]);
+    }
+    return CHUTE_OK;
+}
+
+static int index_file(tfr_impl *t, uint32_t fi, uint64_t size, fmt_tfr_index *ix,
+                      chute_error *err)
+{
+    tfr_file *f = &t->files[fi];
+    int rc = load_dali_index(t->src, f->path, size, ix, err);
+    if (rc != CHUTE_ENOTFOUND)
+        return rc;
+    fmt_reader r;
+    rc = fmt_reader_source(&r, t->src, f->h, size, 0, f->path, err);
+    fmt_tfr_opts o = {0};
+    if (rc == CHUTE_OK)
+        rc = fmt_tfr_index_build(&r, &o, ix, err);
+    fmt_reader_free(&r);
+    return rc;
+}
+
+static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_options *opt,
+                    chute_error *err)
+{
+    tfr_impl *t = calloc(1, sizeof *t);
+    if (!t)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    ds->impl = t;
+    t->src = ds->src;
+    t->keys[0] = strdup(opt->image_key ? opt->image_key : TFR_DEFAULT_IMAGE);
+    t->keys[1] = strdup(opt->label_key ? opt->label_key : TFR_DEFAULT_LABEL);
+    if (!t->keys[0] || !t->keys[1])
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    char **paths = NULL;
+    size_t np = 0;
+    int rc = ch_path_list(path, tfr_name, &paths, &np, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    if (np == 0)
+        return ch_err(err, CHUTE_ENOTFOUND,
+                      "%s: no TFRecord files (*.tfrecord, *.tfrecords, NAME-N-of-M)", path);
+    if (np > UINT32_MAX) {
+        ch_path_list_free(paths, np);
+        return ch_err(err, CHUTE_ELIMIT, "%s: too many files", path);
+    }
+    t->files = calloc(np, sizeof *t->files);
+    if (!t->files) {
+        ch_path_list_free(paths, np);
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    }
+    t->nfiles = np;
+    for (size_t i = 0; i < np; i++)
+        t->files[i].path = paths[i];
+    free(paths);
+
+    ch_buf buf = {0};
+    uint64_t n = 0, cap = 0, nbad = 0;
+    int64_t maxlabel = -1;
+    chute_error first_bad = {0};
+    for (uint32_t fi = 0; fi < t->nfiles && rc == CHUTE_OK; fi++) {
+        tfr_file *f = &t->files[fi];
+        uint64_t size = 0;
+        rc = t->src->open(f->path, &f->h, &size, err);
+        fmt_tfr_index ix = {0};
+        if (rc == CHUTE_OK)
+            rc = index_file(t, fi, size, &ix, err);
+        if (rc == CHUTE_OK && ix.count > cap - n) {
+            uint64_t nc = CH_MAX(cap * 2, n + ix.count);
+            tfr_sample *ns = nc > SIZE_MAX / sizeof *ns ? NULL : realloc(t->samples, nc * sizeof *ns);
+            int32_t *nl = nc > SIZE_MAX / sizeof *nl ? NULL : realloc(ds->labels, nc * sizeof *nl);
+            if (ns)
+                t->samples = ns;
+            if (nl)
+                ds->labels = nl;
+            if (!ns || !nl)
+                rc = ch_err(err, CHUTE_ENOMEM, "out of memory for %llu records",
+                            (unsigned long long)nc);
+            else
+                cap = nc;
+        }
+        for (uint64_t k = 0; rc == CHUTE_OK && k < ix.count; k++) {
+            tfr_sample *s = &t->samples[n];
+            s->offset = ix.recs[k].offset;
+            s->length = ix.recs[k].length;
+            s->file = fi;
+            s->bad = 0;
+            ds->labels[n] = 0;
+            uint64_t whole = s->length + FMT_TFR_OVERHEAD; /* checked against the file size */
+            if (whole > SIZE_MAX || ch_buf_reserve(&buf, (size_t)whole) != CHUTE_OK) {
+                rc = ch_err(err, CHUTE_ENOMEM, "%s@%llu: no memory for a %llu-byte record",
+                            f->path, (unsigned long long)s->offset, (unsigned long long)whole);
+                break;
+            }
+            rc = t->src->read_at(f->h, f->path, s->offset, buf.data, (size_t)whole, err);
+            if (rc != CHUTE_OK)
+                break;
+            const uint8_t *img;
+            size_t img_len = 0;
+            int64_t raw = 0;
+            chute_error e = {0};
+            int prc = parse_record(t, f->path, s->offset, s->length, (const uint8_t *)buf.data, &img,
+                                   &img_len, &raw, &e);
+            if (prc == CHUTE_OK && img_len > UINT32_MAX)
+                prc = ch_err(&e, CHUTE_ELIMIT, "%s@%llu: image of %zu bytes", f->path,
+                             (unsigned long long)s->offset, img_len);
+            if (prc == CHUTE_OK) {
+                char where[4300];
+                snprintf(where, sizeof where, "%s@%llu", f->path, (unsigned long long)s->offset);
+                rc = ch_ds_label(raw, opt, where, &ds->labels[n], err);
+                if (rc != CHUTE_OK)
+                    break;
+                s->image_len = (uint32_t)img_len;
+                if (ds->labels[n] > maxlabel)
+                    maxlabel = ds->labels[n];
+            } else if (ch_error_kind(prc) == CH_ERR_CONTENT) {
+                s->bad = 1;
+                if (!nbad++)
+                    first_bad = e;
+            } else {
+                *err = e;
+                rc = prc;
+            }
+            n++;
+        }
+        fmt_tfr_index_free(&ix);
+    }
+    ch_buf_free(&buf);
+    ds->n = n;
+    if (rc != CHUTE_OK)
+        return rc;
+    if (n == 0)
+        return ch_err(err, CHUTE_ENOTFOUND, "%s: no records in %zu TFRecord file%s", path,
+                      t->nfiles, t->nfiles == 1 ? "" : "s");
+    if (nbad == n) {
+        *err = first_bad;
+        return ch_err(err, CHUTE_EFORMAT,
+                      "%s: no record is readable as an image sample; the first: %s (feature keys "
+                      "\"%s\" and \"%s\": set image_key/label_key if yours differ)",
+                      path, first_bad.message, t->keys[0], t->keys[1]);
+    }
+    return ch_ds_synth_classes(ds, (uint32_t)(maxlabel + 1), err);
+}
+
+static int tfr_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, size_t *out_len,
+                    chute_error *err)
+{
+    const tfr_impl *t = ds->impl;
+    const tfr_sample *s = &t->samples[i];
+    const tfr_file *f = &t->files[s->file];
+    uint64_t whole = s->length + FMT_TFR_OVERHEAD;
+    if (whole > cap) {
+        *out_len = (size_t)whole;
+        return CH_ESMALL;
+    }
+    int rc = t->src->read_at(f->h, f->path, s->offset, buf, (size_t)whole, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    const uint8_t *img;
+    size_t img_len = 0;
+    rc = parse_record(t, f->path, s->offset, s->length, buf, &img, &img_len, NULL, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    memmove(buf, img, img_len);
+    *out_len = img_len;
+    return CHUTE_OK;
+}
+
+static uint64_t tfr_sample_size(const chute_dataset *ds, uint64_t i)
+{
+    const tfr_impl *t = ds->impl;
+    return t->samples[i].bad ? t->samples[i].length : t->samples[i].image_len;
+}
+
+static void tfr_describe(const chute_dataset *ds, uint64_t i, char *buf, size_t n)
+{
+    const tfr_impl *t = ds->impl;
+    snprintf(buf, n, "%s@%llu", t->files[t->samples[i].file].path,
+             (unsigned long long)t->samples[i].offset);
+}
+
+static void tfr_file_of(const chute_dataset *ds, uint64_t i, char *buf, size_t n)
+{
+    const tfr_impl *t = ds->impl;
+    snprintf(buf, n, "%s", t->files[t->samples[i].file].path);
+}
+
+static void tfr_close(void *impl)
+{
+    tfr_impl *t = impl;
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->nfiles; i++) {
+        if (t->files[i].h)
+            t->src->close(t->files[i].h);
+        free(t->files[i].path);
+    }
+    free(t->files);
+    free(t->samples);
+    free(t->keys[0]);
+    free(t->keys[1]);
+    free(t);
+}
+
+const ch_format_ops ch_format_tfrecord = {
+    .version = CH_FORMAT_OPS_VERSION,
+    .name = "tfrecord",
+    .probe = tfr_probe,
+    .open = tfr_open,
+    .read = tfr_read,
+    .sample_size = tfr_sample_size,
+    .describe = tfr_describe,
+    .file_of = tfr_file_of,
+    .close = tfr_close,
+};
