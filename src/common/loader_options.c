@@ -12,7 +12,11 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Each field has exactly the type its kind says (a compile-time check). */
+/* Each field has exactly the type its kind says, and each default is
+ * within its bounds (compile-time checks; a bound of 0 makes gcc note that
+ * one comparison always holds, which is the point). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wtype-limits"
 #define CH_FIELD_TYPE_CH_OPT_U32 uint32_t
 #define CH_FIELD_TYPE_CH_OPT_U64 uint64_t
 #define CH_FIELD_TYPE_CH_OPT_BOOL int
@@ -21,10 +25,11 @@
                        sizeof(CH_FIELD_TYPE_##kind),                                            \
                    #field " has the wrong size for " #kind);                                   \
     _Static_assert((uint64_t)(def) == 0 ||                                                      \
-                       (uint64_t)(def) - (uint64_t)(lo) <= (uint64_t)(hi) - (uint64_t)(lo),     \
+                       ((uint64_t)(def) >= (uint64_t)(lo) && (uint64_t)(def) <= (uint64_t)(hi)), \
                    #name ": default out of its bounds");
 #include "common/loader_options.def"
 #undef CH_LOADER_OPT
+#pragma GCC diagnostic pop
 
 static const ch_loader_opt table[CH_LOPT_COUNT] = {
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help)                             \
