@@ -98,7 +98,8 @@ def extension():
         libraries=libraries,
         define_macros=macros,
         depends=[rel("include", "chute.h"), rel("python", "ext", "dlpack.h")] +
-        glob.glob(rel("src", "**", "*.h"), recursive=True),
+        glob.glob(rel("src", "**", "*.h"), recursive=True) +
+        glob.glob(rel("src", "**", "*.def"), recursive=True),
         extra_compile_args=["-std=gnu11", "-O3", "-fvisibility=hidden", "-Wall",
                             "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
         extra_link_args=["-Wl,--version-script=" + rel("python", "ext", "_chute.map")],
