@@ -4,6 +4,7 @@
  */
 #include "cli.h"
 #include "util.h"
+#include "common/loader_options.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,17 +23,13 @@ int cmd_bench(int argc, char **argv)
     uint32_t epochs = 1, step_ms = 0;
     uint64_t max_batches = 0;
     const char *crop_pct = NULL;
-    const cli_opt opts[] = {
+    /* The loader's rows come from the option table
+     * (src/common/loader_options.def); these are bench's own. */
+    const cli_opt own[] = {
         {"--transform", CLI_CHOICE, &transform, "train|eval|none", 0, 0, "transform (default train)"},
-        {"--size", CLI_U32, &o.size, NULL, 1, 8192, "output height and width (default 224)"},
-        {"--batch-size", CLI_U32, &o.batch_size, NULL, 1, 1 << 20, "samples per batch (default 256)"},
-        {"--workers", CLI_U32, &o.workers, NULL, 1, 1024,
-         "worker threads (default: the CPUs this process may use / LOCAL_WORLD_SIZE)"},
-        {"--prefetch", CLI_U32, &o.prefetch, NULL, 1, 64, "batches prepared ahead (default 2)"},
         {"--epochs", CLI_U32, &epochs, NULL, 1, 1000000, "epochs to run (default 1)"},
         {"--max-batches", CLI_U64, &max_batches, NULL, 0, UINT64_MAX,
          "stop after this many batches in total (default: no limit)"},
-        {"--seed", CLI_U64, &o.seed, NULL, 0, UINT64_MAX, "shuffle/augmentation seed (default 0)"},
         {"--dtype", CLI_CHOICE, &dtype, "float32|uint8|float16", 0, 0, "output type (default float32)"},
         {"--no-dct-scale", CLI_FLAG, &no_dct, NULL, 0, 0, "never decode JPEGs at reduced DCT scale"},
         {"--step-ms", CLI_U32, &step_ms, NULL, 0, 3600000,
@@ -41,10 +38,12 @@ int cmd_bench(int argc, char **argv)
         {"--quiet", CLI_FLAG, &quiet, NULL, 0, 0, "no live progress line"},
         {"--crop-pct", CLI_STR, &crop_pct, NULL, 0, 0,
          "eval: resize to floor(size / crop_pct), crop_pct in (0, 1] (default 0.875)"},
-        {"--resize-size", CLI_U32, &o.resize_size, NULL, 1, 65536,
-         "eval: resize the shorter side to this (default floor(size / crop_pct))"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
+    cli_opt opts[CLI_LOADER_OPTS_MAX + sizeof own / sizeof own[0]];
+    cli_opt_text text[CLI_LOADER_OPTS_MAX];
+    int nl = cli_loader_opts(&o, opts, text, CLI_LOADER_OPTS_MAX);
+    memcpy(opts + nl, own, sizeof own);
     const char *pos[1];
     int np = 0;
     int rc = cli_parse("bench", "SOURCE [options]", opts, argc, argv, pos, 1, &np);
@@ -169,7 +168,7 @@ int cmd_bench(int argc, char **argv)
                "\"read_lat_p90_us\":%.1f,\"read_lat_p99_us\":%.1f,\"queue_fill_avg\":%.3f,"
                "\"queue_capacity\":%u,\"samples_delivered\":%llu,\"wall_seconds\":%.4f,"
                "\"gpu_idle_fraction\":%.3f,\"failed\":%s}\n",
-               o.batch_size ? o.batch_size : 256, wait,
+               o.batch_size ? o.batch_size : (uint32_t)ch_loader_opts()[CH_LOPT_batch_size].def, wait,
                secs > 0 ? wait / secs : 0, cpu, images ? cpu / images * 1000 : 0,
                (unsigned long long)s.corrupt, (unsigned long long)s.dct_scaled,
                s.read.busy_ns / 1e9, s.decode.busy_ns / 1e9, s.transform.busy_ns / 1e9, t_open,

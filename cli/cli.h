@@ -22,6 +22,19 @@ typedef struct cli_opt {
     const char *help;
 } cli_opt;
 
+/* The loader options of src/common/loader_options.def that the CLI exposes
+ * (CH_OPT_CLI), as rows writing into *o: --batch-size, --workers, ...
+ * with the table's bounds, and its help line ending in "(default N)".  The
+ * rows' names and help lines are written into text (one per row).  Appends
+ * at most cap rows to out and returns how many it wrote (all of them when
+ * cap >= CLI_LOADER_OPTS_MAX). */
+#define CLI_LOADER_OPTS_MAX 32
+typedef struct cli_opt_text {
+    char name[40];
+    char help[256];
+} cli_opt_text;
+int cli_loader_opts(chute_loader_options *o, cli_opt *out, cli_opt_text *text, int cap);
+
 /* Parse argv against the table; positional arguments are collected into
  * pos (up to npos).  Prints a message and returns 2 on error, 1 if --help
  * was printed, 0 on success. */

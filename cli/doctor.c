@@ -381,20 +381,23 @@ int cmd_doctor(int argc, char **argv)
     uint64_t gpu_rate = 0;
     uint32_t delay_us = 0;
     const char *report = NULL, *time_s = "5s";
-    const cli_opt opts[] = {
+    /* The loader's rows come from the option table
+     * (src/common/loader_options.def); these are doctor's own. */
+    const cli_opt own[] = {
         {"--gpu-rate", CLI_U64, &gpu_rate, NULL, 1, 100000000,
          "images/s one GPU consumes (e.g. 2500 for ResNet-50 on an A100, 3000 on an H100)"},
         {"--report", CLI_STR, &report, NULL, 0, 0, "write an HTML report with charts to this file"},
         {"--transform", CLI_CHOICE, &transform, "train|eval|none", 0, 0, "transform (default train)"},
-        {"--size", CLI_U32, &o.size, NULL, 1, 8192, "output size (default 224)"},
-        {"--batch-size", CLI_U32, &o.batch_size, NULL, 1, 1 << 20, "batch size (default 64)"},
-        {"--workers", CLI_U32, &o.workers, NULL, 1, 1024, "worker threads (default: cores)"},
         {"--time", CLI_STR, &time_s, NULL, 0, 0, "time per measurement (default 5s)"},
         {"--read-delay-us", CLI_U32, &delay_us, NULL, 0, 10000000,
          "what-if: add this latency to every read (simulates slower storage)"},
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
+    cli_opt opts[CLI_LOADER_OPTS_MAX + sizeof own / sizeof own[0]];
+    cli_opt_text text[CLI_LOADER_OPTS_MAX];
+    int nl = cli_loader_opts(&o, opts, text, CLI_LOADER_OPTS_MAX);
+    memcpy(opts + nl, own, sizeof own);
     const char *pos[1];
     int np = 0;
     int rc = cli_parse("doctor", "SOURCE [options]", opts, argc, argv, pos, 1, &np);
@@ -413,12 +416,10 @@ int cmd_doctor(int argc, char **argv)
         free(r);
         return 2;
     }
-    if (!o.batch_size)
-        o.batch_size = 64;
     o.transform = (chute_transform)transform;
     r->cores = (uint32_t)ch_online_cores();
     if (!o.workers)
-        o.workers = r->cores;
+        o.workers = chute_default_workers(NULL, 0); /* the library's default */
     r->workers = o.workers;
     r->gpu_rate = (double)gpu_rate;
     snprintf(r->source, sizeof r->source, "%s", pos[0]);

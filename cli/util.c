@@ -5,7 +5,9 @@
  * ("16777217T" once became 1T). */
 #define _GNU_SOURCE
 #include "util.h"
+#include "cli.h"
 #include "common/common.h"
+#include "common/loader_options.h"
 
 #include <errno.h>
 #include <math.h>
@@ -196,4 +198,37 @@ void cli_note_skipped(const char *cmd, const chute_dataset *ds)
     if (n > 20)
         fprintf(stderr, "%s: ... and %llu more entries left out (not regular files)\n", cmd,
                 (unsigned long long)(n - 20));
+}
+
+int cli_loader_opts(chute_loader_options *o, cli_opt *out, cli_opt_text *text, int cap)
+{
+    const ch_loader_opt *t = ch_loader_opts();
+    int n = 0;
+    for (int i = 0; i < CH_LOPT_COUNT && n < cap; i++) {
+        const ch_loader_opt *d = &t[i];
+        if (!(d->layers & CH_OPT_CLI))
+            continue;
+        /* --name, with '_' spelled '-' */
+        cli_opt_text *tx = &text[n];
+        char *f = tx->name;
+        snprintf(f, sizeof tx->name, "--%s", d->name);
+        for (char *c = f; *c; c++)
+            if (*c == '_')
+                *c = '-';
+        cli_opt *r = &out[n++];
+        memset(r, 0, sizeof *r);
+        r->name = f;
+        r->type = d->kind == CH_OPT_BOOL ? CLI_FLAG : d->kind == CH_OPT_U32 ? CLI_U32 : CLI_U64;
+        r->dst = (char *)o + d->offset;
+        r->min = d->min;
+        r->max = d->max;
+        /* Flags are off by default; computed defaults are told in the help. */
+        if (d->kind != CH_OPT_BOOL && !(d->layers & CH_OPT_AUTO))
+            snprintf(tx->help, sizeof tx->help, "%s (default %llu)", d->help,
+                     (unsigned long long)d->def);
+        else
+            snprintf(tx->help, sizeof tx->help, "%s", d->help);
+        r->help = tx->help;
+    }
+    return n;
 }

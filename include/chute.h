@@ -215,7 +215,9 @@ typedef enum chute_remainder {
     CHUTE_REMAINDER_DROP = 1  /* drop the tail so every rank gets floor(N / world) samples */
 } chute_remainder;
 
-/* Zero means default for every field. */
+/* Zero means default for every field.  The numeric options' defaults and
+ * bounds are one table (src/common/loader_options.def, listed in
+ * docs/OPTIONS.md) shared by C, the CLI and Python.                    */
 typedef struct chute_loader_options {
     uint32_t batch_size;      /* default 256 */
     uint32_t size;            /* output height = width, default 224 */
@@ -224,7 +226,7 @@ typedef struct chute_loader_options {
     chute_layout layout;      /* default NCHW for floats, NHWC for uint8 */
     uint32_t workers;         /* worker threads; default: chute_default_workers() */
     uint32_t prefetch;        /* batches prepared ahead of the consumer; default 2 */
-    uint32_t max_held;        /* batches the consumer may hold at once; default 2 */
+    uint32_t max_held;        /* batches the consumer may hold at once; default 2, max 64 */
     uint64_t seed;            /* shuffle + augmentation seed; default 0 */
     int no_shuffle;           /* nonzero: dataset order */
     int drop_last;            /* nonzero: drop a final partial batch */

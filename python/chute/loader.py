@@ -28,6 +28,22 @@ _KINDS = {"auto": 0, "tree": 1, "shards": 2}
 
 _STATE_FORMAT = "chute.Loader/1"
 
+# The loader's option table (src/common/loader_options.def), exported by
+# the C extension: name -> (name, kind, default, min, max, layers, help).
+# The keyword defaults and bounds below come from it, so Python, C and the
+# CLI agree (docs/OPTIONS.md).
+_OPTIONS = {row[0]: row for row in _chute.loader_options()}
+
+
+def _default(name: str) -> int:
+    return int(_OPTIONS[name][2])
+
+
+def _opt(name: str, value: Any) -> int:
+    """value checked against the table's bounds for option name."""
+    row = _OPTIONS[name]
+    return _uint(name, value, row[3], row[4])
+
 _torch_module: Any = None
 _torch_checked = False
 
@@ -131,7 +147,10 @@ class Loader:
     """Iterable over training batches from an ImageFolder tree or a shard directory.
 
     ``Loader(source, batch_size=256, *, transform="train", size=224, shuffle=True,
-    seed=0, workers=None, drop_last=True, ...)``
+    seed=0, workers=None, drop_last=False, ...)``
+
+    The numeric options' defaults and bounds are the C library's (one table
+    for C, the CLI and Python: docs/OPTIONS.md).
 
     Iterating yields ``(images, labels)`` per batch — or ``(images, labels, indices)``
     with ``return_indices=True`` — as PyTorch tensors made with DLPack from the
@@ -161,7 +180,8 @@ class Loader:
 
     Batches
         batch_size: samples per batch.
-        drop_last: drop a final partial batch (default True).
+        drop_last: drop a final partial batch (default False, as torch's DataLoader
+            and the C library).
         size: output height = width in pixels.
         transform: ``"train"`` (RandomResizedCrop(scale, ratio 3/4..4/3) + random
             horizontal flip, seeded by (seed, epoch, sample)), ``"eval"`` (resize the
@@ -199,7 +219,8 @@ class Loader:
         prefetch: batches prepared ahead of the consumer (default 2).
         max_held: batches that may be alive zero-copy at once, counting the one
             just returned and the previous one still bound to your loop
-            variable (default 4, so a plain loop may keep two more).  The batch
+            variable (default 2: a plain loop keeps no more; with
+            ``hold_policy="copy"`` at most 63).  The batch
             ring has ``prefetch + max_held + 1`` buffers of one batch each,
             allocated up front (for 256 x 3 x 224 x 224 float32, 154 MB each).
         hold_policy: what happens when you already keep ``max_held`` batches
@@ -242,14 +263,14 @@ class Loader:
     def __init__(
         self,
         source: Union[PathLike, _chute.Dataset],
-        batch_size: int = 256,
+        batch_size: int = _default("batch_size"),
         *,
         transform: str = "train",
-        size: int = 224,
+        size: int = _default("size"),
         shuffle: bool = True,
-        seed: int = 0,
+        seed: int = _default("seed"),
         workers: Optional[int] = None,
-        drop_last: bool = True,
+        drop_last: bool = bool(_default("drop_last")),
         dtype: Any = "float32",
         layout: str = "default",
         normalize: bool = True,
@@ -259,8 +280,8 @@ class Loader:
         world_size: Optional[int] = None,
         remainder: str = "pad",
         on_corrupt: str = "skip",
-        prefetch: int = 2,
-        max_held: int = 4,
+        prefetch: int = _default("prefetch"),
+        max_held: int = _default("max_held"),
         hold_policy: str = "copy",
         return_indices: bool = False,
         as_torch: Optional[bool] = None,
@@ -269,19 +290,19 @@ class Loader:
         label_offset: int = 0,
         image_key: Optional[str] = None,
         label_key: Optional[str] = None,
-        scale: Tuple[float, float] = (0.08, 1.0),
+        scale: Tuple[float, float] = (_default("scale_min_pct") / 100,
+                                      _default("scale_max_pct") / 100),
         dct_scale: bool = True,
-        max_pixels: Optional[int] = None,
-        max_sample_bytes: Optional[int] = None,
+        max_pixels: int = _default("max_pixels"),
+        max_sample_bytes: int = _default("max_sample_bytes"),
         timeout: Optional[float] = None,
         read_delay_us: int = 0,
         crop_pct: Optional[float] = None,
         resize_size: Optional[int] = None,
     ) -> None:
         self._core: Any = None
-        u32 = 2 ** 32 - 1
-        self.batch_size = _uint("batch_size", batch_size, 1, 1 << 20)
-        self.size = _uint("size", size, 1, 8192)
+        self.batch_size = _opt("batch_size", batch_size)
+        self.size = _opt("size", size)
         t_transform = _choice("transform", transform, _TRANSFORMS)
         t_dtype = _choice("dtype", dtype, _DTYPES)
         t_layout = _choice("layout", layout, _LAYOUTS)
@@ -289,10 +310,15 @@ class Loader:
         t_corrupt = _choice("on_corrupt", on_corrupt, _CORRUPT)
         t_hold = _choice("hold_policy", hold_policy, _HOLD)
         t_kind = _choice("source_kind", source_kind, _KINDS)
-        n_workers = 0 if workers is None else _uint("workers", workers, 1, 1024)
-        self.prefetch = _uint("prefetch", prefetch, 1, 64)
-        self.max_held = _uint("max_held", max_held, 1, 63)
-        self.seed = _uint("seed", seed, 0, 2 ** 64 - 1)
+        n_workers = None if workers is None else _opt("workers", workers)
+        self.prefetch = _opt("prefetch", prefetch)
+        self.max_held = _opt("max_held", max_held)
+        if t_hold == _HOLD["copy"] and self.max_held >= _OPTIONS["max_held"][4]:
+            raise ValueError('max_held must be in %d..%d with hold_policy="copy" (one ring slot '
+                             'is kept spare for the copy), got %d'
+                             % (_OPTIONS["max_held"][3], _OPTIONS["max_held"][4] - 1,
+                                self.max_held))
+        self.seed = _opt("seed", seed)
         mean_t, std_t = _rgb("mean", mean), _rgb("std", std)
         if not normalize and (mean_t is not None or std_t is not None):
             raise ValueError("mean/std given with normalize=False")
@@ -303,7 +329,7 @@ class Loader:
         except (TypeError, ValueError):
             raise TypeError("scale must be a pair of floats, e.g. (0.08, 1.0)") from None
         smin_pct, smax_pct = int(round(smin * 100)), int(round(smax * 100))
-        if not 1 <= smin_pct <= smax_pct <= 100:
+        if not _OPTIONS["scale_min_pct"][3] <= smin_pct <= smax_pct <= _OPTIONS["scale_max_pct"][4]:
             raise ValueError("scale must satisfy 0.01 <= min <= max <= 1.0, got %r" % (scale,))
         if crop_pct is not None and not 0 < float(crop_pct) <= 1:
             raise ValueError("crop_pct must be in (0, 1], got %r" % (crop_pct,))
@@ -320,8 +346,8 @@ class Loader:
             world_size = d_world
         elif rank is None:
             rank = d_rank if d_world == world_size else 0
-        self.world_size = _uint("world_size", world_size, 1, u32)
-        self.rank = _uint("rank", rank, 0, u32)
+        self.world_size = _opt("world_size", world_size)
+        self.rank = _opt("rank", rank)
         if self.rank >= self.world_size:
             raise ValueError("rank %d must be below world_size %d" % (self.rank, self.world_size))
 
@@ -368,14 +394,14 @@ class Loader:
             mean=mean_t,
             std=std_t,
             dct_scale=bool(dct_scale),
-            max_pixels=0 if max_pixels is None else _uint("max_pixels", max_pixels, 1, 2 ** 63),
-            max_sample_bytes=0 if max_sample_bytes is None
-            else _uint("max_sample_bytes", max_sample_bytes, 1, 2 ** 63),
+            max_pixels=None if max_pixels is None else _opt("max_pixels", max_pixels),
+            max_sample_bytes=None if max_sample_bytes is None
+            else _opt("max_sample_bytes", max_sample_bytes),
             scale_min_pct=smin_pct,
             scale_max_pct=smax_pct,
             copy_on_hold_limit=bool(t_hold),
             crop_pct=0.0 if crop_pct is None else float(crop_pct),
-            resize_size=0 if resize_size is None else _uint("resize_size", resize_size, 1, 65536),
+            resize_size=None if resize_size is None else _opt("resize_size", resize_size),
         )
         self.dtype = ("float32", "uint8", "float16")[t_dtype]
         self.layout = ("nhwc" if t_dtype == 1 else "nchw") if t_layout == 0 else layout.lower()

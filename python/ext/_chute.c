@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "chute.h"
+#include "common/loader_options.h"
 #include "dlpack.h"
 
 #define WAIT_SLICE_MS 100
@@ -973,31 +974,82 @@ static int parse_rgb(PyObject *o, float out[3], const char *what)
     return 0;
 }
 
+/* One option of the table (src/common/loader_options.def) from a Python
+ * value into o: None (or absent) leaves the field zero, the C default;
+ * otherwise an int within the table's bounds (a bool for flags).  The
+ * message names the option, as C's and the CLI's do. */
+static int opt_from_py(const ch_loader_opt *d, PyObject *v, chute_loader_options *o)
+{
+    if (!v || v == Py_None)
+        return 0;
+    if (d->kind == CH_OPT_BOOL) {
+        int t = PyObject_IsTrue(v);
+        if (t < 0)
+            return -1;
+        ch_loader_opt_set(o, d, (uint64_t)t);
+        return 0;
+    }
+    if (PyBool_Check(v) || !PyIndex_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", d->name, Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    PyObject *i = PyNumber_Index(v);
+    if (!i)
+        return -1;
+    unsigned long long x = PyLong_AsUnsignedLongLong(i);
+    int bad = x == (unsigned long long)-1 && PyErr_Occurred();
+    if (bad)
+        PyErr_Clear(); /* negative or above 2^64 - 1: out of range below */
+    if (bad || x < d->min || x > d->max) {
+        PyErr_Format(PyExc_ValueError, "%s must be in %llu..%llu, got %S", d->name,
+                     (unsigned long long)d->min, (unsigned long long)d->max, i);
+        Py_DECREF(i);
+        return -1;
+    }
+    Py_DECREF(i);
+    ch_loader_opt_set(o, d, x);
+    return 0;
+}
+
+static int opts_from_py(PyObject *const vals[CH_LOPT_COUNT], chute_loader_options *o)
+{
+    const ch_loader_opt *t = ch_loader_opts();
+    for (int i = 0; i < CH_LOPT_COUNT; i++)
+        if (opt_from_py(&t[i], vals[i], o))
+            return -1;
+    return 0;
+}
+
 static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"dataset",      "batch_size",    "size",          "transform",
-                             "dtype",        "layout",        "workers",       "prefetch",
-                             "max_held",     "seed",          "shuffle",       "drop_last",
-                             "rank",         "world_size",    "remainder",     "on_corrupt",
-                             "normalize",    "mean",          "std",           "dct_scale",
-                             "max_pixels",   "max_sample_bytes", "scale_min_pct", "scale_max_pct",
-                             "copy_on_hold_limit", "crop_pct", "resize_size", NULL};
+    /* The table's options first (as objects, checked by opts_from_py),
+     * then the ones it does not describe yet. */
+    static char *kwlist[] = {"dataset",
+#define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) #name,
+#include "common/loader_options.def"
+#undef CH_LOADER_OPT
+                             "transform", "dtype", "layout", "shuffle", "remainder", "on_corrupt",
+                             "normalize", "mean", "std", "dct_scale", "copy_on_hold_limit",
+                             "crop_pct", NULL};
+    static const char fmt[] = "O!|$"
+#define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) "O"
+#include "common/loader_options.def"
+#undef CH_LOADER_OPT
+                              "iiipiipOOppf:_Loader";
+    PyObject *vals[CH_LOPT_COUNT] = {0};
     PyObject *dataset = NULL, *mean = Py_None, *std = Py_None;
     chute_loader_options o;
     memset(&o, 0, sizeof o);
-    unsigned int batch_size = 0, size = 0, workers = 0, prefetch = 0, max_held = 2, rank = 0,
-                 world_size = 0, smin = 0, smax = 0;
     int transform = 0, dtype = 0, layout = 0, remainder = 0, on_corrupt = 0;
-    unsigned long long seed = 0, max_pixels = 0, max_sample_bytes = 0;
-    int shuffle = 1, drop_last = 0, normalize = 1, dct_scale = 1, copy_on_limit = 1;
+    int shuffle = 1, normalize = 1, dct_scale = 1, copy_on_limit = 1;
     float crop_pct = 0;
-    unsigned int resize_size = 0;
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O!|$IIiiiIIIKppIIiipOOpKKIIpfI:_Loader", kwlist, &DatasetType, &dataset,
-            &batch_size, &size, &transform, &dtype, &layout, &workers, &prefetch, &max_held, &seed,
-            &shuffle, &drop_last, &rank, &world_size, &remainder, &on_corrupt, &normalize, &mean,
-            &std, &dct_scale, &max_pixels, &max_sample_bytes, &smin, &smax, &copy_on_limit,
-            &crop_pct, &resize_size))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &DatasetType, &dataset,
+#define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) &vals[CH_LOPT_##name],
+#include "common/loader_options.def"
+#undef CH_LOADER_OPT
+                                     &transform, &dtype, &layout, &shuffle, &remainder,
+                                     &on_corrupt, &normalize, &mean, &std, &dct_scale,
+                                     &copy_on_limit, &crop_pct))
         return -1;
     if (self->core) {
         PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
@@ -1006,34 +1058,28 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     DatasetObject *dso = (DatasetObject *)dataset;
     if (ds_check(dso))
         return -1;
-    if (max_held < 1 || max_held > 63) {
-        PyErr_SetString(PyExc_ValueError, "max_held must be in 1..63");
+    if (opts_from_py(vals, &o))
+        return -1;
+    const ch_loader_opt *mh = &ch_loader_opts()[CH_LOPT_max_held];
+    uint32_t max_held = o.max_held ? o.max_held : (uint32_t)mh->def;
+    if (copy_on_limit && max_held >= mh->max) {
+        PyErr_Format(PyExc_ValueError,
+                     "max_held must be in %llu..%llu with hold_policy=\"copy\" (one ring slot is "
+                     "kept spare for the copy), got %u",
+                     (unsigned long long)mh->min, (unsigned long long)mh->max - 1, max_held);
         return -1;
     }
-    o.batch_size = batch_size;
-    o.size = size;
     o.transform = (chute_transform)transform;
     o.dtype = (chute_dtype)dtype;
     o.layout = (chute_layout)layout;
-    o.workers = workers;
-    o.prefetch = prefetch;
     /* One spare slot lets "copy" take a batch while max_held are held. */
     o.max_held = max_held + (copy_on_limit ? 1 : 0);
-    o.seed = seed;
     o.no_shuffle = !shuffle;
-    o.drop_last = drop_last;
-    o.rank = rank;
-    o.world_size = world_size;
     o.remainder = (chute_remainder)remainder;
     o.on_corrupt = (chute_corrupt_policy)on_corrupt;
     o.no_normalize = !normalize;
     o.no_dct_scale = !dct_scale;
-    o.max_pixels = max_pixels;
-    o.max_sample_bytes = max_sample_bytes;
-    o.scale_min_pct = smin;
-    o.scale_max_pct = smax;
     o.crop_pct = crop_pct;
-    o.resize_size = resize_size;
     if (parse_rgb(mean, o.mean, "mean") || parse_rgb(std, o.std, "std"))
         return -1;
 
@@ -1605,6 +1651,102 @@ static PyObject *mod_features(PyObject *m, PyObject *unused)
     return PyUnicode_FromString(chute_features());
 }
 
+/* loader_options(): the option table, one tuple per option:
+ * (name, kind, default, min, max, layers, help) with kind "u32", "u64" or
+ * "bool", default 0 for a computed default ("auto" in layers), and layers
+ * a tuple of "c", "cli", "python", "auto".  chute/loader.py takes its
+ * defaults and bounds from it. */
+static PyObject *mod_loader_options(PyObject *m, PyObject *unused)
+{
+    const ch_loader_opt *t = ch_loader_opts();
+    PyObject *out = PyList_New(0);
+    if (!out)
+        return NULL;
+    for (int i = 0; i < CH_LOPT_COUNT; i++) {
+        const ch_loader_opt *d = &t[i];
+        const char *lay[4];
+        int nl = 0;
+        lay[nl++] = "c";
+        if (d->layers & CH_OPT_CLI)
+            lay[nl++] = "cli";
+        if (d->layers & CH_OPT_PY)
+            lay[nl++] = "python";
+        if (d->layers & CH_OPT_AUTO)
+            lay[nl++] = "auto";
+        PyObject *layers = PyTuple_New(nl);
+        if (!layers)
+            goto fail;
+        for (int k = 0; k < nl; k++) {
+            PyObject *w = PyUnicode_FromString(lay[k]);
+            if (!w) {
+                Py_DECREF(layers);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(layers, k, w);
+        }
+        PyObject *row = Py_BuildValue("(ssKKKNs)", d->name, ch_opt_kind_name(d->kind),
+                                      (unsigned long long)d->def, (unsigned long long)d->min,
+                                      (unsigned long long)d->max, layers, d->help);
+        if (!row || PyList_Append(out, row) < 0) {
+            Py_XDECREF(row);
+            goto fail;
+        }
+        Py_DECREF(row);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* resolve_loader_options(**options): what chute_loader_create makes of
+ * these table options (the rest zero): a dict of every table option's
+ * resolved value, or ValueError with C's message. */
+static PyObject *mod_resolve_loader_options(PyObject *m, PyObject *args, PyObject *kw)
+{
+    if (PyTuple_GET_SIZE(args) != 0) {
+        PyErr_SetString(PyExc_TypeError, "resolve_loader_options takes keyword arguments only");
+        return NULL;
+    }
+    const ch_loader_opt *t = ch_loader_opts();
+    PyObject *vals[CH_LOPT_COUNT] = {0};
+    Py_ssize_t found = 0;
+    for (int i = 0; i < CH_LOPT_COUNT; i++) {
+        vals[i] = kw ? PyDict_GetItemString(kw, t[i].name) : NULL; /* borrowed */
+        found += vals[i] != NULL;
+    }
+    if (kw && found != PyDict_Size(kw)) {
+        PyErr_SetString(PyExc_TypeError, "resolve_loader_options: an unknown option name");
+        return NULL;
+    }
+    chute_loader_options in, out;
+    memset(&in, 0, sizeof in);
+    if (opts_from_py(vals, &in))
+        return NULL;
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    int rc = ch_loader_options_resolve(&in, &out, &err);
+    if (rc != CHUTE_OK) {
+        PyErr_SetString(PyExc_ValueError, err.message);
+        return NULL;
+    }
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    for (int i = 0; i < CH_LOPT_COUNT; i++) {
+        uint64_t v = ch_loader_opt_get(&out, &t[i]);
+        PyObject *x = t[i].kind == CH_OPT_BOOL ? PyBool_FromLong((long)v)
+                                                : PyLong_FromUnsignedLongLong(v);
+        if (!x || PyDict_SetItemString(d, t[i].name, x) < 0) {
+            Py_XDECREF(x);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(x);
+    }
+    return d;
+}
+
 static PyMethodDef module_methods[] = {
     {"pack", (PyCFunction)(void (*)(void))mod_pack, METH_VARARGS | METH_KEYWORDS,
      "pack(root, out_dir, *, shard_size=0, threads=0, strict=False, validate=True, align=0,\n"
@@ -1617,6 +1759,13 @@ static PyMethodDef module_methods[] = {
      "default_workers()\n--\n\n(count, reason): the worker count a Loader uses when workers is\n"
      "None: the CPUs this process may use (affinity mask, cgroup CPU quota) divided by\n"
      "LOCAL_WORLD_SIZE when set."},
+    {"loader_options", (PyCFunction)mod_loader_options, METH_NOARGS,
+     "loader_options()\n--\n\nThe loader's option table (src/common/loader_options.def): a list of\n"
+     "(name, kind, default, min, max, layers, help)."},
+    {"resolve_loader_options", (PyCFunction)(void (*)(void))mod_resolve_loader_options,
+     METH_VARARGS | METH_KEYWORDS,
+     "resolve_loader_options(**options)\n--\n\nWhat the C library makes of these table options:\n"
+     "a dict of every table option's resolved value; ValueError when one is refused."},
     {"version", (PyCFunction)mod_version, METH_NOARGS,
      "version()\n--\n\nThe linked libchute's version string."},
     {"features", (PyCFunction)mod_features, METH_NOARGS,

@@ -57,6 +57,7 @@
 #include "../ops/ops.h"
 #include "../stats/hist.h"
 #include "../stats/stats.h"
+#include "../common/loader_options.h"
 #include "sampler.h"
 
 #include <errno.h>
@@ -457,32 +458,36 @@ static void *worker_main(void *arg)
 
 /* ------------------------------------------------------------------ */
 
-static int resolve_options(const chute_loader_options *in, chute_loader_options *o,
-                           chute_error *err)
+int ch_loader_options_resolve(const chute_loader_options *in, chute_loader_options *o,
+                              chute_error *err)
 {
     *o = in ? *in : (chute_loader_options){0};
-    if (!o->batch_size)
-        o->batch_size = 256;
-    if (!o->size)
-        o->size = 224;
-    if (!o->workers) {
-        ch_cpu_budget cpu;
-        ch_cpu_budget_get(&cpu);
-        o->workers = CH_MIN(cpu.cpus, 1024u);
+    /* The table's rows (loader_options.def): a zero field takes the
+     * default, then every value must be within its bounds. */
+    const ch_loader_opt *t = ch_loader_opts();
+    for (int i = 0; i < CH_LOPT_COUNT; i++) {
+        const ch_loader_opt *d = &t[i];
+        if (d->kind == CH_OPT_BOOL || ch_loader_opt_get(o, d) != 0)
+            continue;
+        if (d->layers & CH_OPT_AUTO) {
+            if (i == CH_LOPT_workers) {
+                ch_cpu_budget cpu;
+                ch_cpu_budget_get(&cpu);
+                ch_loader_opt_set(o, d, CH_MIN(CH_MAX(cpu.cpus, 1u), (uint32_t)d->max));
+            }
+            continue; /* resize_size: below, from size and crop_pct */
+        }
+        ch_loader_opt_set(o, d, d->def);
     }
-    if (!o->prefetch)
-        o->prefetch = 2;
-    if (!o->max_held)
-        o->max_held = 2;
-    if (!o->world_size)
-        o->world_size = 1;
-    if (!o->max_pixels)
-        o->max_pixels = 64ull << 20;
-    if (!o->max_sample_bytes)
-        o->max_sample_bytes = 64ull << 20;
-    if (!o->scale_min_pct && !o->scale_max_pct) {
-        o->scale_min_pct = 8;
-        o->scale_max_pct = 100;
+    for (int i = 0; i < CH_LOPT_COUNT; i++) {
+        const ch_loader_opt *d = &t[i];
+        uint64_t v = ch_loader_opt_get(o, d);
+        if (d->kind == CH_OPT_BOOL || ((d->layers & CH_OPT_AUTO) && v == 0))
+            continue;
+        if (v < d->min || v > d->max)
+            return ch_err(err, CHUTE_EINVAL, "%s %llu is out of range (%llu..%llu)", d->name,
+                          (unsigned long long)v, (unsigned long long)d->min,
+                          (unsigned long long)d->max);
     }
     if (o->layout == CHUTE_LAYOUT_DEFAULT)
         o->layout = o->dtype == CHUTE_DTYPE_UINT8 ? CHUTE_LAYOUT_NHWC : CHUTE_LAYOUT_NCHW;
@@ -496,14 +501,6 @@ static int resolve_options(const chute_loader_options *in, chute_loader_options 
         o->std[1] = 0.224f;
         o->std[2] = 0.225f;
     }
-    if (o->batch_size > (1u << 20))
-        return ch_err(err, CHUTE_EINVAL, "batch_size %u is too large", o->batch_size);
-    if (o->size > 8192)
-        return ch_err(err, CHUTE_EINVAL, "size %u is too large (max 8192)", o->size);
-    if (o->workers > 1024)
-        return ch_err(err, CHUTE_EINVAL, "workers %u is too many (max 1024)", o->workers);
-    if (o->prefetch > 64 || o->max_held > 64)
-        return ch_err(err, CHUTE_EINVAL, "prefetch and max_held must be <= 64");
     if (o->rank >= o->world_size)
         return ch_err(err, CHUTE_EINVAL, "rank %u must be below world_size %u", o->rank,
                       o->world_size);
@@ -511,9 +508,9 @@ static int resolve_options(const chute_loader_options *in, chute_loader_options 
         (unsigned)o->layout > CHUTE_LAYOUT_NHWC || (unsigned)o->on_corrupt > CHUTE_CORRUPT_FAIL ||
         (unsigned)o->remainder > CHUTE_REMAINDER_DROP)
         return ch_err(err, CHUTE_EINVAL, "an enum option is out of range");
-    if (o->scale_min_pct == 0 || o->scale_min_pct > o->scale_max_pct || o->scale_max_pct > 100)
-        return ch_err(err, CHUTE_EINVAL, "scale range %u..%u%% is invalid", o->scale_min_pct,
-                      o->scale_max_pct);
+    if (o->scale_min_pct > o->scale_max_pct)
+        return ch_err(err, CHUTE_EINVAL, "scale_min_pct %u is above scale_max_pct %u",
+                      o->scale_min_pct, o->scale_max_pct);
     for (int c = 0; c < 3; c++) {
         if (!isfinite(o->mean[c]))
             return ch_err(err, CHUTE_EINVAL, "mean[%d] = %g is not a finite number", c,
@@ -539,9 +536,10 @@ static int resolve_options(const chute_loader_options *in, chute_loader_options 
             o->crop_pct = 0.875f;
         o->resize_size = ch_eval_resize_size(o->size, o->crop_pct);
     }
-    if (o->resize_size < o->size || o->resize_size > 65536)
-        return ch_err(err, CHUTE_EINVAL, "eval resize side %u must be in [size %u, 65536]",
-                      o->resize_size, o->size);
+    if (o->resize_size < o->size || o->resize_size > ch_loader_opts()[CH_LOPT_resize_size].max)
+        return ch_err(err, CHUTE_EINVAL, "resize_size %u (the eval resize side) must be in [size %u, %llu]",
+                      o->resize_size, o->size,
+                      (unsigned long long)ch_loader_opts()[CH_LOPT_resize_size].max);
     return CHUTE_OK;
 }
 
@@ -557,7 +555,7 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
     ld->t_created = ch_now_ns();
     ld->pid = getpid();
     ld->ds = ds;
-    int rc = resolve_options(opt, &ld->o, err);
+    int rc = ch_loader_options_resolve(opt, &ld->o, err);
     if (rc) {
         free(ld);
         return rc;
@@ -974,7 +972,7 @@ uint32_t chute_default_workers(char *why, size_t why_len)
 {
     ch_cpu_budget b;
     ch_cpu_budget_get(&b);
-    uint32_t n = CH_MIN(b.cpus, 1024u); /* resolve_options' bound */
+    uint32_t n = CH_MIN(b.cpus, 1024u); /* the workers bound (loader_options.def) */
     if (why && why_len)
         snprintf(why, why_len, "%s", b.why);
     return n;

@@ -44,7 +44,9 @@ def test_dataset(source):
     ("float32", "nhwc", (32, 32, 3), torch.float32),
 ])
 def test_shapes_dtypes_layouts(source, dtype, layout, shape, tdtype):
-    ld = chute.Loader(source, batch_size=16, size=32, dtype=dtype, layout=layout, workers=2)
+    # drop_last=True: every batch is full (the default keeps a partial one).
+    ld = chute.Loader(source, batch_size=16, size=32, dtype=dtype, layout=layout, workers=2,
+                      drop_last=True)
     assert len(ld) == TREE_IMAGES // 16
     n = 0
     for images, labels in ld:
@@ -75,7 +77,9 @@ def test_partial_last_batch(source):
     assert len(ld) == math.ceil(TREE_IMAGES / 64)
     sizes = [len(y) for _, y in ld]
     assert sizes == [64, 64, TREE_IMAGES - 128]
-    assert chute.Loader(source, batch_size=64, size=16).num_samples == 128
+    # The default is drop_last=False (as torch's DataLoader and the C library).
+    assert chute.Loader(source, batch_size=64, size=16).num_samples == TREE_IMAGES
+    assert chute.Loader(source, batch_size=64, size=16, drop_last=True).num_samples == 128
 
 
 def test_shuffle_and_epochs(tree):
@@ -124,7 +128,7 @@ def test_train_transform_is_deterministic(tree):
 
 
 def test_stats(tree):
-    ld = chute.Loader(tree, batch_size=16, size=32)
+    ld = chute.Loader(tree, batch_size=16, size=32, drop_last=True)
     for _ in ld:
         pass
     s = ld.stats()

@@ -1,0 +1,141 @@
+"""chute.Loader's keyword options against the C library's option table.
+
+The table (src/common/loader_options.def) is exported by the extension
+(`_chute.loader_options()`), and `_chute.resolve_loader_options()` runs
+the C library's own resolve step.  Checked here: Loader's signature takes
+its defaults from the table, a Loader made with no options has what C
+resolves from all-zero options, the bounds (min-1, max+1) are refused with
+the option named, and — behaviour, not tables — `Loader(tree)` and
+`chute bench tree` with no flags deliver the same batches, which is also
+what torch's DataLoader gives for the same batch size and drop_last.
+"""
+import inspect
+import json
+import os
+import subprocess
+
+import pytest
+
+import chute
+from chute import _chute
+
+from conftest import ROOT, TREE_IMAGES
+
+U64_MAX = 2 ** 64 - 1
+TABLE = {r[0]: dict(name=r[0], kind=r[1], default=r[2], min=r[3], max=r[4], layers=r[5],
+                    help=r[6]) for r in _chute.loader_options()}
+PY = [r for r in TABLE.values() if "python" in r["layers"]]
+
+
+def test_table_is_exported():
+    for name in ("batch_size", "size", "workers", "prefetch", "max_held", "seed", "drop_last",
+                 "rank", "world_size", "max_pixels", "max_sample_bytes", "resize_size"):
+        assert name in TABLE and "python" in TABLE[name]["layers"], name
+    for r in TABLE.values():
+        assert r["kind"] in ("u32", "u64", "bool") and r["help"]
+        assert r["min"] <= r["max"]
+        assert "auto" in r["layers"] or r["min"] <= r["default"] <= r["max"], r
+
+
+def test_signature_defaults_come_from_the_table():
+    params = inspect.signature(chute.Loader.__init__).parameters
+    for r in PY:
+        p = params[r["name"]]
+        if "auto" in r["layers"] or r["name"] in ("rank", "world_size"):
+            assert p.default is None, r["name"]  # computed (or from torch.distributed/env)
+        elif r["kind"] == "bool":
+            assert p.default is bool(r["default"]), r["name"]
+        else:
+            assert p.default == r["default"], r["name"]
+    assert params["scale"].default == (TABLE["scale_min_pct"]["default"] / 100,
+                                       TABLE["scale_max_pct"]["default"] / 100)
+
+
+def test_defaults_equal_what_c_resolves(tree):
+    c = _chute.resolve_loader_options()  # the C library, all-zero options
+    ld = chute.Loader(tree)
+    try:
+        for name in ("batch_size", "size", "prefetch", "max_held", "seed", "drop_last", "rank",
+                     "world_size"):
+            assert getattr(ld, name) == c[name], name
+        assert c["workers"] == chute.default_workers()[0] == ld.stats()["workers"]
+        # The documented values (include/chute.h), literally: one default everywhere.
+        assert (c["batch_size"], c["max_held"], c["drop_last"]) == (256, 2, False)
+    finally:
+        ld.close()
+
+
+PY_NUM = [r for r in PY if r["kind"] != "bool"]
+
+
+@pytest.mark.parametrize("row", PY_NUM, ids=[r["name"] for r in PY_NUM])
+def test_python_bounds_name_the_option(tree, row):
+    # Python's ints reach past every bound (-1 and 2^64 included).
+    for v in (row["min"] - 1, row["max"] + 1):
+        with pytest.raises(ValueError, match=row["name"]):
+            chute.Loader(tree, **{row["name"]: v})
+        with pytest.raises(ValueError, match=row["name"]):
+            _chute.resolve_loader_options(**{row["name"]: v})
+
+
+@pytest.mark.parametrize("row", list(TABLE.values()), ids=list(TABLE))
+def test_c_accepts_each_bound(row):
+    for v in (row["min"], row["max"]):
+        kw = {row["name"]: v}
+        if row["name"] == "rank":
+            kw["world_size"] = TABLE["world_size"]["max"]
+        if row["name"] == "scale_max_pct":
+            kw["scale_min_pct"] = TABLE["scale_min_pct"]["min"]
+        if row["name"] == "resize_size" and v < 224:
+            with pytest.raises(ValueError, match="resize_size"):
+                _chute.resolve_loader_options(**kw)  # below size: a cross-option check
+            continue
+        got = _chute.resolve_loader_options(**kw)
+        if row["kind"] != "bool" and (v or "auto" not in row["layers"]):
+            assert got[row["name"]] == (v if v else row["default"]), row["name"]
+
+
+def test_max_held_copy_keeps_a_spare_slot(tree):
+    top = TABLE["max_held"]["max"]
+    with pytest.raises(ValueError, match="max_held"):
+        chute.Loader(tree, max_held=top, hold_policy="copy")
+    chute.Loader(tree, max_held=top, hold_policy="raise", size=16, batch_size=4).close()
+
+
+def _cli():
+    for p in (os.environ.get("CHUTE_CLI"), os.path.join(ROOT, "build", "chute")):
+        if p and os.access(p, os.X_OK):
+            return p
+    pytest.skip("no chute CLI built (build/chute, or set CHUTE_CLI)")
+
+
+def test_loader_and_bench_defaults_deliver_the_same_batches(tree):
+    torch = pytest.importorskip("torch")
+    out = subprocess.run([_cli(), "bench", tree, "--json", "--quiet"], check=True,
+                         capture_output=True, text=True, timeout=600).stdout
+    bench = json.loads(out)
+    ld = chute.Loader(tree, as_torch=True)
+    shapes = [tuple(x.shape) for x, _ in ld]
+    ld.close()
+    # torch's DataLoader with the same batch size and drop_last: the reference.
+    ref = [len(b) for b in torch.utils.data.DataLoader(range(TREE_IMAGES),
+                                                       batch_size=bench["batch_size"],
+                                                       drop_last=ld.drop_last)]
+    assert bench["batches"] == len(shapes) == len(ref)
+    assert bench["images"] == sum(s[0] for s in shapes) == sum(ref) == TREE_IMAGES
+    assert [s[0] for s in shapes] == ref
+    assert all(s[1:] == (3, 224, 224) for s in shapes)
+
+
+def test_default_max_held_lets_a_plain_loop_run_zero_copy(tree):
+    # max_held is 2 now (was 4 in Python): the batch just returned plus the
+    # previous one still bound to the loop variable, so a plain loop never
+    # copies; keeping a third alive does.
+    ld = chute.Loader(tree, batch_size=10, size=16)
+    for x, y in ld:
+        pass
+    assert ld.stats()["copied_batches"] == 0
+    kept = [b for b in ld]
+    assert len(kept) == len(ld) and ld.stats()["copied_batches"] > 0
+    del kept
+    ld.close()
