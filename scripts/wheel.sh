@@ -183,7 +183,7 @@ EOF
 if [ "$run_pytest" = 1 ]; then
   echo "== Python tests against the installed wheel"
   mkdir -p tests python
-  cp -r "$ROOT/tests/python" "$ROOT/tests/tools" tests/
+  cp -r "$ROOT/tests/python" "$ROOT/tests/tools" "$ROOT/tests/fixtures" tests/
   cp -r "$ROOT/python/tools" python/
   CHUTE_TEST_INSTALLED=1 "$V/python" -m pytest -q -p no:cacheprovider tests/python
 fi
