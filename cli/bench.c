@@ -22,7 +22,7 @@ int cmd_bench(int argc, char **argv)
     int transform = 0, dtype = 0, json = 0, no_dct = 0, quiet = 0;
     uint32_t epochs = 1, step_ms = 0;
     uint64_t max_batches = 0;
-    const char *crop_pct = NULL;
+    const char *crop_pct = NULL, *format = NULL;
     /* The loader's rows come from the option table
      * (src/common/loader_options.def); these are bench's own. */
     const cli_opt own[] = {
@@ -36,6 +36,7 @@ int cmd_bench(int argc, char **argv)
          "simulate a training step: the consumer spends this long on each batch"},
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
         {"--quiet", CLI_FLAG, &quiet, NULL, 0, 0, "no live progress line"},
+        {"--format", CLI_STR, &format, NULL, 0, 0, CLI_FORMAT_HELP},
         {"--crop-pct", CLI_STR, &crop_pct, NULL, 0, 0,
          "eval: resize to floor(size / crop_pct), crop_pct in (0, 1] (default 0.875)"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
@@ -72,7 +73,9 @@ int cmd_bench(int argc, char **argv)
     chute_error err = {0};
     chute_dataset *ds = NULL;
     double t_open = cli_now_s();
-    rc = chute_dataset_open(pos[0], CHUTE_SOURCE_AUTO, &ds, &err);
+    chute_dataset_options dopt = {0};
+    dopt.format = format;
+    rc = chute_dataset_open_ex(pos[0], &dopt, &ds, &err);
     if (rc != CHUTE_OK) {
         fprintf(stderr, "chute bench: %s\n", err.message);
         return 1;

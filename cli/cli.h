@@ -13,6 +13,10 @@
 
 typedef enum cli_type { CLI_FLAG, CLI_U32, CLI_U64, CLI_SIZE, CLI_STR, CLI_CHOICE } cli_type;
 
+/* --format's help line (bench, inspect, doctor): the registry's names. */
+#define CLI_FORMAT_HELP \
+    "the dataset's format: tree, shards, tfrecord or wds (default: found by probing)"
+
 typedef struct cli_opt {
     const char *name;         /* "--batch-size" */
     cli_type type;

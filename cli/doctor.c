@@ -383,7 +383,9 @@ int cmd_doctor(int argc, char **argv)
     const char *report = NULL, *time_s = "5s";
     /* The loader's rows come from the option table
      * (src/common/loader_options.def); these are doctor's own. */
+    const char *format = NULL;
     const cli_opt own[] = {
+        {"--format", CLI_STR, &format, NULL, 0, 0, CLI_FORMAT_HELP},
         {"--gpu-rate", CLI_U64, &gpu_rate, NULL, 1, 100000000,
          "images/s one GPU consumes (e.g. 2500 for ResNet-50 on an A100, 3000 on an H100)"},
         {"--report", CLI_STR, &report, NULL, 0, 0, "write an HTML report with charts to this file"},
@@ -430,6 +432,7 @@ int cmd_doctor(int argc, char **argv)
     chute_dataset *ds = NULL;
     chute_dataset_options dopt = {0};
     dopt.read_delay_us = delay_us;
+    dopt.format = format;
     if (chute_dataset_open_ex(pos[0], &dopt, &ds, &err) != CHUTE_OK) {
         fprintf(stderr, "chute doctor: %s\n", err.message);
         free(r);

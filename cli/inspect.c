@@ -173,10 +173,12 @@ int cmd_inspect(int argc, char **argv)
 {
     int json = 0, verify = 0;
     uint32_t threads = 0;
+    const char *format = NULL;
     const cli_opt opts[] = {
         {"--verify", CLI_FLAG, &verify, NULL, 0, 0, "decode every image fully (slower)"},
         {"--threads", CLI_U32, &threads, NULL, 1, 1024, "threads (default: the CPUs this process may use)"},
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
+        {"--format", CLI_STR, &format, NULL, 0, 0, CLI_FORMAT_HELP},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
     const char *pos[1];
@@ -190,7 +192,9 @@ int cmd_inspect(int argc, char **argv)
     }
     chute_error err = {0};
     chute_dataset *ds = NULL;
-    if (chute_dataset_open(pos[0], CHUTE_SOURCE_AUTO, &ds, &err) != CHUTE_OK) {
+    chute_dataset_options dopt = {0};
+    dopt.format = format;
+    if (chute_dataset_open_ex(pos[0], &dopt, &ds, &err) != CHUTE_OK) {
         fprintf(stderr, "chute inspect: %s\n", err.message);
         return 1;
     }

@@ -232,6 +232,15 @@ def probe_errors(ctx):
               "nothing matches: %r" % err)
     info = ctx.dsinfo_run(FIX, "--kind", "tree", "--format", "wds", expect="nonzero")
     ctx.check("disagree" in info["proc"].err, "kind vs format: %r" % info["proc"].err)
+    # The CLI's --format (bench, inspect, doctor) reaches the same choice.
+    for cmd in ("bench", "inspect", "doctor"):
+        p = ctx.run([ctx.chute, cmd, os.path.join(FIX, "plain.tfrecord"), "--format", "wds"],
+                    expect=1)
+        ctx.check("plain.tfrecord" in p.err and "tar" in p.err,
+                  "%s --format wds on a TFRecord: %r" % (cmd, p.err))
+        p = ctx.run([ctx.chute, cmd, FIX, "--format", "nosuch"], expect=1)
+        ctx.check("unknown format" in p.err and "nosuch" in p.err,
+                  "%s --format nosuch: %r" % (cmd, p.err))
 
 
 def corrupt_records(ctx):
@@ -299,7 +308,7 @@ def same_batches(ctx):
                   % (name, len(outs[name]), len(outs["tree"])))
     for name, src in (("tfrecord", tfr), ("wds", wds)):
         b = ctx.run([ctx.chute, "bench", src, "--epochs", "1", "--batch-size", "16",
-                     "--size", "64", "--json"])
+                     "--size", "64", "--json", "--format", name])
         ctx.check('"format":"%s"' % name in b.out.replace(" ", ""), "bench on %s: %r" % (name, b.out))
         i = ctx.run([ctx.chute, "inspect", src])
         ctx.check(": %s, %d samples" % (name, len(samples)) in i.out,
