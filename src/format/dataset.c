@@ -362,6 +362,45 @@ int ch_path_list(const char *path, int (*keep)(const char *name), char ***out, s
     return CHUTE_OK;
 }
 
+int ch_ds_files_list(const char *path, int (*keep)(const char *name), const char *what,
+                     ch_ds_file **out, size_t *out_n, chute_error *err)
+{
+    *out = NULL;
+    *out_n = 0;
+    char **paths = NULL;
+    size_t np = 0;
+    int rc = ch_path_list(path, keep, &paths, &np, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    if (np == 0)
+        return ch_err(err, CHUTE_ENOTFOUND, "%s: no %s", path, what);
+    if (np > UINT32_MAX) {
+        ch_path_list_free(paths, np);
+        return ch_err(err, CHUTE_ELIMIT, "%s: too many files", path);
+    }
+    ch_ds_file *files = calloc(np, sizeof *files);
+    if (!files) {
+        ch_path_list_free(paths, np);
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < np; i++)
+        files[i].path = paths[i];
+    free(paths);
+    *out = files;
+    *out_n = np;
+    return CHUTE_OK;
+}
+
+void ch_ds_files_close(const ch_source_ops *src, ch_ds_file *files, size_t n)
+{
+    for (size_t i = 0; files && i < n; i++) {
+        if (files[i].h)
+            src->close(files[i].h);
+        free(files[i].path);
+    }
+    free(files);
+}
+
 int ch_ds_synth_classes(chute_dataset *ds, uint32_t n, chute_error *err)
 {
     if (n > CH_MAX_SYNTH_CLASSES)

@@ -48,14 +48,9 @@ typedef struct tfr_sample {
     uint8_t bad;              /* failed at open: read reports why */
 } tfr_sample;
 
-typedef struct tfr_file {
-    char *path;
-    void *h;
-} tfr_file;
-
 typedef struct tfr_impl {
     const ch_source_ops *src;
-    tfr_file *files;
+    ch_ds_file *files;
     size_t nfiles;
     tfr_sample *samples;
     char *keys[2];            /* image key, label key */
@@ -199,7 +194,7 @@ static int parse_record(const tfr_impl *t, const char *path, uint64_t offset, ui
 static int index_file(tfr_impl *t, uint32_t fi, uint64_t size, fmt_tfr_index *ix,
                       chute_error *err)
 {
-    tfr_file *f = &t->files[fi];
+    ch_ds_file *f = &t->files[fi];
     int rc = load_dali_index(t->src, f->path, size, ix, err);
     if (rc != CHUTE_ENOTFOUND)
         return rc;
@@ -224,34 +219,18 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
     t->keys[1] = strdup(opt->label_key ? opt->label_key : TFR_DEFAULT_LABEL);
     if (!t->keys[0] || !t->keys[1])
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
-    char **paths = NULL;
-    size_t np = 0;
-    int rc = ch_path_list(path, tfr_name, &paths, &np, err);
+    int rc = ch_ds_files_list(path, tfr_name,
+                              "TFRecord files (*.tfrecord, *.tfrecords, NAME-N-of-M)", &t->files,
+                              &t->nfiles, err);
     if (rc != CHUTE_OK)
         return rc;
-    if (np == 0)
-        return ch_err(err, CHUTE_ENOTFOUND,
-                      "%s: no TFRecord files (*.tfrecord, *.tfrecords, NAME-N-of-M)", path);
-    if (np > UINT32_MAX) {
-        ch_path_list_free(paths, np);
-        return ch_err(err, CHUTE_ELIMIT, "%s: too many files", path);
-    }
-    t->files = calloc(np, sizeof *t->files);
-    if (!t->files) {
-        ch_path_list_free(paths, np);
-        return ch_err(err, CHUTE_ENOMEM, "out of memory");
-    }
-    t->nfiles = np;
-    for (size_t i = 0; i < np; i++)
-        t->files[i].path = paths[i];
-    free(paths);
 
     ch_buf buf = {0};
     uint64_t n = 0, cap = 0, nbad = 0;
     int64_t maxlabel = -1;
     chute_error first_bad = {0};
     for (uint32_t fi = 0; fi < t->nfiles && rc == CHUTE_OK; fi++) {
-        tfr_file *f = &t->files[fi];
+        ch_ds_file *f = &t->files[fi];
         uint64_t size = 0;
         rc = t->src->open(f->path, &f->h, &size, err);
         fmt_tfr_index ix = {0};
@@ -339,7 +318,7 @@ static int tfr_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, 
 {
     const tfr_impl *t = ds->impl;
     const tfr_sample *s = &t->samples[i];
-    const tfr_file *f = &t->files[s->file];
+    const ch_ds_file *f = &t->files[s->file];
     uint64_t whole = s->length + FMT_TFR_OVERHEAD;
     if (whole > cap) {
         *out_len = (size_t)whole;
@@ -382,12 +361,7 @@ static void tfr_close(void *impl)
     tfr_impl *t = impl;
     if (!t)
         return;
-    for (size_t i = 0; i < t->nfiles; i++) {
-        if (t->files[i].h)
-            t->src->close(t->files[i].h);
-        free(t->files[i].path);
-    }
-    free(t->files);
+    ch_ds_files_close(t->src, t->files, t->nfiles);
     free(t->samples);
     free(t->keys[0]);
     free(t->keys[1]);

@@ -45,14 +45,9 @@ typedef struct wds_sample {
     char *key;                /* for messages */
 } wds_sample;
 
-typedef struct wds_file {
-    char *path;
-    void *h;
-} wds_file;
-
 typedef struct wds_impl {
     const ch_source_ops *src;
-    wds_file *files;
+    ch_ds_file *files;
     size_t nfiles;
     wds_sample *samples;
     uint64_t n;
@@ -139,7 +134,7 @@ static int parse_cls(const char *s, size_t n, int64_t *out)
 static int index_shard(chute_dataset *ds, wds_impl *t, uint32_t fi, uint64_t *cap,
                        const chute_dataset_options *opt, int64_t *maxlabel, chute_error *err)
 {
-    wds_file *f = &t->files[fi];
+    ch_ds_file *f = &t->files[fi];
     uint64_t size = 0;
     int rc = t->src->open(f->path, &f->h, &size, err);
     if (rc != CHUTE_OK)
@@ -259,26 +254,9 @@ static int wds_open(chute_dataset *ds, const char *path, const chute_dataset_opt
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     ds->impl = t;
     t->src = ds->src;
-    char **paths = NULL;
-    size_t np = 0;
-    int rc = ch_path_list(path, wds_name, &paths, &np, err);
+    int rc = ch_ds_files_list(path, wds_name, "WebDataset shards (*.tar)", &t->files, &t->nfiles, err);
     if (rc != CHUTE_OK)
         return rc;
-    if (np == 0)
-        return ch_err(err, CHUTE_ENOTFOUND, "%s: no WebDataset shards (*.tar)", path);
-    if (np > UINT32_MAX) {
-        ch_path_list_free(paths, np);
-        return ch_err(err, CHUTE_ELIMIT, "%s: too many files", path);
-    }
-    t->files = calloc(np, sizeof *t->files);
-    if (!t->files) {
-        ch_path_list_free(paths, np);
-        return ch_err(err, CHUTE_ENOMEM, "out of memory");
-    }
-    t->nfiles = np;
-    for (size_t i = 0; i < np; i++)
-        t->files[i].path = paths[i];
-    free(paths);
     uint64_t cap = 0;
     int64_t maxlabel = -1;
     for (uint32_t fi = 0; fi < t->nfiles && rc == CHUTE_OK; fi++)
@@ -301,7 +279,7 @@ static int wds_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, 
 {
     const wds_impl *t = ds->impl;
     const wds_sample *s = &t->samples[i];
-    const wds_file *f = &t->files[s->file];
+    const ch_ds_file *f = &t->files[s->file];
     static const char *const why[] = {
         "", "no image member (.jpg, .jpeg, .png or .bmp)", "no .cls label member",
         "the .cls member is not a decimal integer", "its key also names another sample in the shard",
@@ -341,14 +319,9 @@ static void wds_close(void *impl)
     wds_impl *t = impl;
     if (!t)
         return;
-    for (size_t i = 0; i < t->nfiles; i++) {
-        if (t->files[i].h)
-            t->src->close(t->files[i].h);
-        free(t->files[i].path);
-    }
+    ch_ds_files_close(t->src, t->files, t->nfiles);
     for (uint64_t i = 0; i < t->n; i++)
         free(t->samples[i].key);
-    free(t->files);
     free(t->samples);
     free(t);
 }

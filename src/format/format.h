@@ -124,6 +124,17 @@ void ch_dataset_free_fields(chute_dataset *ds);
 int ch_path_list(const char *path, int (*keep)(const char *name), char ***out, size_t *out_n,
                  chute_error *err);
 void ch_path_list_free(char **v, size_t n);
+/* A format's data files: a path, and the source's handle once opened. */
+typedef struct ch_ds_file {
+    char *path;
+    void *h;
+} ch_ds_file;
+/* ch_path_list into an array of files (handles NULL); none matching is
+ * CHUTE_ENOTFOUND "PATH: no WHAT".  Free with ch_ds_files_close. */
+int ch_ds_files_list(const char *path, int (*keep)(const char *name), const char *what,
+                     ch_ds_file **out, size_t *out_n, chute_error *err);
+/* Close the open handles through src and free the paths and the array. */
+void ch_ds_files_close(const ch_source_ops *src, ch_ds_file *files, size_t n);
 /* Synthesised class names "0".."n-1" into ds (n <= CH_MAX_SYNTH_CLASSES). */
 #define CH_MAX_SYNTH_CLASSES (1u << 24)
 int ch_ds_synth_classes(chute_dataset *ds, uint32_t n, chute_error *err);
