@@ -169,6 +169,19 @@ static const char *bin_label(unsigned b, char *buf, size_t n)
     return buf;
 }
 
+/* Everything an inspection holds, the dataset included. */
+static void insp_free(insp *s)
+{
+    for (uint64_t k = 0; k < s->bad && k < MAX_BAD; k++) {
+        free(s->bad_where[k]);
+        free(s->bad_msg[k]);
+    }
+    free(s->dims);
+    free(s->per_class);
+    pthread_mutex_destroy(&s->mu);
+    chute_dataset_close((chute_dataset *)s->ds);
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     int json = 0, verify = 0;
@@ -222,14 +235,7 @@ int cmd_inspect(int argc, char **argv)
         fprintf(stderr, "chute inspect: %s\n",
                 started == 0 ? "cannot start threads (out of memory?)"
                              : "out of memory while reading samples; results would be incomplete");
-        for (uint64_t k = 0; k < s.bad && k < MAX_BAD; k++) {
-            free(s.bad_where[k]);
-            free(s.bad_msg[k]);
-        }
-        free(s.dims);
-        free(s.per_class);
-        pthread_mutex_destroy(&s.mu);
-        chute_dataset_close(ds);
+        insp_free(&s);
         return 1;
     }
     if (s.ndims > 1) /* s.dims is NULL when no sample decoded: no qsort(NULL, 0) */
@@ -375,13 +381,6 @@ int cmd_inspect(int argc, char **argv)
         else if (!json)
             printf("verify: all %llu samples decode\n", (unsigned long long)s.n);
     }
-    for (uint64_t k = 0; k < s.bad && k < MAX_BAD; k++) {
-        free(s.bad_where[k]);
-        free(s.bad_msg[k]);
-    }
-    free(s.dims);
-    free(s.per_class);
-    pthread_mutex_destroy(&s.mu);
-    chute_dataset_close(ds);
+    insp_free(&s);
     return verify && (s.bad || nskipped) ? 1 : 0;
 }
