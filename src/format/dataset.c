@@ -181,7 +181,7 @@ int chute_dataset_open_ex(const char *path, const chute_dataset_options *opt,
     chute_dataset *ds = calloc(1, sizeof *ds);
     if (!ds)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
-    ds->src = &ch_source_local;
+    ds->src = ch_source_for(path);
     ds->fmt = fmt;
     ds->root = strdup(path);
     /* Strip trailing slashes so messages read "root/cls/x.jpg". */

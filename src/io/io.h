@@ -15,7 +15,7 @@
 
 #include "../common/common.h"
 
-#define CH_SOURCE_OPS_VERSION 1
+#define CH_SOURCE_OPS_VERSION 2
 
 /* Internal, positive: "buffer too small, *out_len says how much". */
 #define CH_ESMALL 100
@@ -24,6 +24,22 @@ enum {
     CH_SOURCE_CAP_PREAD = 1u << 0,   /* concurrent positional reads */
     CH_SOURCE_CAP_DIRECT = 1u << 1   /* O_DIRECT available */
 };
+
+/* What stat and list report about a name.  CH_ENT_OTHER is anything that
+ * is neither a regular file nor a directory (FIFO, socket, device node,
+ * dangling or looping link); `why` then says which, as static text
+ * ("a FIFO", "a dangling symbolic link"). */
+enum { CH_ENT_FILE = 1, CH_ENT_DIR = 2, CH_ENT_OTHER = 3 };
+typedef struct ch_stat {
+    int type;                 /* CH_ENT_* */
+    uint64_t size;            /* bytes, for CH_ENT_FILE */
+    int64_t mtime_ns;         /* modification time, 0 when the source has none */
+    const char *why;          /* CH_ENT_OTHER: what it is (static text) */
+} ch_stat;
+/* Called once per entry of a listing with its name (no '/'), in no
+ * particular order; return nonzero to stop the listing (list then
+ * returns CHUTE_OK). */
+typedef int (*ch_list_fn)(void *user, const char *name, const ch_stat *st);
 
 typedef struct ch_source_ops {
     uint32_t version;
@@ -40,10 +56,27 @@ typedef struct ch_source_ops {
      * and reads nothing, so the caller can grow its buffer and retry. */
     int (*read_file)(const char *path, void *buf, size_t cap, size_t *out_len,
                      chute_error *err);
+    /* --- version 2 --- */
+    /* URI prefixes this source serves ("s3://", "https://"), NULL-ended;
+     * NULL for the local source, which serves every other path. */
+    const char *const *schemes;
+    /* What `path` is, following symbolic links; a missing path is
+     * CHUTE_ENOTFOUND, a failure to ask CHUTE_EIO. */
+    int (*stat)(const char *path, ch_stat *out, chute_error *err);
+    /* Every entry directly inside directory `dir` ("." and ".." left out;
+     * for object stores: the keys and common prefixes one level below
+     * "dir/"), each with what stat would say of it. */
+    int (*list)(const char *dir, ch_list_fn fn, void *user, chute_error *err);
 } ch_source_ops;
 
 /* Local files through open/pread. */
 extern const ch_source_ops ch_source_local;
+
+/* The registry of sources (src/io/sources.c), NULL-terminated. */
+extern const ch_source_ops *const ch_sources[];
+/* The source that serves `path`: the first whose scheme prefixes it, else
+ * the local source.  Never NULL. */
+const ch_source_ops *ch_source_for(const char *path);
 
 /* Write helpers for producers of files (pack): full writes, fsync, and
  * rename-then-fsync-directory so a file appears complete or not at all. */

@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include "io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -161,6 +162,86 @@ static int local_read_file(const char *path, void *buf, size_t cap, size_t *out_
     return rc;
 }
 
+static void stat_fill(const struct stat *st, ch_stat *out)
+{
+    memset(out, 0, sizeof *out);
+    if (S_ISREG(st->st_mode)) {
+        out->type = CH_ENT_FILE;
+        out->size = (uint64_t)st->st_size;
+    } else if (S_ISDIR(st->st_mode)) {
+        out->type = CH_ENT_DIR;
+    } else {
+        out->type = CH_ENT_OTHER;
+        out->why = special_name(st->st_mode);
+    }
+    out->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+/* stat(2), with a link that leads nowhere told apart from a missing name
+ * (lstat succeeds on the link itself). */
+static int stat_at(int dirfd, const char *name, const char *shown, ch_stat *out, chute_error *err)
+{
+    struct stat st;
+    if (fstatat(dirfd, name, &st, 0) == 0) {
+        stat_fill(&st, out);
+        return CHUTE_OK;
+    }
+    int e = errno;
+    if ((e == ENOENT || e == ELOOP) && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISLNK(st.st_mode)) {
+        memset(out, 0, sizeof *out);
+        out->type = CH_ENT_OTHER;
+        out->why = e == ELOOP ? "a symbolic link loop" : "a dangling symbolic link";
+        return CHUTE_OK;
+    }
+    return ch_err_errno(err, e == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, e, "%s: cannot stat",
+                        shown);
+}
+
+static int local_stat(const char *path, ch_stat *out, chute_error *err)
+{
+    return stat_at(AT_FDCWD, path, path, out, err);
+}
+
+static int local_list(const char *dir, ch_list_fn fn, void *user, chute_error *err)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno,
+                            "%s: cannot open directory", dir);
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        int e = errno;
+        close(dfd);
+        return ch_err_errno(err, CHUTE_EIO, e, "%s: cannot read directory", dir);
+    }
+    int rc = CHUTE_OK;
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (!de) {
+            if (errno)
+                rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot read directory", dir);
+            break;
+        }
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        ch_stat st;
+        chute_error e2;
+        int src = stat_at(dirfd(d), de->d_name, de->d_name, &st, &e2);
+        if (src == CHUTE_ENOTFOUND)
+            continue; /* removed since readdir */
+        if (src != CHUTE_OK) {
+            rc = ch_err(err, src, "%s/%s", dir, e2.message);
+            break;
+        }
+        if (fn(user, de->d_name, &st))
+            break;
+    }
+    closedir(d);
+    return rc;
+}
+
 const ch_source_ops ch_source_local = {
     .version = CH_SOURCE_OPS_VERSION,
     .caps = CH_SOURCE_CAP_PREAD,
@@ -169,6 +250,9 @@ const ch_source_ops ch_source_local = {
     .read_at = local_read_at,
     .close = local_close,
     .read_file = local_read_file,
+    .schemes = NULL,
+    .stat = local_stat,
+    .list = local_list,
 };
 
 int ch_pwrite_all(int fd, const char *path, const void *buf, size_t len, uint64_t off,
