@@ -23,6 +23,7 @@ int cmd_bench(int argc, char **argv)
     uint32_t epochs = 1, step_ms = 0;
     uint64_t max_batches = 0;
     const char *crop_pct = NULL, *format = NULL;
+    int shuffle_mode = 0;
     /* The loader's rows come from the option table
      * (src/common/loader_options.def); these are bench's own. */
     const cli_opt own[] = {
@@ -39,6 +40,9 @@ int cmd_bench(int argc, char **argv)
         {"--format", CLI_STR, &format, NULL, 0, 0, CLI_FORMAT_HELP},
         {"--crop-pct", CLI_STR, &crop_pct, NULL, 0, 0,
          "eval: resize to floor(size / crop_pct), crop_pct in (0, 1] (default 0.875)"},
+        {"--shuffle", CLI_CHOICE, &shuffle_mode, "global|shards", 0, 0,
+         "global: one permutation of all samples per epoch (default); shards: files in a seeded "
+         "order, each read front to back through a shuffle buffer of --shuffle-buffer samples"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
     cli_opt opts[CLI_LOADER_OPTS_MAX + sizeof own / sizeof own[0]];
@@ -57,6 +61,7 @@ int cmd_bench(int argc, char **argv)
     o.transform = (chute_transform)transform;
     o.dtype = dtype == 0 ? CHUTE_DTYPE_FLOAT32 : dtype == 1 ? CHUTE_DTYPE_UINT8 : CHUTE_DTYPE_FLOAT16;
     o.no_dct_scale = no_dct;
+    o.shuffle = (chute_shuffle)shuffle_mode;
     /* The library picks the same count for workers = 0; say why. */
     char workers_why[256] = "--workers";
     if (!o.workers)

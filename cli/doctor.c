@@ -384,6 +384,7 @@ int cmd_doctor(int argc, char **argv)
     /* The loader's rows come from the option table
      * (src/common/loader_options.def); these are doctor's own. */
     const char *format = NULL;
+    int shuffle_mode = 0;
     const cli_opt own[] = {
         {"--format", CLI_STR, &format, NULL, 0, 0, CLI_FORMAT_HELP},
         {"--gpu-rate", CLI_U64, &gpu_rate, NULL, 1, 100000000,
@@ -394,6 +395,9 @@ int cmd_doctor(int argc, char **argv)
         {"--read-delay-us", CLI_U32, &delay_us, NULL, 0, 10000000,
          "what-if: add this latency to every read (simulates slower storage)"},
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
+        {"--shuffle", CLI_CHOICE, &shuffle_mode, "global|shards", 0, 0,
+         "global: one permutation of all samples per epoch (default); shards: files in a seeded "
+         "order, each read front to back through a shuffle buffer of --shuffle-buffer samples"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
     cli_opt opts[CLI_LOADER_OPTS_MAX + sizeof own / sizeof own[0]];
@@ -419,6 +423,7 @@ int cmd_doctor(int argc, char **argv)
         return 2;
     }
     o.transform = (chute_transform)transform;
+    o.shuffle = (chute_shuffle)shuffle_mode;
     r->cores = (uint32_t)ch_online_cores();
     if (!o.workers)
         o.workers = chute_default_workers(NULL, 0); /* the library's default */

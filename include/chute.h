@@ -215,6 +215,28 @@ typedef enum chute_remainder {
     CHUTE_REMAINDER_DROP = 1  /* drop the tail so every rank gets floor(N / world) samples */
 } chute_remainder;
 
+/* How a shuffled epoch is ordered.
+ *   GLOBAL  one uniform permutation of all samples per epoch; rank r takes
+ *           positions r, r+w, ... (random reads: right for indexed formats).
+ *   SHARDS  for files read front to back (TFRecord, WebDataset tars, chute
+ *           shards; an image tree is cut into runs of 1024 samples): per
+ *           epoch a seeded permutation of the files; ranks split it by
+ *           files when there are at least world_size of them (contiguous
+ *           runs of the permuted files; a file on a rank boundary is shared
+ *           by two ranks), else by samples (stride world_size); within a
+ *           rank the samples, each file front to back, pass through a
+ *           seeded shuffle buffer of shuffle_buffer samples (tf.data's
+ *           shuffle(buffer_size)).  Every rank gets the same count as in
+ *           GLOBAL under the same remainder policy.  The order depends only
+ *           on (seed, epoch, rank, world_size, dataset, shuffle_buffer),
+ *           so resume by start_batch works as in GLOBAL.
+ * docs/DESIGN.md "Shuffling sequential formats" has the details and the
+ * mixing measured against the buffer size.                              */
+typedef enum chute_shuffle {
+    CHUTE_SHUFFLE_GLOBAL = 0,
+    CHUTE_SHUFFLE_SHARDS = 1
+} chute_shuffle;
+
 /* Zero means default for every field.  The numeric options' defaults and
  * bounds are one table (src/common/loader_options.def, listed in
  * docs/OPTIONS.md) shared by C, the CLI and Python.                    */
@@ -248,6 +270,11 @@ typedef struct chute_loader_options {
      * given and must be >= size.  Setting both is an error.             */
     float crop_pct;
     uint32_t resize_size;
+    /* How an epoch is shuffled (ignored with no_shuffle); default GLOBAL.
+     * SHARDS permutes the dataset's files and reads each front to back
+     * through a shuffle buffer of shuffle_buffer samples (below).       */
+    chute_shuffle shuffle;
+    uint32_t shuffle_buffer;  /* SHARDS: samples in the shuffle buffer; default 10000 */
 } chute_loader_options;
 
 typedef struct chute_loader chute_loader;

@@ -260,4 +260,241 @@ TEST(init_rejects_bad_arguments)
     return 0;
 }
 
+/* ---- shards mode (sampler.h; chute.h CHUTE_SHUFFLE_SHARDS) ---- */
+
+/* Units of uneven sizes about k over n samples: unit u has
+ * k / 2 + 1 + (u * 7) % k samples, the last one cut at n.  Returns a
+ * malloc'd unit_first array, *nu units. */
+static uint64_t *make_units(uint64_t n, uint64_t k, uint64_t *nu)
+{
+    uint64_t *f = malloc((n + 1) * sizeof *f);
+    if (!f)
+        return NULL;
+    uint64_t u = 0, at = 0;
+    while (at < n) {
+        f[u] = at;
+        uint64_t len = k / 2 + 1 + (u * 7) % k;
+        at = at + len > n ? n : at + len;
+        u++;
+    }
+    f[u] = n;
+    *nu = u;
+    return f;
+}
+
+/* A shards-mode sampler; returns nonzero on failure. */
+static int shards_init(ch_sampler *s, uint64_t n, uint64_t unit_k, uint64_t seed, uint32_t rank,
+                       uint32_t world, int drop, uint64_t buffer, uint64_t *nunits)
+{
+    uint64_t nu = 0;
+    uint64_t *f = make_units(n, unit_k, &nu);
+    if (!f || ch_sampler_init(s, n, seed, 1, rank, world, drop) != CHUTE_OK) {
+        free(f);
+        return 1;
+    }
+    if (nunits)
+        *nunits = nu;
+    return ch_sampler_use_units(s, f, nu, buffer) != CHUTE_OK;
+}
+
+/* Unit of sample i (linear scan; tests only). */
+static uint64_t unit_of(const ch_sampler *s, uint64_t i)
+{
+    uint64_t u = 0;
+    while (s->unit_first[u + 1] <= i)
+        u++;
+    return u;
+}
+
+TEST(shards_exactly_once_across_ranks)
+{
+    /* Unit sizes ~k: k = 3 gives ~70 units (split by units), k = 40 about
+     * 6 (by units for w <= 5, by samples for 8), k = 200 two (by samples
+     * from w = 3). */
+    const uint64_t n = 211;
+    const uint32_t worlds[] = {1, 2, 3, 5, 8};
+    const uint64_t ks[] = {3, 40, 200};
+    uint32_t *count = malloc(n * sizeof *count);
+    CHECK(count, "oom");
+    int regime_seen[2] = {0, 0};
+    for (int drop = 0; drop < 2; drop++)
+        for (size_t a = 0; a < sizeof ks / sizeof ks[0]; a++)
+            for (size_t b = 0; b < sizeof worlds / sizeof worlds[0]; b++)
+                for (uint64_t e = 0; e < 3; e++) {
+                    uint32_t w = worlds[b];
+                    memset(count, 0, n * sizeof *count);
+                    uint64_t per = 0, total = 0, nu = 0;
+                    for (uint32_t r = 0; r < w; r++) {
+                        ch_sampler s;
+                        CHECK(shards_init(&s, n, ks[a], 9, r, w, drop, 17, &nu) == 0, "init");
+                        ch_sampler_set_epoch(&s, e);
+                        if (r == 0)
+                            per = s.per_rank;
+                        CHECK(s.per_rank == per, "rank %u gets %llu, rank 0 %llu", r,
+                              (unsigned long long)s.per_rank, (unsigned long long)per);
+                        for (uint64_t k = 0; k < s.per_rank; k++) {
+                            uint64_t i = ch_sampler_get(&s, k);
+                            CHECK(i < n, "id %llu", (unsigned long long)i);
+                            count[i]++;
+                            total++;
+                        }
+                        ch_sampler_free(&s);
+                    }
+                    regime_seen[nu >= w]++;
+                    CHECK(per == (drop ? n / w : (n + w - 1) / w), "per rank %llu",
+                          (unsigned long long)per);
+                    CHECK(total == per * w, "total %llu", (unsigned long long)total);
+                    uint64_t extra = 0;
+                    for (uint64_t i = 0; i < n; i++) {
+                        CHECK(count[i] <= (drop ? 1u : 2u), "k=%llu w=%u drop=%d: sample %llu %u times",
+                              (unsigned long long)ks[a], w, drop, (unsigned long long)i, count[i]);
+                        CHECK(drop || count[i] >= 1, "w=%u: sample %llu missing", w,
+                              (unsigned long long)i);
+                        extra += count[i] > 1;
+                    }
+                    CHECK(drop || extra == per * w - n, "PAD repeats %llu, want %llu",
+                          (unsigned long long)extra, (unsigned long long)(per * w - n));
+                }
+    free(count);
+    CHECK(regime_seen[0] && regime_seen[1], "both split regimes covered (%d by samples, %d by units)",
+          regime_seen[0], regime_seen[1]);
+    return 0;
+}
+
+TEST(shards_buffer_one_reads_units_front_to_back)
+{
+    /* Buffer 1: every unit's samples come in increasing order; split by
+     * units (many units), a rank's order is whole runs of units except at
+     * its two ends; split by samples, consecutive samples of a unit on one
+     * rank are w apart. */
+    const uint64_t n = 300;
+    const uint32_t worlds[] = {1, 2, 3, 5, 8};
+    const uint64_t ks[] = {4, 100};
+    for (size_t a = 0; a < 2; a++)
+        for (size_t b = 0; b < sizeof worlds / sizeof worlds[0]; b++)
+            for (uint32_t r = 0; r < worlds[b]; r++) {
+                uint32_t w = worlds[b];
+                ch_sampler s;
+                uint64_t nu = 0;
+                CHECK(shards_init(&s, n, ks[a], 3, r, w, 1, 1, &nu) == 0, "init");
+                ch_sampler_set_epoch(&s, 2);
+                uint64_t changes = 0;
+                for (uint64_t k = 1; k < s.per_rank; k++) {
+                    uint64_t p = ch_sampler_get(&s, k - 1), q = ch_sampler_get(&s, k);
+                    if (unit_of(&s, p) != unit_of(&s, q)) {
+                        changes++;
+                        continue;
+                    }
+                    uint64_t step = nu >= w ? 1 : w;
+                    CHECK(q == p + step, "w=%u r=%u units=%llu: %llu then %llu in one unit", w, r,
+                          (unsigned long long)nu, (unsigned long long)p, (unsigned long long)q);
+                }
+                /* Each unit is entered once: changes + 1 distinct units. */
+                uint8_t *seen = calloc(nu, 1);
+                CHECK(seen, "oom");
+                uint64_t distinct = 0;
+                for (uint64_t k = 0; k < s.per_rank; k++) {
+                    uint64_t u = unit_of(&s, ch_sampler_get(&s, k));
+                    distinct += !seen[u];
+                    seen[u] = 1;
+                }
+                free(seen);
+                CHECK(distinct == changes + 1, "w=%u r=%u: a unit was entered twice", w, r);
+                ch_sampler_free(&s);
+            }
+    return 0;
+}
+
+TEST(shards_buffer_mixes_but_never_early)
+{
+    /* The unit order does not depend on the buffer, so buffer 1's order is
+     * each rank's input; with buffer b an input at position i is emitted at
+     * position p >= i - (b - 1), and the order differs from the input. */
+    const uint64_t n = 500, bufs[] = {2, 8, 64, 1000};
+    const uint32_t worlds[] = {1, 3, 8};
+    uint64_t *pos = malloc(n * sizeof *pos);
+    CHECK(pos, "oom");
+    for (size_t a = 0; a < sizeof worlds / sizeof worlds[0]; a++)
+        for (uint64_t ka = 0; ka < 2; ka++)
+            for (size_t c = 0; c < sizeof bufs / sizeof bufs[0]; c++) {
+                uint32_t w = worlds[a], r = w - 1;
+                uint64_t k = ka ? 300 : 5;
+                ch_sampler in, out;
+                CHECK(shards_init(&in, n, k, 77, r, w, 1, 1, NULL) == 0, "init");
+                CHECK(shards_init(&out, n, k, 77, r, w, 1, bufs[c], NULL) == 0, "init");
+                ch_sampler_set_epoch(&in, 4);
+                ch_sampler_set_epoch(&out, 4);
+                for (uint64_t i = 0; i < in.per_rank; i++)
+                    pos[ch_sampler_get(&in, i)] = i;
+                uint64_t moved = 0;
+                for (uint64_t p = 0; p < out.per_rank; p++) {
+                    uint64_t i = pos[ch_sampler_get(&out, p)];
+                    CHECK(i < p + bufs[c], "w=%u buffer %llu: input %llu emitted at %llu", w,
+                          (unsigned long long)bufs[c], (unsigned long long)i,
+                          (unsigned long long)p);
+                    moved += i != p;
+                }
+                CHECK(moved > out.per_rank / 2, "buffer %llu moved only %llu of %llu",
+                      (unsigned long long)bufs[c], (unsigned long long)moved,
+                      (unsigned long long)out.per_rank);
+                ch_sampler_free(&in);
+                ch_sampler_free(&out);
+            }
+    free(pos);
+    return 0;
+}
+
+TEST(shards_order_depends_on_seed_epoch_rank_only)
+{
+    const uint64_t n = 400;
+    ch_sampler a, b, c;
+    CHECK(shards_init(&a, n, 6, 42, 1, 3, 0, 32, NULL) == 0, "init a");
+    CHECK(shards_init(&b, n, 6, 42, 1, 3, 0, 32, NULL) == 0, "init b");
+    ch_sampler_set_epoch(&b, 9);
+    ch_sampler_set_epoch(&b, 3);
+    ch_sampler_set_epoch(&a, 3);
+    CHECK(memcmp(a.order, b.order, a.per_rank * sizeof *a.order) == 0,
+          "epoch 3 differs after a detour");
+    ch_sampler_set_epoch(&b, 4);
+    CHECK(memcmp(a.order, b.order, a.per_rank * sizeof *a.order) != 0, "epochs 3 and 4 agree");
+    CHECK(shards_init(&c, n, 6, 43, 1, 3, 0, 32, NULL) == 0, "init c");
+    ch_sampler_set_epoch(&c, 3);
+    CHECK(memcmp(a.order, c.order, a.per_rank * sizeof *a.order) != 0, "seeds 42 and 43 agree");
+    /* Epoch 0 is shuffled too (not dataset order). */
+    ch_sampler_set_epoch(&c, 0);
+    uint64_t inorder = 0;
+    for (uint64_t k = 1; k < c.per_rank; k++)
+        inorder += ch_sampler_get(&c, k) == ch_sampler_get(&c, k - 1) + 1;
+    CHECK(inorder < c.per_rank / 2, "epoch 0 is mostly dataset order");
+    ch_sampler_free(&a);
+    ch_sampler_free(&b);
+    ch_sampler_free(&c);
+    return 0;
+}
+
+TEST(shards_use_units_rejects_bad_units)
+{
+    ch_sampler s;
+    const uint64_t good[] = {0, 4, 10};
+    const uint64_t bad[][3] = {{1, 4, 10}, {0, 4, 9}, {0, 4, 4}, {0, 11, 10}};
+    for (size_t i = 0; i < 4; i++) {
+        CHECK_OK(ch_sampler_init(&s, 10, 1, 1, 0, 1, 0));
+        uint64_t *f = malloc(sizeof bad[i]);
+        CHECK(f, "oom");
+        memcpy(f, bad[i], sizeof bad[i]);
+        CHECK(ch_sampler_use_units(&s, f, 2, 4) == CHUTE_EINVAL, "bad units %zu accepted", i);
+        ch_sampler_free(&s); /* frees f */
+    }
+    /* No shuffle, or buffer 0: refused. */
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(ch_sampler_init(&s, 10, 1, i, 0, 1, 0));
+        uint64_t *f = malloc(sizeof good);
+        CHECK(f, "oom");
+        memcpy(f, good, sizeof good);
+        CHECK(ch_sampler_use_units(&s, f, 2, i ? 0 : 4) == CHUTE_EINVAL, "case %d accepted", i);
+        ch_sampler_free(&s);
+    }
+    return 0;
+}
+
 UNIT_MAIN

@@ -356,6 +356,13 @@ static void tfr_file_of(const chute_dataset *ds, uint64_t i, char *buf, size_t n
     snprintf(buf, n, "%s", t->files[t->samples[i].file].path);
 }
 
+/* Unit of sample i for the shards shuffle mode: its file. */
+static uint64_t tfr_unit_of(const chute_dataset *ds, uint64_t i)
+{
+    const tfr_impl *t = ds->impl;
+    return t->samples[i].file;
+}
+
 static void tfr_close(void *impl)
 {
     tfr_impl *t = impl;
@@ -378,4 +385,5 @@ const ch_format_ops ch_format_tfrecord = {
     .describe = tfr_describe,
     .file_of = tfr_file_of,
     .close = tfr_close,
+    .unit_of = tfr_unit_of,
 };

@@ -314,6 +314,13 @@ static void wds_file_of(const chute_dataset *ds, uint64_t i, char *buf, size_t n
     snprintf(buf, n, "%s", t->files[t->samples[i].file].path);
 }
 
+/* Unit of sample i for the shards shuffle mode: its file. */
+static uint64_t wds_unit_of(const chute_dataset *ds, uint64_t i)
+{
+    const wds_impl *t = ds->impl;
+    return t->samples[i].file;
+}
+
 static void wds_close(void *impl)
 {
     wds_impl *t = impl;
@@ -336,4 +343,5 @@ const ch_format_ops ch_format_wds = {
     .describe = wds_describe,
     .file_of = wds_file_of,
     .close = wds_close,
+    .unit_of = wds_unit_of,
 };

@@ -64,6 +64,13 @@ typedef struct ch_format_ops {
     /* Optional (NULL: none): entries the listing left out; see
      * chute_dataset_skipped. */
     uint64_t (*skipped)(const chute_dataset *ds, uint64_t k, char *buf, size_t n);
+    /* Optional (NULL: fixed runs of CH_UNIT_FALLBACK_SAMPLES consecutive
+     * samples, e.g. the image tree): the unit that holds sample i, i.e.
+     * the file read front to back (a shard, a TFRecord file, a tar).  Used
+     * by the shards shuffle mode (src/pipeline/sampler.h); units should be
+     * runs of consecutive ids (a unit that reappears later just counts as
+     * another run).  Called from one thread at loader create; no I/O. */
+    uint64_t (*unit_of)(const chute_dataset *ds, uint64_t i);
 } ch_format_ops;
 
 struct chute_dataset {
@@ -115,6 +122,16 @@ extern const ch_format_ops ch_format_tree, ch_format_shards, ch_format_tfrecord,
 const ch_format_ops *ch_format_find(const char *name);
 
 void ch_dataset_free_fields(chute_dataset *ds);
+
+/* Units for the shards shuffle mode (units.c): runs of consecutive samples
+ * with the same fmt->unit_of, or fixed runs of CH_UNIT_FALLBACK_SAMPLES
+ * when the format has no unit_of (1024: an image tree lists a class's
+ * files together, so a run is mostly one class, the worst case for mixing
+ * and the case bench/mixing.py measures).  *out_first (malloc'd, free())
+ * gets *out_n + 1 entries: unit u is [first[u], first[u+1]). */
+#define CH_UNIT_FALLBACK_SAMPLES 1024u
+int ch_ds_units(const chute_dataset *ds, uint64_t **out_first, uint64_t *out_n,
+                chute_error *err);
 
 /* Helpers for formats made of many files in one directory (tfrecord, wds):
  * the names in dir for which keep(name) is true, sorted bytewise, as

@@ -1026,6 +1026,13 @@ static void shards_file_of(const chute_dataset *ds, uint64_t i, char *buf, size_
     snprintf(buf, n, "%s", sf->path);
 }
 
+/* Unit of sample i for the shards shuffle mode: its shard. */
+static uint64_t shards_unit_of(const chute_dataset *ds, uint64_t i)
+{
+    const shards_impl *s = ds->impl;
+    return s->sample_shard[i];
+}
+
 static void shards_close(void *impl)
 {
     shards_impl *s = impl;
@@ -1281,4 +1288,5 @@ const ch_format_ops ch_format_shards = {
     .describe = shards_describe,
     .file_of = shards_file_of,
     .close = shards_close,
+    .unit_of = shards_unit_of,
 };

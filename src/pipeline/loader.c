@@ -508,6 +508,9 @@ int ch_loader_options_resolve(const chute_loader_options *in, chute_loader_optio
         (unsigned)o->layout > CHUTE_LAYOUT_NHWC || (unsigned)o->on_corrupt > CHUTE_CORRUPT_FAIL ||
         (unsigned)o->remainder > CHUTE_REMAINDER_DROP)
         return ch_err(err, CHUTE_EINVAL, "an enum option is out of range");
+    if ((unsigned)o->shuffle > CHUTE_SHUFFLE_SHARDS)
+        return ch_err(err, CHUTE_EINVAL, "shuffle mode %u is not GLOBAL (0) or SHARDS (1)",
+                      (unsigned)o->shuffle);
     if (o->scale_min_pct > o->scale_max_pct)
         return ch_err(err, CHUTE_EINVAL, "scale_min_pct %u is above scale_max_pct %u",
                       o->scale_min_pct, o->scale_max_pct);
@@ -574,6 +577,23 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         free(ld);
         return ch_err(err, CHUTE_EINVAL, "%llu samples cannot be split over %u ranks with DROP",
                       (unsigned long long)ds->n, world);
+    }
+    if (o->shuffle == CHUTE_SHUFFLE_SHARDS && !o->no_shuffle) {
+        /* Shards mode: the format's units, then the order per epoch
+         * (sampler.h).  Done here, once; set_epoch reuses the buffers. */
+        uint64_t *first = NULL, nunits = 0;
+        rc = ch_ds_units(ds, &first, &nunits, err);
+        if (rc == CHUTE_OK) {
+            rc = ch_sampler_use_units(&ld->sampler, first, nunits, o->shuffle_buffer);
+            if (rc)
+                ch_err(err, rc, rc == CHUTE_ENOMEM ? "out of memory for the shards sampler"
+                                                   : "invalid units from the format");
+        }
+        if (rc) {
+            ch_sampler_free(&ld->sampler);
+            free(ld);
+            return rc;
+        }
     }
     uint64_t per = ld->sampler.per_rank;
     ld->nbatches = o->drop_last ? per / o->batch_size : (per + o->batch_size - 1) / o->batch_size;

@@ -7,11 +7,38 @@
  * padded by repeating its head (PAD) or cut (DROP) to a multiple of w.
  * Every sample is delivered exactly once per epoch across ranks, except
  * the <= w-1 repeats PAD adds.  (epoch, position) is the whole state.
+ *
+ * Shards mode (ch_sampler_use_units; chute.h CHUTE_SHUFFLE_SHARDS), for
+ * formats read front to back.  The dataset is cut into units: runs of
+ * consecutive sample ids that live in one file (a shard, a TFRecord file, a
+ * tar), given as unit_first[0..U] (unit u = [unit_first[u],
+ * unit_first[u+1])).  Epoch e:
+ *   1. the units are permuted from (seed, e) (Fisher-Yates), and their
+ *      samples, each unit front to back, concatenated into a stream S of
+ *      the n ids, the same on every rank;
+ *   2. S is padded (PAD: S[j mod n] for j >= n, i.e. the epoch's head
+ *      repeated, as in global mode) or cut (DROP) to T = w * per_rank;
+ *   3. rank r's input is
+ *        U >= w (by units):   S[r*per .. (r+1)*per), a contiguous run:
+ *                             whole units read front to back, except that
+ *                             a unit straddling a rank boundary is read in
+ *                             part by each of the two ranks (at most w - 1
+ *                             such units); every rank still gets exactly
+ *                             per_rank samples, so DDP stays in step;
+ *        U <  w (by samples): S[r], S[r+w], S[r+2w], ...: every rank walks
+ *                             every unit front to back with stride w;
+ *   4. the input passes through a shuffle buffer of `buffer` ids
+ *      (shufbuf.h) seeded by (seed, e, r), and that output is the rank's
+ *      epoch order.
+ * The order is computed at set_epoch, so it is a pure function of (seed,
+ * epoch, rank, world, units, buffer, remainder) — not of worker count or
+ * timing — and position k of it is as addressable as in global mode.
  */
 #ifndef CHUTE_SAMPLER_H
 #define CHUTE_SAMPLER_H
 
 #include "../common/common.h"
+#include "shufbuf.h"
 
 typedef struct ch_sampler {
     uint64_t n;
@@ -22,15 +49,29 @@ typedef struct ch_sampler {
     uint64_t per_rank;
     uint64_t epoch;
     uint64_t *perm;           /* n entries, rewritten by ch_sampler_set_epoch */
+    /* Shards mode (NULL/0 in global mode); see above. */
+    uint64_t *unit_first;     /* nunits + 1 entries, owned */
+    uint64_t nunits;
+    uint64_t *unit_perm;      /* nunits entries */
+    uint64_t *order;          /* per_rank entries: this rank's epoch order */
+    ch_shufbuf buf;           /* min(buffer, per_rank) slots */
 } ch_sampler;
 
 int ch_sampler_init(ch_sampler *s, uint64_t n, uint64_t seed, int shuffle, uint32_t rank,
                     uint32_t world, int drop);
 void ch_sampler_free(ch_sampler *s);
+/* Switch a shuffling sampler to shards mode: takes ownership of unit_first
+ * (nunits + 1 ascending entries, unit_first[0] = 0, unit_first[nunits] =
+ * n, every unit non-empty; freed by ch_sampler_free even on failure) and
+ * recomputes the current epoch.  buffer >= 1.  CHUTE_EINVAL for bad units
+ * or a sampler built without shuffle, CHUTE_ENOMEM. */
+int ch_sampler_use_units(ch_sampler *s, uint64_t *unit_first, uint64_t nunits, uint64_t buffer);
 void ch_sampler_set_epoch(ch_sampler *s, uint64_t epoch);
 /* Dataset index of this rank's k-th sample (k < per_rank) in the epoch. */
 static inline uint64_t ch_sampler_get(const ch_sampler *s, uint64_t k)
 {
+    if (s->order)
+        return s->order[k];
     uint64_t g = s->rank + k * s->world;
     return s->perm[g % s->n];
 }
