@@ -25,6 +25,7 @@ _REMAINDERS = {"pad": 0, "drop": 1}
 _CORRUPT = {"skip": 0, "fail": 1}
 _HOLD = {"copy": 1, "raise": 0}
 _KINDS = {"auto": 0, "tree": 1, "shards": 2}
+_SHUFFLES = {"global": 0, "shards": 1}  # chute_shuffle
 
 _STATE_FORMAT = "chute.Loader/1"
 
@@ -211,6 +212,17 @@ class Loader:
             batches: ``len(loader)``.
         remainder: how ranks split N % world_size samples: ``"pad"`` (repeat the
             epoch's first samples, default) or ``"drop"``.
+        shuffle: also ``"global"`` (the same as True: one permutation of all
+            samples per epoch) or ``"shards"``: for files read front to back
+            (TFRecord, WebDataset, chute shards; a tree is cut into runs of
+            1024 samples), a seeded order of the files per epoch, split over
+            ranks by files (by samples when there are fewer files than ranks),
+            each file read front to back through a seeded shuffle buffer of
+            ``shuffle_buffer`` samples (tf.data's ``shuffle(buffer_size)``).
+            Still exactly once per epoch across ranks, the same order for any
+            worker count, and resumable (docs/DESIGN.md, "Shuffling
+            sequential formats", has how well each buffer size mixes).
+        shuffle_buffer: samples in that buffer (default from the option table).
 
     Pipeline
         workers: decoding threads (default: :func:`chute.default_workers`, the CPUs
@@ -267,7 +279,7 @@ class Loader:
         *,
         transform: str = "train",
         size: int = _default("size"),
-        shuffle: bool = True,
+        shuffle: Union[bool, str] = True,
         seed: int = _default("seed"),
         workers: Optional[int] = None,
         drop_last: bool = bool(_default("drop_last")),
@@ -299,6 +311,7 @@ class Loader:
         read_delay_us: int = 0,
         crop_pct: Optional[float] = None,
         resize_size: Optional[int] = None,
+        shuffle_buffer: int = _default("shuffle_buffer"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -310,6 +323,12 @@ class Loader:
         t_corrupt = _choice("on_corrupt", on_corrupt, _CORRUPT)
         t_hold = _choice("hold_policy", hold_policy, _HOLD)
         t_kind = _choice("source_kind", source_kind, _KINDS)
+        if isinstance(shuffle, str):
+            t_shuffle = _choice("shuffle", shuffle, _SHUFFLES)
+            shuffle = True
+        else:
+            t_shuffle = _SHUFFLES["global"]
+        self.shuffle_buffer = _opt("shuffle_buffer", shuffle_buffer)
         n_workers = None if workers is None else _opt("workers", workers)
         self.prefetch = _opt("prefetch", prefetch)
         self.max_held = _opt("max_held", max_held)
@@ -358,6 +377,7 @@ class Loader:
         self.as_torch = bool(as_torch)
         self.return_indices = bool(return_indices)
         self.shuffle = bool(shuffle)
+        self.shuffle_mode = ("global", "shards")[t_shuffle]
         self.drop_last = bool(drop_last)
         self._from_dlpack: Optional[Callable[[Any], Any]] = None
         if self.as_torch:
@@ -402,6 +422,8 @@ class Loader:
             copy_on_hold_limit=bool(t_hold),
             crop_pct=0.0 if crop_pct is None else float(crop_pct),
             resize_size=None if resize_size is None else _opt("resize_size", resize_size),
+            shuffle_buffer=self.shuffle_buffer,
+            shuffle_mode=t_shuffle,
         )
         self.dtype = ("float32", "uint8", "float16")[t_dtype]
         self.layout = ("nhwc" if t_dtype == 1 else "nchw") if t_layout == 0 else layout.lower()
@@ -539,6 +561,8 @@ class Loader:
             "shuffle": self.shuffle,
             "drop_last": self.drop_last,
             "remainder": self.remainder,
+            "shuffle_mode": self.shuffle_mode,
+            "shuffle_buffer": self.shuffle_buffer,
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -546,7 +570,8 @@ class Loader:
         saved epoch from the first batch not yet consumed.  Raises ValueError
         if the loader was built with settings that change the sample order
         (seed, shuffle, batch_size, world_size, dataset size, drop_last,
-        remainder); the worker count may differ."""
+        remainder, shuffle_mode and, in shards mode, shuffle_buffer); the
+        worker count may differ."""
         if state.get("format") != _STATE_FORMAT:
             raise ValueError("not a chute.Loader state dict (format %r)" % state.get("format"))
         mine = self.state_dict()
@@ -555,6 +580,14 @@ class Loader:
             if key in state and state[key] != mine[key]:
                 raise ValueError("cannot resume exactly: state has %s=%r, this loader %r"
                                  % (key, state[key], mine[key]))
+        # A state saved before shuffle modes existed was a global shuffle;
+        # the buffer only shapes the order in shards mode.
+        keys = ("shuffle_mode", "shuffle_buffer") if mine["shuffle_mode"] == "shards" \
+            else ("shuffle_mode",)
+        for key in keys:
+            if state.get(key, "global" if key == "shuffle_mode" else None) != mine[key]:
+                raise ValueError("cannot resume exactly: state has %s=%r, this loader %r"
+                                 % (key, state.get(key), mine[key]))
         epoch = _uint("epoch", state["epoch"], 0, 2 ** 64 - 1)
         consumed = _uint("batches_consumed", state["batches_consumed"], 0, 2 ** 64 - 1)
         self._epoch = epoch

@@ -1030,18 +1030,19 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
 #undef CH_LOADER_OPT
                              "transform", "dtype", "layout", "shuffle", "remainder", "on_corrupt",
                              "normalize", "mean", "std", "dct_scale", "copy_on_hold_limit",
-                             "crop_pct", NULL};
+                             "crop_pct", "shuffle_mode", NULL};
     static const char fmt[] = "O!|$"
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) "O"
 #include "common/loader_options.def"
 #undef CH_LOADER_OPT
-                              "iiipiipOOppf:_Loader";
+                              "iiipiipOOppfi:_Loader";
     PyObject *vals[CH_LOPT_COUNT] = {0};
     PyObject *dataset = NULL, *mean = Py_None, *std = Py_None;
     chute_loader_options o;
     memset(&o, 0, sizeof o);
     int transform = 0, dtype = 0, layout = 0, remainder = 0, on_corrupt = 0;
     int shuffle = 1, normalize = 1, dct_scale = 1, copy_on_limit = 1;
+    int shuffle_mode = 0; /* chute_shuffle */
     float crop_pct = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &DatasetType, &dataset,
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) &vals[CH_LOPT_##name],
@@ -1049,7 +1050,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
 #undef CH_LOADER_OPT
                                      &transform, &dtype, &layout, &shuffle, &remainder,
                                      &on_corrupt, &normalize, &mean, &std, &dct_scale,
-                                     &copy_on_limit, &crop_pct))
+                                     &copy_on_limit, &crop_pct, &shuffle_mode))
         return -1;
     if (self->core) {
         PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
@@ -1080,6 +1081,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     o.no_normalize = !normalize;
     o.no_dct_scale = !dct_scale;
     o.crop_pct = crop_pct;
+    o.shuffle = (chute_shuffle)shuffle_mode;
     if (parse_rgb(mean, o.mean, "mean") || parse_rgb(std, o.std, "std"))
         return -1;
 
