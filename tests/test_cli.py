@@ -107,6 +107,17 @@ def cli(ctx):
     p = ctx.run([ctx.chute, "bench", tree, "--quiet", "--transform", "none", "--size", 16,
                  "--workers", 2])
     ctx.check("images/s" in p.out and "200 images" in p.out, "bench text output: %r" % p.out)
+    # --shuffle shards: every sample once per epoch (images == samples x epochs);
+    # a bad mode exits 2 naming the flag, on bench and doctor.
+    for src in (tree, ctx.shards):
+        p = ctx.run([ctx.chute, "bench", src, "--json", "--shuffle", "shards", "--shuffle-buffer",
+                     7, "--epochs", 2, "--batch-size", 16, "--transform", "none", "--size", 16,
+                     "--workers", 2])
+        j = json.loads(p.out) if p.out.strip() else {}
+        ctx.check(j.get("images") == 400 and j.get("failed") is False, "--shuffle shards: %s" % j)
+    for cmd in ("bench", "doctor"):
+        p = ctx.run([ctx.chute, cmd, tree, "--shuffle", "sideways"], expect=2)
+        ctx.check("--shuffle" in p.err, "%s --shuffle sideways: %r" % (cmd, p.err))
 
 
 if __name__ == "__main__":
