@@ -135,4 +135,21 @@ TEST(cross_option_checks)
     return 0;
 }
 
+TEST(shuffle_mode_checked)
+{
+    /* chute.h: GLOBAL = 0 is the default, SHARDS = 1, anything else refused
+     * naming the option; shuffle_buffer defaults to 10000. */
+    chute_loader_options in = {0}, o;
+    chute_error err = {0};
+    CHECK_OK(ch_loader_options_resolve(&in, &o, &err));
+    CHECK(o.shuffle == CHUTE_SHUFFLE_GLOBAL && o.shuffle_buffer == 10000, "%d %u", (int)o.shuffle,
+          o.shuffle_buffer);
+    in.shuffle = CHUTE_SHUFFLE_SHARDS;
+    CHECK_OK(ch_loader_options_resolve(&in, &o, &err));
+    in.shuffle = (chute_shuffle)2;
+    CHECK(ch_loader_options_resolve(&in, &o, &err) == CHUTE_EINVAL &&
+              strstr(err.message, "shuffle"), "%s", err.message);
+    return 0;
+}
+
 UNIT_MAIN
