@@ -19,7 +19,6 @@ import chute
 from conftest import TREE_IMAGES
 
 KW = dict(size=16, transform="none", return_indices=True, as_torch=False, workers=2)
-FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
 
 
 def indices(loader, epoch=0, limit=None):
