@@ -425,11 +425,11 @@ static int fields_setup(chute_dataset *ds, tfr_impl *t, const chute_dataset_opti
             return ch_err(err, CHUTE_EINVAL,
                           "extra_keys: \"%s\" is the image or label key (those come as images "
                           "and labels)", names[k]);
-        int idx = ch_ds_field_add(ds, names[k], strlen(names[k]), 0, 0, err);
-        if (idx < 0)
+        if (ch_ds_field_add(ds, names[k], strlen(names[k]), 0, 0, err) < 0)
             return err->code;
-        t->extra[idx] = ds->fields[idx].name;
     }
+    for (int k = 0; k < n; k++) /* after every add: ds->fields moves as it grows */
+        t->extra[k] = ds->fields[k].name;
     t->nextra = (uint32_t)n;
     t->unknown = (uint32_t)n;
     return CHUTE_OK;
