@@ -1205,6 +1205,10 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     if (parse_rgb(mean, o.mean, "mean") || parse_rgb(std, o.std, "std"))
         return -1;
     /* fields: a sequence of str, joined with commas for the library. */
+    if (PyUnicode_Check(fields)) {
+        PyErr_SetString(PyExc_TypeError, "fields must be a sequence of str, not a str");
+        return -1;
+    }
     PyObject *names = fields == Py_None ? PyTuple_New(0) : PySequence_Tuple(fields);
     if (!names)
         return -1;

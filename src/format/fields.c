@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <string.h>
 
+_Static_assert(CH_FIELD_MAX_DIMS == CHUTE_FIELD_MAX_DIMS, "fields.h and chute.h disagree");
+
 size_t ch_dtype_size(int dtype)
 {
     switch (dtype) {
