@@ -124,6 +124,13 @@ typedef struct chute_dataset_options {
      * and "image/class/label"). */
     const char *image_key;
     const char *label_key;
+    /* TFRecord: extra feature keys delivered as typed fields, comma-
+     * separated ("bbox,weights,mask.npy"), NULL for none.  An int64_list
+     * becomes an int64 field, a float_list a float32 field, each a fixed-
+     * length list (length from the first record that has the key); a
+     * bytes_list (one value) a bytes field, or a tensor field parsed as
+     * .npy when the key ends in ".npy".  See chute_dataset_field_info. */
+    const char *extra_keys;
 } chute_dataset_options;
 
 /* chute_dataset_open with options. */
@@ -176,7 +183,17 @@ typedef enum chute_transform {
 typedef enum chute_dtype {
     CHUTE_DTYPE_FLOAT32 = 0,
     CHUTE_DTYPE_UINT8 = 1,
-    CHUTE_DTYPE_FLOAT16 = 2
+    CHUTE_DTYPE_FLOAT16 = 2,
+    /* Dtypes of typed fields (chute_field_info; never an image's dtype). */
+    CHUTE_DTYPE_INT64 = 3,
+    CHUTE_DTYPE_INT32 = 4,
+    CHUTE_DTYPE_FLOAT64 = 5,
+    CHUTE_DTYPE_INT8 = 6,
+    CHUTE_DTYPE_INT16 = 7,
+    CHUTE_DTYPE_UINT16 = 8,
+    CHUTE_DTYPE_UINT32 = 9,
+    CHUTE_DTYPE_UINT64 = 10,
+    CHUTE_DTYPE_BOOL = 11
 } chute_dtype;
 
 typedef enum chute_layout {
@@ -275,6 +292,17 @@ typedef struct chute_loader_options {
      * through a shuffle buffer of shuffle_buffer samples (below).       */
     chute_shuffle shuffle;
     uint32_t shuffle_buffer;  /* SHARDS: samples in the shuffle buffer; default 10000 */
+    /* Typed fields to deliver besides the image and the label: a comma-
+     * separated list of field names (chute_dataset_field_info), NULL or ""
+     * for none (the image + label batches of before).  An unknown name is
+     * CHUTE_EINVAL at create.  Borrowed: copied at create.  A sample that
+     * lacks a named field, or whose value disagrees with the field's
+     * dtype/shape, is corrupt content (on_corrupt decides).              */
+    const char *fields;
+    /* Capacity in bytes of one sample's value of a bytes field (JSON,
+     * text, raw); a longer value is CHUTE_ELIMIT naming the sample (a
+     * property of the sample: on_corrupt decides).  Default 4096.        */
+    uint32_t field_bytes;
 } chute_loader_options;
 
 typedef struct chute_loader chute_loader;
@@ -332,6 +360,64 @@ typedef struct chute_batch_view {
     uint64_t epoch;
     uint64_t batch_index;     /* position of this batch within the epoch */
 } chute_batch_view;
+
+/* ------------------------------------------------------------------ */
+/* Typed fields: named values a sample carries besides image and label.  */
+/* ------------------------------------------------------------------ */
+#define CHUTE_FIELD_MAX_DIMS 8
+
+typedef enum chute_field_kind {
+    CHUTE_FIELD_INT64 = 1,   /* int64 scalar (ndim 0) or fixed-length list (ndim 1) */
+    CHUTE_FIELD_FLOAT32 = 2, /* float32 scalar or fixed-length list */
+    CHUTE_FIELD_TENSOR = 3,  /* fixed-shape tensor from .npy bytes (dtype from the file) */
+    CHUTE_FIELD_BYTES = 4    /* raw bytes passed through (JSON, text, ...): uint8, ndim 1,
+                                shape[0] = -1 (variable; the loader's field_bytes caps it) */
+} chute_field_kind;
+
+/* A dataset's field.  `name` is borrowed from the dataset.  Shapes are per
+ * sample (without the batch dimension), learned at open from the first
+ * sample that has the field.                                            */
+typedef struct chute_field_info {
+    const char *name;
+    chute_field_kind kind;
+    chute_dtype dtype;
+    uint32_t ndim;
+    int64_t shape[CHUTE_FIELD_MAX_DIMS];
+} chute_field_info;
+
+/* Number of typed fields of a dataset (0 for formats without any: the
+ * image tree, chute shards).  WebDataset: every member extension other
+ * than the image's ("cls", "json", "txt", "npy", ...); TFRecord: the
+ * dataset option extra_keys.  Thread-safe.                               */
+CHUTE_API uint32_t chute_dataset_num_fields(const chute_dataset *ds);
+/* Field k (0 <= k < chute_dataset_num_fields) into *out: CHUTE_OK, or
+ * CHUTE_EINVAL past the end.  Thread-safe.                               */
+CHUTE_API int chute_dataset_field_info(const chute_dataset *ds, uint32_t k,
+                                       chute_field_info *out);
+
+/* One field of a batch: count values of the field's per-sample shape,
+ * stacked.  ndim and shape include the batch dimension (shape[0] ==
+ * count); strides are in elements, C order.  Bytes fields: a (count,
+ * field_bytes) uint8 array, sample j's value in its first lengths[j]
+ * bytes (the rest zero).  data and lengths start on 64-byte boundaries in
+ * the batch's ring buffer: valid until the batch is released, nothing is
+ * allocated.                                                              */
+typedef struct chute_field_view {
+    const char *name;         /* borrowed from the dataset */
+    chute_field_kind kind;
+    chute_dtype dtype;
+    uint32_t ndim;
+    int64_t shape[CHUTE_FIELD_MAX_DIMS + 1];
+    int64_t strides[CHUTE_FIELD_MAX_DIMS + 1];
+    void *data;
+    size_t nbytes;            /* bytes of `data` in use */
+    int64_t *lengths;         /* bytes fields: count lengths; else NULL */
+} chute_field_view;
+
+/* The view of field `name` (one of the loader's `fields`) in batch b:
+ * CHUTE_OK, or CHUTE_ENOTFOUND when the loader was not asked for it.  Any
+ * thread that may use the batch; the view lives as long as the batch.   */
+CHUTE_API int chute_batch_field(const chute_batch *b, const char *name, chute_field_view *out);
 
 /* Wait for the next batch of the current epoch.  Returns CHUTE_OK and a
  * batch, CHUTE_END after the last one, CHUTE_EBUSY if the consumer holds

@@ -10,7 +10,7 @@ through DLPack.  It never touches pixels.
 import os
 import sys
 import warnings
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _chute
 
@@ -108,6 +108,20 @@ class SkippedSamplesWarning(UserWarning):
     ``warnings.simplefilter("error", chute.SkippedSamplesWarning)``."""
 
 
+def _names_list(what: str, v: Union[str, Sequence[str]]) -> List[str]:
+    if isinstance(v, str):
+        v = [x.strip() for x in v.split(",") if x.strip()]
+    v = list(v)
+    for x in v:
+        if not isinstance(x, str) or not x or "," in x:
+            raise ValueError("%s must be names (str without commas), got %r" % (what, x))
+    return v
+
+
+def _names_csv(what: str, v: Optional[Union[str, Sequence[str]]]) -> Optional[str]:
+    return None if v is None else ",".join(_names_list(what, v))
+
+
 def default_workers() -> Tuple[int, str]:
     """``(count, reason)``: the worker count a :class:`Loader` (and :func:`pack`)
     uses by default — the CPUs this process may use (its affinity mask, as set
@@ -178,6 +192,23 @@ class Loader:
             (``imagenet_to_gcs.py`` writes 1-based labels: use -1).
         image_key, label_key: TFRecord feature keys (default
             ``"image/encoded"`` and ``"image/class/label"``).
+        extra_keys: TFRecord feature keys to offer as typed fields (a list of
+            str, or a comma-separated str): an int64_list/float_list becomes
+            a fixed-length int64/float32 field, a bytes_list a bytes field, or
+            a tensor when the key ends in ``".npy"``.
+
+    Typed fields
+        fields: names of typed fields to deliver besides images and labels
+            (see :attr:`fields` / ``Dataset.fields()``; WebDataset: every
+            member extension other than the image's, e.g. ``"cls"``,
+            ``"json"``, ``"npy"``).  When given, iterating yields a dict:
+            ``"images"``, ``"labels"`` (and ``"indices"`` with
+            ``return_indices``), one tensor per field of shape
+            ``(N, *field_shape)``, and for a bytes field ``NAME`` a
+            ``(N, field_bytes)`` uint8 tensor plus ``NAME + "_lengths"``
+            (int64, ``(N,)``).  All zero-copy views of the batch's buffer.
+        field_bytes: capacity per sample of a bytes field; a longer value is
+            a corrupt sample (``on_corrupt`` decides).
 
     Batches
         batch_size: samples per batch.
@@ -310,6 +341,9 @@ class Loader:
         timeout: Optional[float] = None,
         read_delay_us: int = 0,
         crop_pct: Optional[float] = None,
+        fields: Optional[Sequence[str]] = None,
+        extra_keys: Optional[Union[str, Sequence[str]]] = None,
+        field_bytes: int = _default("field_bytes"),
         resize_size: Optional[int] = None,
         shuffle_buffer: int = _default("shuffle_buffer"),
     ) -> None:
@@ -392,7 +426,8 @@ class Loader:
                                           read_delay_us=_uint("read_delay_us", read_delay_us, 0,
                                                               2 ** 32 - 1),
                                           format=format, label_offset=int(label_offset),
-                                          image_key=image_key, label_key=label_key)
+                                          image_key=image_key, label_key=label_key,
+                                          extra_keys=_names_csv("extra_keys", extra_keys))
         self._core = _chute._Loader(
             self.dataset,
             batch_size=self.batch_size,
@@ -424,7 +459,11 @@ class Loader:
             resize_size=None if resize_size is None else _opt("resize_size", resize_size),
             shuffle_buffer=self.shuffle_buffer,
             shuffle_mode=t_shuffle,
+            field_bytes=_opt("field_bytes", field_bytes),
+            fields=None if fields is None else _names_list("fields", fields),
         )
+        self.fields_requested: Tuple[str, ...] = (
+            () if fields is None else tuple(_names_list("fields", fields)))
         self.dtype = ("float32", "uint8", "float16")[t_dtype]
         self.layout = ("nhwc" if t_dtype == 1 else "nchw") if t_layout == 0 else layout.lower()
         # Canonical spellings of the choices (what state_dict and repr show).
@@ -531,7 +570,14 @@ class Loader:
                           ResourceWarning, stacklevel=3)
         return b
 
-    def _convert(self, b: _chute.Batch) -> Tuple[Any, ...]:
+    @property
+    def fields(self) -> List[Dict[str, Any]]:
+        """The dataset's typed fields (name, kind, dtype, per-sample shape)."""
+        return self.dataset.fields()
+
+    def _convert(self, b: _chute.Batch) -> Any:
+        if self.fields_requested:
+            return self._convert_fields(b)
         fd = self._from_dlpack
         if fd is not None:
             if self.return_indices:
@@ -540,6 +586,25 @@ class Loader:
         if self.return_indices:
             return b.images, b.labels, b.indices
         return b.images, b.labels
+
+    def _convert_fields(self, b: _chute.Batch) -> Dict[str, Any]:
+        fd = self._from_dlpack or (lambda a: a)
+        out: Dict[str, Any] = {"images": fd(b.images), "labels": fd(b.labels)}
+        if self.return_indices:
+            out["indices"] = fd(b.indices)
+        for name in self.fields_requested:
+            out[name] = fd(b.field(name))
+            if name in self._bytes_fields:
+                out[name + "_lengths"] = fd(b.field_lengths(name))
+        return out
+
+    @property
+    def _bytes_fields(self) -> Tuple[str, ...]:
+        cached = getattr(self, "_bytes_fields_cache", None)
+        if cached is None:
+            cached = tuple(f["name"] for f in self.dataset.fields() if f["kind"] == "bytes")
+            self._bytes_fields_cache = cached
+        return cached
 
     # ------------------------------------------------------------------
     # Resume

@@ -178,6 +178,8 @@ typedef struct batch_ref {
     chute_batch *b;     /* the ring slot, or NULL once copied out */
     void *owned;        /* malloc'd copy of pixels, labels, indices */
     chute_batch_view v; /* points into the slot or into `owned` */
+    chute_field_view *fv; /* the loader's typed fields (nfv), into the slot or `owned` */
+    uint32_t nfv;
 } batch_ref;
 
 static void batch_ref_incref(batch_ref *r) { atomic_fetch_add(&r->refs, 1); }
@@ -190,6 +192,7 @@ static void batch_ref_decref(batch_ref *r)
             atomic_fetch_sub(&r->core->zero_copy_live, 1);
         }
         free(r->owned);
+        free(r->fv);
         ld_core_decref(r->core);
         free(r);
     }
@@ -200,6 +203,11 @@ static void batch_ref_decref(batch_ref *r)
 /* ------------------------------------------------------------------ */
 
 enum { ARR_F32 = 0, ARR_U8 = 1, ARR_F16 = 2, ARR_I64 = 3 };
+/* Typed fields: the rest of chute_dtype, in its order (ARR type == dtype). */
+enum { ARR_I32 = 4, ARR_F64 = 5, ARR_I8 = 6, ARR_I16 = 7, ARR_U16 = 8, ARR_U32 = 9, ARR_U64 = 10,
+       ARR_BOOL = 11 };
+#define ARR_MAXDIM (CHUTE_FIELD_MAX_DIMS + 1)
+#define CHUTE_DL_BOOL 6 /* kDLBool */
 
 static const struct {
     const char *name;
@@ -212,6 +220,14 @@ static const struct {
     {"uint8", "u1", "B", CHUTE_DL_UINT, 8, 1},
     {"float16", "f2", "e", CHUTE_DL_FLOAT, 16, 2},
     {"int64", "i8", "q", CHUTE_DL_INT, 64, 8},
+    {"int32", "i4", "i", CHUTE_DL_INT, 32, 4},
+    {"float64", "f8", "d", CHUTE_DL_FLOAT, 64, 8},
+    {"int8", "i1", "b", CHUTE_DL_INT, 8, 1},
+    {"int16", "i2", "h", CHUTE_DL_INT, 16, 2},
+    {"uint16", "u2", "H", CHUTE_DL_UINT, 16, 2},
+    {"uint32", "u4", "I", CHUTE_DL_UINT, 32, 4},
+    {"uint64", "u8", "Q", CHUTE_DL_UINT, 64, 8},
+    {"bool", "b1", "?", CHUTE_DL_BOOL, 8, 1},
 };
 
 typedef struct {
@@ -220,9 +236,9 @@ typedef struct {
     void *data;
     int type;
     int ndim;
-    int64_t shape[4];
-    int64_t strides[4]; /* in elements */
-    Py_ssize_t shape_ss[4], strides_ss[4]; /* for the buffer protocol (bytes) */
+    int64_t shape[ARR_MAXDIM];
+    int64_t strides[ARR_MAXDIM]; /* in elements */
+    Py_ssize_t shape_ss[ARR_MAXDIM], strides_ss[ARR_MAXDIM]; /* buffer protocol (bytes) */
 } ArrayObject;
 
 static PyTypeObject ArrayType;
@@ -301,7 +317,7 @@ static PyObject *Array_get_array_interface(ArrayObject *a, void *c)
 {
     const uint16_t probe = 1;
     char typestr[4];
-    typestr[0] = a->type == ARR_U8 ? '|' : (*(const uint8_t *)&probe ? '<' : '>');
+    typestr[0] = arr_types[a->type].itemsize == 1 ? '|' : (*(const uint8_t *)&probe ? '<' : '>');
     memcpy(typestr + 1, arr_types[a->type].typestr, 3);
     PyObject *shape = shape_tuple(a);
     if (!shape)
@@ -322,7 +338,7 @@ typedef struct export_ctx {
         DLManagedTensor legacy;
         DLManagedTensorVersioned versioned;
     } m;
-    int64_t shape[4], strides[4];
+    int64_t shape[ARR_MAXDIM], strides[ARR_MAXDIM];
     batch_ref *ref;
     void *copy;
 } export_ctx;
@@ -478,6 +494,22 @@ static PyObject *elem_to_py(const ArrayObject *a, int64_t i)
         double d = PyFloat_Unpack2((const char *)a->data + 2 * i, 1);
         return d == -1.0 && PyErr_Occurred() ? NULL : PyFloat_FromDouble(d);
     }
+    case ARR_I32:
+        return PyLong_FromLong(((const int32_t *)a->data)[i]);
+    case ARR_F64:
+        return PyFloat_FromDouble(((const double *)a->data)[i]);
+    case ARR_I8:
+        return PyLong_FromLong(((const int8_t *)a->data)[i]);
+    case ARR_I16:
+        return PyLong_FromLong(((const int16_t *)a->data)[i]);
+    case ARR_U16:
+        return PyLong_FromLong(((const uint16_t *)a->data)[i]);
+    case ARR_U32:
+        return PyLong_FromUnsignedLong(((const uint32_t *)a->data)[i]);
+    case ARR_U64:
+        return PyLong_FromUnsignedLongLong(((const uint64_t *)a->data)[i]);
+    case ARR_BOOL:
+        return PyBool_FromLong(((const uint8_t *)a->data)[i] != 0);
     default:
         return PyLong_FromLongLong(((const int64_t *)a->data)[i]);
     }
@@ -485,7 +517,7 @@ static PyObject *elem_to_py(const ArrayObject *a, int64_t i)
 
 static PyObject *tolist_rec(const ArrayObject *a, int dim, int64_t off)
 {
-    if (dim >= a->ndim || dim >= 4)
+    if (dim >= a->ndim || dim >= ARR_MAXDIM)
         return elem_to_py(a, off);
     PyObject *l = PyList_New((Py_ssize_t)a->shape[dim]);
     if (!l)
@@ -623,6 +655,61 @@ static PyObject *Batch_get_copied(BatchObject *b, void *c) { return PyBool_FromL
 static PyObject *Batch_get_data_ptr(BatchObject *b, void *c) { return PyLong_FromVoidPtr(b->ref->v.data); }
 static PyObject *Batch_get_nbytes(BatchObject *b, void *c) { return PyLong_FromSize_t(b->ref->v.nbytes); }
 
+static const chute_field_view *batch_field(BatchObject *b, PyObject *name)
+{
+    const char *n = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    if (!n) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "a field name must be a str");
+        return NULL;
+    }
+    for (uint32_t k = 0; k < b->ref->nfv; k++)
+        if (strcmp(b->ref->fv[k].name, n) == 0)
+            return &b->ref->fv[k];
+    PyErr_Format(PyExc_KeyError, "%s: not one of the loader's fields", n);
+    return NULL;
+}
+static PyObject *Batch_field(BatchObject *b, PyObject *name)
+{
+    const chute_field_view *f = batch_field(b, name);
+    return f ? array_new(b->ref, f->data, (int)f->dtype, (int)f->ndim, f->shape) : NULL;
+}
+static PyObject *Batch_field_lengths(BatchObject *b, PyObject *name)
+{
+    const chute_field_view *f = batch_field(b, name);
+    if (!f)
+        return NULL;
+    if (!f->lengths) {
+        PyErr_Format(PyExc_ValueError, "%s is not a bytes field", f->name);
+        return NULL;
+    }
+    int64_t n = b->ref->v.count;
+    return array_new(b->ref, f->lengths, ARR_I64, 1, &n);
+}
+static PyObject *Batch_get_fields(BatchObject *b, void *c)
+{
+    PyObject *t = PyTuple_New(b->ref->nfv);
+    for (uint32_t k = 0; t && k < b->ref->nfv; k++) {
+        PyObject *s = PyUnicode_FromString(b->ref->fv[k].name);
+        if (!s) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, k, s);
+    }
+    return t;
+}
+
+static PyMethodDef Batch_methods[] = {
+    {"field", (PyCFunction)Batch_field, METH_O,
+     "field(name)\n--\n\nA typed field of the batch as a chute.Array (N, *shape); bytes "
+     "fields are (N, field_bytes) uint8, sample j's value in its first field_lengths(name)[j] "
+     "bytes.  Zero-copy, alive as long as the batch."},
+    {"field_lengths", (PyCFunction)Batch_field_lengths, METH_O,
+     "field_lengths(name)\n--\n\nA bytes field's lengths, int64 (N,)."},
+    {NULL},
+};
+
 static PyObject *Batch_repr(BatchObject *b)
 {
     const chute_batch_view *v = &b->ref->v;
@@ -644,6 +731,7 @@ static PyGetSetDef Batch_getset[] = {
      "True if the batch was copied out of the ring because max_held batches were held.", NULL},
     {"data_ptr", (getter)Batch_get_data_ptr, NULL, "Address of the pixel buffer.", NULL},
     {"nbytes", (getter)Batch_get_nbytes, NULL, "Bytes of pixel data.", NULL},
+    {"fields", (getter)Batch_get_fields, NULL, "Names of the typed fields this batch has.", NULL},
     {NULL},
 };
 
@@ -657,6 +745,7 @@ static PyTypeObject BatchType = {
     .tp_doc = "One batch from a loader.  Its buffer goes back to the loader's ring when this\n"
               "object and every array or tensor made from it have been freed.",
     .tp_getset = Batch_getset,
+    .tp_methods = Batch_methods,
 };
 
 /* ------------------------------------------------------------------ */
@@ -675,17 +764,17 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path", "kind", "read_delay_us", "inject_fail_sample",
                              "inject_fail_reads", "inject_fail_status", "format",
-                             "label_offset", "image_key", "label_key", NULL};
-    const char *format = NULL, *image_key = NULL, *label_key = NULL;
+                             "label_offset", "image_key", "label_key", "extra_keys", NULL};
+    const char *format = NULL, *image_key = NULL, *label_key = NULL, *extra_keys = NULL;
     int label_offset = 0;
     PyObject *path = NULL;
     int kind = CHUTE_SOURCE_AUTO, fail_status = 0;
     unsigned int delay = 0, fail_reads = 0;
     unsigned long long fail_sample = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizz:Dataset", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzz:Dataset", kwlist,
                                      PyUnicode_FSConverter, &path, &kind, &delay, &fail_sample,
                                      &fail_reads, &fail_status, &format, &label_offset,
-                                     &image_key, &label_key))
+                                     &image_key, &label_key, &extra_keys))
         return -1;
     if (self->ref) {
         Py_DECREF(path);
@@ -708,6 +797,7 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     o.label_offset = label_offset;
     o.image_key = image_key;
     o.label_key = label_key;
+    o.extra_keys = extra_keys;
     Py_BEGIN_ALLOW_THREADS
     rc = chute_dataset_open_ex(p, &o, &ds, &err);
     Py_END_ALLOW_THREADS
@@ -899,7 +989,38 @@ static PyObject *Dataset_repr(DatasetObject *self)
                                 chute_dataset_num_classes(self->ref->ds));
 }
 
+/* Typed fields (chute_dataset_field_info) as a list of dicts. */
+static PyObject *Dataset_fields(DatasetObject *self, PyObject *unused)
+{
+    if (ds_check(self))
+        return NULL;
+    static const char *const kinds[] = {"", "int64", "float32", "tensor", "bytes"};
+    const chute_dataset *ds = self->ref->ds;
+    uint32_t n = chute_dataset_num_fields(ds);
+    PyObject *l = PyList_New(n);
+    for (uint32_t k = 0; l && k < n; k++) {
+        chute_field_info fi;
+        chute_dataset_field_info(ds, k, &fi);
+        PyObject *shape = PyTuple_New(fi.ndim);
+        for (uint32_t d = 0; shape && d < fi.ndim; d++)
+            PyTuple_SET_ITEM(shape, d, PyLong_FromLongLong(fi.shape[d]));
+        PyObject *dct = shape ? Py_BuildValue("{s:s,s:s,s:s,s:N}", "name", fi.name, "kind",
+                                              kinds[fi.kind <= 4 ? fi.kind : 0], "dtype",
+                                              arr_types[fi.dtype].name, "shape", shape)
+                              : NULL;
+        if (!dct) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, k, dct);
+    }
+    return l;
+}
+
 static PyMethodDef Dataset_methods[] = {
+    {"fields", (PyCFunction)Dataset_fields, METH_NOARGS,
+     "fields()\n--\n\nThe dataset's typed fields: dicts of name, kind ('int64', 'float32', "
+     "'tensor', 'bytes'), dtype and per-sample shape (-1: variable, bytes)."},
     {"label", (PyCFunction)Dataset_label, METH_O, "label(i)\n--\n\nLabel of sample i."},
     {"labels", (PyCFunction)Dataset_labels, METH_NOARGS,
      "labels()\n--\n\nEvery sample's label, in dataset order (torchvision's ImageFolder targets)."},
@@ -958,6 +1079,7 @@ typedef struct {
     int busy;           /* a thread is inside a library call (GIL released) */
     uint64_t epoch;     /* last epoch started */
     pid_t pid;          /* process that created it (fork detection) */
+    PyObject *field_names; /* tuple of str: the typed fields asked for (may be empty) */
 } LoaderObject;
 
 static PyTypeObject LoaderType;
@@ -1030,14 +1152,14 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
 #undef CH_LOADER_OPT
                              "transform", "dtype", "layout", "shuffle", "remainder", "on_corrupt",
                              "normalize", "mean", "std", "dct_scale", "copy_on_hold_limit",
-                             "crop_pct", "shuffle_mode", NULL};
+                             "crop_pct", "shuffle_mode", "fields", NULL};
     static const char fmt[] = "O!|$"
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) "O"
 #include "common/loader_options.def"
 #undef CH_LOADER_OPT
-                              "iiipiipOOppfi:_Loader";
+                              "iiipiipOOppfiO:_Loader";
     PyObject *vals[CH_LOPT_COUNT] = {0};
-    PyObject *dataset = NULL, *mean = Py_None, *std = Py_None;
+    PyObject *dataset = NULL, *mean = Py_None, *std = Py_None, *fields = Py_None;
     chute_loader_options o;
     memset(&o, 0, sizeof o);
     int transform = 0, dtype = 0, layout = 0, remainder = 0, on_corrupt = 0;
@@ -1050,7 +1172,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
 #undef CH_LOADER_OPT
                                      &transform, &dtype, &layout, &shuffle, &remainder,
                                      &on_corrupt, &normalize, &mean, &std, &dct_scale,
-                                     &copy_on_limit, &crop_pct, &shuffle_mode))
+                                     &copy_on_limit, &crop_pct, &shuffle_mode, &fields))
         return -1;
     if (self->core) {
         PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
@@ -1084,9 +1206,34 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     o.shuffle = (chute_shuffle)shuffle_mode;
     if (parse_rgb(mean, o.mean, "mean") || parse_rgb(std, o.std, "std"))
         return -1;
+    /* fields: a sequence of str, joined with commas for the library. */
+    if (PyUnicode_Check(fields)) {
+        PyErr_SetString(PyExc_TypeError, "fields must be a sequence of str, not a str");
+        return -1;
+    }
+    PyObject *names = fields == Py_None ? PyTuple_New(0) : PySequence_Tuple(fields);
+    if (!names)
+        return -1;
+    char csv[64 * 64 + 64] = ""; /* 64 names of < 64 bytes (CH_FIELD_MAX) */
+    size_t cl = 0;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(names); k++) {
+        PyObject *it = PyTuple_GET_ITEM(names, k);
+        const char *nm = PyUnicode_Check(it) ? PyUnicode_AsUTF8(it) : NULL;
+        if (!nm || strchr(nm, ',') || strlen(nm) + cl + 2 > sizeof csv) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError,
+                                "fields must be a sequence of at most 64 field names (str "
+                                "without commas)");
+            Py_DECREF(names);
+            return -1;
+        }
+        cl += (size_t)snprintf(csv + cl, sizeof csv - cl, "%s%s", k ? "," : "", nm);
+    }
+    o.fields = csv;
 
     ld_core *c = calloc(1, sizeof *c);
     if (!c) {
+        Py_DECREF(names);
         PyErr_NoMemory();
         return -1;
     }
@@ -1100,9 +1247,11 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     Py_END_ALLOW_THREADS
     if (rc != CHUTE_OK) {
         free(c);
+        Py_DECREF(names);
         raise_status(rc, err.message);
         return -1;
     }
+    Py_XSETREF(self->field_names, names);
     atomic_init(&c->refs, 1);
     atomic_init(&c->zero_copy_live, 0);
     atomic_init(&c->copied, 0);
@@ -1155,6 +1304,7 @@ static void Loader_dealloc(LoaderObject *self)
 {
     loader_release_core(self);
     Py_XDECREF(self->dataset);
+    Py_XDECREF(self->field_names);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1287,6 +1437,19 @@ static PyObject *Loader_next(LoaderObject *self, PyObject *args, PyObject *kw)
     chute_batch_view_get(b, &r->v);
     atomic_fetch_add(&c->zero_copy_live, 1);
     bo->ref = r;
+    Py_ssize_t nf = self->field_names ? PyTuple_GET_SIZE(self->field_names) : 0;
+    if (nf > 0) {
+        r->fv = calloc((size_t)nf, sizeof *r->fv);
+        if (!r->fv) {
+            Py_DECREF(bo);
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (Py_ssize_t k = 0; k < nf; k++)
+            if (chute_batch_field(b, PyUnicode_AsUTF8(PyTuple_GET_ITEM(self->field_names, k)),
+                                  &r->fv[k]) == CHUTE_OK)
+                r->nfv++;
+    }
     if (self->copy_on_limit && atomic_load(&c->zero_copy_live) > (long)self->max_held) {
         /* Over the hold limit: move this batch out of the ring, keeping
          * the library's layout promise: every array 64-byte aligned. */
@@ -1294,8 +1457,12 @@ static PyObject *Loader_next(LoaderObject *self, PyObject *args, PyObject *kw)
         size_t lab = n * sizeof(int64_t), idx = n * sizeof(uint64_t);
         size_t off = (r->v.nbytes + 63) & ~(size_t)63;
         size_t off2 = off + ((lab + 63) & ~(size_t)63);
+        /* Typed fields after the indices, each array on its own 64 bytes. */
+        size_t fend = off2 + ((idx + 63) & ~(size_t)63);
+        for (uint32_t k = 0; k < r->nfv; k++)
+            fend += ((r->fv[k].nbytes + 63) & ~(size_t)63) + (r->fv[k].lengths ? ((lab + 63) & ~(size_t)63) : 0);
         void *mem = NULL;
-        if (posix_memalign(&mem, 64, off2 + idx + 64) != 0) {
+        if (posix_memalign(&mem, 64, fend + 64) != 0) {
             Py_DECREF(bo);
             PyErr_NoMemory();
             goto fail;
@@ -1305,6 +1472,18 @@ static PyObject *Loader_next(LoaderObject *self, PyObject *args, PyObject *kw)
         memcpy(m, r->v.data, r->v.nbytes);
         memcpy(m + off, r->v.labels, lab);
         memcpy(m + off2, r->v.indices, idx);
+        size_t fo = off2 + ((idx + 63) & ~(size_t)63);
+        for (uint32_t k = 0; k < r->nfv; k++) {
+            chute_field_view *f = &r->fv[k];
+            memcpy(m + fo, f->data, f->nbytes);
+            f->data = m + fo;
+            fo += (f->nbytes + 63) & ~(size_t)63;
+            if (f->lengths) {
+                memcpy(m + fo, f->lengths, lab);
+                f->lengths = (int64_t *)(void *)(m + fo);
+                fo += (lab + 63) & ~(size_t)63;
+            }
+        }
         Py_END_ALLOW_THREADS
         r->owned = m;
         r->v.data = m;

@@ -27,6 +27,7 @@ void ch_dataset_free_fields(chute_dataset *ds)
             free(ds->class_names[c]);
     free(ds->class_names);
     free(ds->root);
+    free(ds->fields);
     memset(ds, 0, sizeof *ds);
 }
 
@@ -432,5 +433,63 @@ int ch_ds_label(int64_t raw, const chute_dataset_options *opt, const char *where
                       where, (long long)raw, off ? " plus the offset" : "",
                       CH_MAX_SYNTH_CLASSES - 1, (long long)off);
     *out = (int32_t)(raw + off);
+    return CHUTE_OK;
+}
+
+/* ---- typed fields (fields.h) ---- */
+
+int ch_ds_field_find(const chute_dataset *ds, const char *name)
+{
+    for (uint32_t k = 0; k < ds->nfields; k++)
+        if (strcmp(ds->fields[k].name, name) == 0)
+            return (int)k;
+    return -1;
+}
+
+int ch_ds_field_add(chute_dataset *ds, const char *name, size_t name_len, int kind, int dtype,
+                    chute_error *err)
+{
+    if (name_len == 0 || name_len >= CH_FIELD_NAME_MAX) {
+        ch_err(err, CHUTE_ELIMIT, "field name \"%.*s\" is empty or longer than %d bytes",
+               (int)(name_len < 80 ? name_len : 80), name, CH_FIELD_NAME_MAX - 1);
+        return -1;
+    }
+    if (ds->nfields == CH_FIELD_MAX) {
+        ch_err(err, CHUTE_ELIMIT, "more than %d distinct fields (\"%.*s\")", CH_FIELD_MAX,
+               (int)name_len, name);
+        return -1;
+    }
+    ch_field *nf = realloc(ds->fields, (ds->nfields + 1) * sizeof *nf);
+    if (!nf) {
+        ch_err(err, CHUTE_ENOMEM, "out of memory");
+        return -1;
+    }
+    ds->fields = nf;
+    ch_field *f = &nf[ds->nfields];
+    memset(f, 0, sizeof *f);
+    memcpy(f->name, name, name_len);
+    f->kind = kind;
+    f->dtype = dtype;
+    if (kind == CHUTE_FIELD_BYTES) {
+        f->ndim = 1;
+        f->shape[0] = -1;
+        f->known = 1;
+    }
+    return (int)ds->nfields++;
+}
+
+uint32_t chute_dataset_num_fields(const chute_dataset *ds) { return ds ? ds->nfields : 0; }
+
+int chute_dataset_field_info(const chute_dataset *ds, uint32_t k, chute_field_info *out)
+{
+    if (!ds || !out || k >= ds->nfields)
+        return CHUTE_EINVAL;
+    const ch_field *f = &ds->fields[k];
+    memset(out, 0, sizeof *out);
+    out->name = f->name;
+    out->kind = (chute_field_kind)f->kind;
+    out->dtype = (chute_dtype)f->dtype;
+    out->ndim = f->ndim;
+    memcpy(out->shape, f->shape, sizeof out->shape);
     return CHUTE_OK;
 }

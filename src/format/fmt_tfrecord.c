@@ -54,6 +54,11 @@ typedef struct tfr_impl {
     size_t nfiles;
     tfr_sample *samples;
     char *keys[2];            /* image key, label key */
+    /* Typed fields from the extra_keys option: extra[k] is ds->fields[k]'s
+     * feature key (the field's name), nextra of them. */
+    const char *extra[CH_FIELD_MAX];
+    uint32_t nextra;
+    uint32_t unknown;         /* fields whose kind/shape no record has shown yet */
 } tfr_impl;
 
 /* "train-00000-of-01024": NAME-DIGITS-of-DIGITS at the end of the name. */
@@ -207,6 +212,13 @@ static int index_file(tfr_impl *t, uint32_t fi, uint64_t size, fmt_tfr_index *ix
     return rc;
 }
 
+static int fields_setup(chute_dataset *ds, tfr_impl *t, const chute_dataset_options *opt,
+                        chute_error *err);
+static int fields_learn(chute_dataset *ds, tfr_impl *t, const char *path, uint64_t offset,
+                        uint64_t length, const uint8_t *rec, chute_error *err);
+static int fields_check_learned(const chute_dataset *ds, const tfr_impl *t, const char *path,
+                                chute_error *err);
+
 static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_options *opt,
                     chute_error *err)
 {
@@ -219,6 +231,9 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
     t->keys[1] = strdup(opt->label_key ? opt->label_key : TFR_DEFAULT_LABEL);
     if (!t->keys[0] || !t->keys[1])
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    int rc0 = fields_setup(ds, t, opt, err);
+    if (rc0 != CHUTE_OK)
+        return rc0;
     int rc = ch_ds_files_list(path, tfr_name,
                               "TFRecord files (*.tfrecord, *.tfrecords, NAME-N-of-M)", &t->files,
                               &t->nfiles, err);
@@ -284,6 +299,11 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
                 s->image_len = (uint32_t)img_len;
                 if (ds->labels[n] > maxlabel)
                     maxlabel = ds->labels[n];
+                if (t->unknown)
+                    rc = fields_learn(ds, t, f->path, s->offset, s->length,
+                                      (const uint8_t *)buf.data, err);
+                if (rc != CHUTE_OK)
+                    break;
             } else if (ch_error_kind(prc) == CH_ERR_CONTENT) {
                 s->bad = 1;
                 if (!nbad++)
@@ -310,6 +330,9 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
                       "\"%s\" and \"%s\": set image_key/label_key if yours differ)",
                       path, first_bad.message, t->keys[0], t->keys[1]);
     }
+    rc = fields_check_learned(ds, t, path, err);
+    if (rc != CHUTE_OK)
+        return rc;
     return ch_ds_synth_classes(ds, (uint32_t)(maxlabel + 1), err);
 }
 
@@ -375,6 +398,188 @@ static void tfr_close(void *impl)
     free(t);
 }
 
+/* ---- typed fields (extra_keys) -----------------------------------------
+ * Each key in the dataset option extra_keys ("a,b,c") is a field named by
+ * the key.  Its kind and shape come from the first readable record that
+ * has it: an int64_list is an int64 field, a float_list a float32 field,
+ * of that record's length (a length of 1 is a scalar, ndim 0, as
+ * tf.io.FixedLenFeature([]) gives); a bytes_list holds one value, a bytes
+ * field, or a .npy tensor when the key ends in ".npy".  A key no record
+ * has fails the open.  Reading re-reads the record (both CRCs checked
+ * again) and finds the keys again; a record whose value disagrees is
+ * corrupt content naming file@offset and the key. */
+
+static int ends_npy(const char *k)
+{
+    return ends_with(k, ".npy");
+}
+
+static int fields_setup(chute_dataset *ds, tfr_impl *t, const chute_dataset_options *opt,
+                        chute_error *err)
+{
+    if (!opt->extra_keys)
+        return CHUTE_OK;
+    char names[CH_FIELD_MAX][CH_FIELD_NAME_MAX];
+    int n = ch_split_names(opt->extra_keys, names, CH_FIELD_MAX);
+    if (n < 0)
+        return ch_err(err, CHUTE_EINVAL,
+                      "extra_keys: more than %d keys, or one longer than %d bytes", CH_FIELD_MAX,
+                      CH_FIELD_NAME_MAX - 1);
+    for (int k = 0; k < n; k++) {
+        if (ch_ds_field_find(ds, names[k]) >= 0)
+            return ch_err(err, CHUTE_EINVAL, "extra_keys: \"%s\" is listed twice", names[k]);
+        if (!strcmp(names[k], t->keys[0]) || !strcmp(names[k], t->keys[1]))
+            return ch_err(err, CHUTE_EINVAL,
+                          "extra_keys: \"%s\" is the image or label key (those come as images "
+                          "and labels)", names[k]);
+        if (ch_ds_field_add(ds, names[k], strlen(names[k]), 0, 0, err) < 0)
+            return err->code;
+    }
+    for (int k = 0; k < n; k++) /* after every add: ds->fields moves as it grows */
+        t->extra[k] = ds->fields[k].name;
+    t->nextra = (uint32_t)n;
+    t->unknown = (uint32_t)n;
+    return CHUTE_OK;
+}
+
+static int fields_learn(chute_dataset *ds, tfr_impl *t, const char *path, uint64_t offset,
+                        uint64_t length, const uint8_t *rec, chute_error *err)
+{
+    fmt_pb_feature f[CH_FIELD_MAX];
+    chute_error e = {0};
+    if (fmt_pb_example_find(rec + FMT_TFR_HEADER, (size_t)length, t->extra, t->nextra, f, path,
+                            offset + FMT_TFR_HEADER, &e) != CHUTE_OK)
+        return CHUTE_OK; /* it parsed for the image; a failure here is not this record's to learn */
+    (void)err;
+    for (uint32_t k = 0; k < t->nextra; k++) {
+        ch_field *fd = &ds->fields[k];
+        if (fd->known)
+            continue;
+        if (f[k].kind == FMT_PB_INT64 || f[k].kind == FMT_PB_FLOAT) {
+            fd->kind = f[k].kind == FMT_PB_INT64 ? CHUTE_FIELD_INT64 : CHUTE_FIELD_FLOAT32;
+            fd->dtype = f[k].kind == FMT_PB_INT64 ? CHUTE_DTYPE_INT64 : CHUTE_DTYPE_FLOAT32;
+            if (f[k].count == 0 || f[k].count > (uint64_t)INT32_MAX)
+                continue; /* an empty list says nothing of the length */
+            fd->ndim = f[k].count == 1 ? 0 : 1;
+            fd->shape[0] = f[k].count == 1 ? 0 : (int64_t)f[k].count;
+        } else if (f[k].kind == FMT_PB_BYTES && f[k].count == 1) {
+            size_t pos = 0, vn = 0;
+            const uint8_t *v;
+            fmt_pb_bytes_next(&f[k], &pos, &v, &vn);
+            if (ends_npy(fd->name)) {
+                ch_npy_info a;
+                if (ch_npy_parse(v, vn, path, offset, &a, &e) != CHUTE_OK)
+                    continue;
+                fd->kind = CHUTE_FIELD_TENSOR;
+                ch_field_from_npy(fd, &a);
+            } else {
+                fd->kind = CHUTE_FIELD_BYTES;
+                fd->dtype = CHUTE_DTYPE_UINT8;
+                fd->ndim = 1;
+                fd->shape[0] = -1;
+            }
+        } else {
+            continue;
+        }
+        fd->known = 1;
+        t->unknown--;
+    }
+    return CHUTE_OK;
+}
+
+static int fields_check_learned(const chute_dataset *ds, const tfr_impl *t, const char *path,
+                                chute_error *err)
+{
+    for (uint32_t k = 0; k < t->nextra; k++)
+        if (!ds->fields[k].known)
+            return ch_err(err, CHUTE_EFORMAT,
+                          "%s: extra key \"%s\": no readable record has it as an int64_list, a "
+                          "float_list or a bytes_list of one value%s",
+                          path, t->extra[k], ends_npy(t->extra[k]) ? " holding a valid .npy" : "");
+    return CHUTE_OK;
+}
+
+static int tfr_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_req *req,
+                           size_t nreq, ch_buf *scratch, uint64_t max_bytes, chute_error *err)
+{
+    const tfr_impl *t = ds->impl;
+    const tfr_sample *s = &t->samples[i];
+    const ch_ds_file *fl = &t->files[s->file];
+    uint64_t whole = s->length + FMT_TFR_OVERHEAD;
+    if (whole > max_bytes || whole > SIZE_MAX)
+        return ch_err(err, CHUTE_ELIMIT, "%s@%llu: record of %llu bytes is over %llu", fl->path,
+                      (unsigned long long)s->offset, (unsigned long long)whole,
+                      (unsigned long long)max_bytes);
+    if (ch_buf_reserve(scratch, (size_t)whole) != CHUTE_OK)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory for a %llu-byte record",
+                      (unsigned long long)whole);
+    const uint8_t *rec = scratch->data;
+    int rc = t->src->read_at(fl->h, fl->path, s->offset, scratch->data, (size_t)whole, err);
+    if (rc == CHUTE_OK)
+        rc = fmt_tfr_check_header(rec, s->length, fl->path, s->offset, err);
+    if (rc == CHUTE_OK)
+        rc = fmt_tfr_check_data(rec + FMT_TFR_HEADER, s->length, fl->path, s->offset, err);
+    fmt_pb_feature f[CH_FIELD_MAX];
+    if (rc == CHUTE_OK)
+        rc = fmt_pb_example_find(rec + FMT_TFR_HEADER, (size_t)s->length, t->extra, t->nextra, f,
+                                 fl->path, s->offset + FMT_TFR_HEADER, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    for (size_t q = 0; q < nreq; q++) {
+        uint32_t k = req[q].field;
+        const ch_field *fd = &ds->fields[k];
+        const fmt_pb_feature *ft = &f[k];
+        if (fd->kind == CHUTE_FIELD_INT64 || fd->kind == CHUTE_FIELD_FLOAT32) {
+            int is_int = fd->kind == CHUTE_FIELD_INT64;
+            uint64_t want = fd->ndim ? (uint64_t)fd->shape[0] : 1;
+            if (ft->kind != (is_int ? FMT_PB_INT64 : FMT_PB_FLOAT) || ft->count != want)
+                return ch_err(err, CHUTE_ECORRUPT,
+                              "%s@%llu: feature \"%s\": %s of %llu values, the dataset's field "
+                              "is %s of %llu (learned from the first record)",
+                              fl->path, (unsigned long long)s->offset, fd->name,
+                              ft->kind == FMT_PB_MISSING ? "missing, not a list"
+                              : ft->kind == FMT_PB_INT64 ? "an int64_list"
+                              : ft->kind == FMT_PB_FLOAT ? "a float_list"
+                                                         : "another list",
+                              (unsigned long long)ft->count, is_int ? "int64" : "float32",
+                              (unsigned long long)want);
+            if (is_int)
+                fmt_pb_int64_decode(ft, req[q].dst, (size_t)want);
+            else
+                fmt_pb_float_decode(ft, req[q].dst, (size_t)want);
+            continue;
+        }
+        const uint8_t *v = NULL;
+        size_t vn = 0, pos = 0;
+        if (ft->kind != FMT_PB_BYTES || ft->count != 1 || !fmt_pb_bytes_next(ft, &pos, &v, &vn))
+            return ch_err(err, CHUTE_ECORRUPT,
+                          "%s@%llu: feature \"%s\": not a bytes_list of one value", fl->path,
+                          (unsigned long long)s->offset, fd->name);
+        if (fd->kind == CHUTE_FIELD_BYTES) {
+            if (vn > req[q].cap)
+                return ch_err(err, CHUTE_ELIMIT,
+                              "%s@%llu: feature \"%s\" of %zu bytes is over field_bytes (%zu)",
+                              fl->path, (unsigned long long)s->offset, fd->name, vn, req[q].cap);
+            memcpy(req[q].dst, v, vn);
+            memset((uint8_t *)req[q].dst + vn, 0, req[q].cap - vn);
+            *req[q].len = (int64_t)vn;
+        } else {
+            char where[4400];
+            snprintf(where, sizeof where, "%s@%llu", fl->path, (unsigned long long)s->offset);
+            ch_npy_info a;
+            chute_error e = {0};
+            rc = ch_npy_parse(v, vn, fl->path, s->offset, &a, &e);
+            if (rc != CHUTE_OK)
+                return ch_err(err, rc, "%s: feature \"%s\": %s", where, fd->name, e.message);
+            rc = ch_npy_check(&a, fd, where, err);
+            if (rc != CHUTE_OK)
+                return rc;
+            memcpy(req[q].dst, v + a.data_offset, (size_t)a.data_bytes);
+        }
+    }
+    return CHUTE_OK;
+}
+
 const ch_format_ops ch_format_tfrecord = {
     .version = CH_FORMAT_OPS_VERSION,
     .name = "tfrecord",
@@ -386,4 +591,5 @@ const ch_format_ops ch_format_tfrecord = {
     .file_of = tfr_file_of,
     .close = tfr_close,
     .unit_of = tfr_unit_of,
+    .read_fields = tfr_read_fields,
 };

@@ -43,7 +43,16 @@ typedef struct wds_sample {
     uint32_t file;
     uint32_t bad;             /* WDS_* */
     char *key;                /* for messages */
+    uint64_t first_fref;      /* typed fields: wds_impl.frefs[first_fref, +nfref) */
+    uint32_t nfref;
 } wds_sample;
+
+/* Where one typed field of one sample lives (fields.h). */
+typedef struct wds_fref {
+    uint64_t offset;          /* member data */
+    uint64_t size;
+    uint32_t field;           /* into ds->fields */
+} wds_fref;
 
 typedef struct wds_impl {
     const ch_source_ops *src;
@@ -51,6 +60,8 @@ typedef struct wds_impl {
     size_t nfiles;
     wds_sample *samples;
     uint64_t n;
+    wds_fref *frefs;          /* typed fields of every sample, in sample order */
+    uint64_t nfrefs, cap_frefs;
 } wds_impl;
 
 static int wds_name(const char *name)
@@ -130,6 +141,10 @@ static int parse_cls(const char *s, size_t n, int64_t *out)
     return 0;
 }
 
+static int note_fields(chute_dataset *ds, wds_impl *t, const fmt_tar_index *tar,
+                       const fmt_wds_index *w, const fmt_wds_sample *ws, wds_sample *s,
+                       chute_error *err);
+
 /* Fill samples for one shard; grows t->samples and ds->labels. */
 static int index_shard(chute_dataset *ds, wds_impl *t, uint32_t fi, uint64_t *cap,
                        const chute_dataset_options *opt, int64_t *maxlabel, chute_error *err)
@@ -176,6 +191,9 @@ static int index_shard(chute_dataset *ds, wds_impl *t, uint32_t fi, uint64_t *ca
         }
         ds->labels[t->n] = 0;
         t->n++;
+        rc = note_fields(ds, t, &tar, &w, ws, s, err);
+        if (rc != CHUTE_OK)
+            break;
         const fmt_tar_member *img = NULL, *cls = NULL;
         size_t img_rank = sizeof k_image_fields / sizeof *k_image_fields;
         for (uint64_t j = 0; j < ws->nfields; j++) {
@@ -246,6 +264,8 @@ static int index_shard(chute_dataset *ds, wds_impl *t, uint32_t fi, uint64_t *ca
     return rc;
 }
 
+static int learn_shapes(chute_dataset *ds, wds_impl *t, chute_error *err);
+
 static int wds_open(chute_dataset *ds, const char *path, const chute_dataset_options *opt,
                     chute_error *err)
 {
@@ -262,6 +282,8 @@ static int wds_open(chute_dataset *ds, const char *path, const chute_dataset_opt
     for (uint32_t fi = 0; fi < t->nfiles && rc == CHUTE_OK; fi++)
         rc = index_shard(ds, t, fi, &cap, opt, &maxlabel, err);
     ds->n = t->n;
+    if (rc == CHUTE_OK)
+        rc = learn_shapes(ds, t, err);
     if (rc != CHUTE_OK)
         return rc;
     if (t->n == 0)
@@ -330,7 +352,183 @@ static void wds_close(void *impl)
     for (uint64_t i = 0; i < t->n; i++)
         free(t->samples[i].key);
     free(t->samples);
+    free(t->frefs);
     free(t);
+}
+
+/* ---- typed fields ------------------------------------------------------
+ * Every member of a sample other than an image (.jpg/.jpeg/.png/.bmp,
+ * whichever the sample uses or not) is a field named by its extension,
+ * lowercased, as webdataset names them: "cls" an int64 scalar (ASCII
+ * decimal, the label's raw value, label_offset not applied), a name
+ * ending in "npy" a tensor (dtype and shape from the first sample's .npy
+ * whose header parses), anything else ("json", "txt", ...) bytes. */
+
+static int is_image_ext(const char *ext, size_t n)
+{
+    for (size_t q = 0; q < sizeof k_image_fields / sizeof *k_image_fields; q++)
+        if (n == strlen(k_image_fields[q]) && strncasecmp(ext, k_image_fields[q], n) == 0)
+            return 1;
+    return 0;
+}
+
+static int note_fields(chute_dataset *ds, wds_impl *t, const fmt_tar_index *tar,
+                       const fmt_wds_index *w, const fmt_wds_sample *ws, wds_sample *s,
+                       chute_error *err)
+{
+    s->first_fref = t->nfrefs;
+    s->nfref = 0;
+    for (uint64_t j = 0; j < ws->nfields; j++) {
+        const fmt_wds_field *fd = &w->fields[ws->first_field + j];
+        const char *ext = fmt_tar_name(tar, fd->member) + fd->ext_off;
+        if (is_image_ext(ext, fd->ext_len))
+            continue;
+        char name[CH_FIELD_NAME_MAX];
+        if (fd->ext_len >= sizeof name)
+            return ch_err(err, CHUTE_ELIMIT, "%s: member \"%s\": field name longer than %d bytes",
+                          t->files[s->file].path, fmt_tar_name(tar, fd->member),
+                          CH_FIELD_NAME_MAX - 1);
+        for (size_t c = 0; c < fd->ext_len; c++)
+            name[c] = (char)((ext[c] >= 'A' && ext[c] <= 'Z') ? ext[c] + 32 : ext[c]);
+        name[fd->ext_len] = '\0';
+        int k = ch_ds_field_find(ds, name);
+        if (k < 0) {
+            size_t nl = fd->ext_len;
+            int kind = strcmp(name, "cls") == 0 ? CHUTE_FIELD_INT64
+                       : nl >= 3 && strcmp(name + nl - 3, "npy") == 0 ? CHUTE_FIELD_TENSOR
+                                                                      : CHUTE_FIELD_BYTES;
+            k = ch_ds_field_add(ds, name, nl, kind,
+                                kind == CHUTE_FIELD_BYTES ? CHUTE_DTYPE_UINT8 : CHUTE_DTYPE_INT64,
+                                err);
+            if (k < 0)
+                return err->code;
+            if (kind == CHUTE_FIELD_INT64)
+                ds->fields[k].known = 1; /* a scalar: ndim 0 */
+        }
+        if (t->nfrefs == t->cap_frefs) {
+            uint64_t nc = t->cap_frefs ? t->cap_frefs * 2 : 1024;
+            wds_fref *nf = nc > SIZE_MAX / sizeof *nf ? NULL : realloc(t->frefs, nc * sizeof *nf);
+            if (!nf)
+                return ch_err(err, CHUTE_ENOMEM, "out of memory for %llu field references",
+                              (unsigned long long)nc);
+            t->frefs = nf;
+            t->cap_frefs = nc;
+        }
+        const fmt_tar_member *m = &tar->m[fd->member];
+        t->frefs[t->nfrefs++] = (wds_fref){m->data_offset, m->size, (uint32_t)k};
+        s->nfref++;
+    }
+    return CHUTE_OK;
+}
+
+/* Tensor fields: dtype and shape from the first sample whose .npy parses
+ * (a field none parses stays unknown, and reading it is corrupt). */
+static int learn_shapes(chute_dataset *ds, wds_impl *t, chute_error *err)
+{
+    ch_buf b = {0};
+    int rc = CHUTE_OK;
+    for (uint32_t k = 0; k < ds->nfields && rc == CHUTE_OK; k++) {
+        ch_field *f = &ds->fields[k];
+        if (f->kind != CHUTE_FIELD_TENSOR)
+            continue;
+        for (uint64_t i = 0; i < t->n && !f->known && rc == CHUTE_OK; i++) {
+            const wds_sample *s = &t->samples[i];
+            for (uint32_t q = 0; q < s->nfref; q++) {
+                const wds_fref *r = &t->frefs[s->first_fref + q];
+                if (r->field != k || r->size > CHUTE_DEFAULT_MAX_SAMPLE_BYTES)
+                    continue;
+                if (ch_buf_reserve(&b, (size_t)r->size + 1) != CHUTE_OK) {
+                    rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+                    break;
+                }
+                const ch_ds_file *fl = &t->files[s->file];
+                rc = t->src->read_at(fl->h, fl->path, r->offset, b.data, (size_t)r->size, err);
+                if (rc != CHUTE_OK)
+                    break;
+                ch_npy_info a;
+                chute_error e = {0};
+                if (ch_npy_parse((const uint8_t *)b.data, (size_t)r->size, fl->path, r->offset,
+                                 &a, &e) == CHUTE_OK)
+                    ch_field_from_npy(f, &a);
+                break;
+            }
+        }
+    }
+    ch_buf_free(&b);
+    return rc;
+}
+
+static int wds_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_req *req,
+                           size_t nreq, ch_buf *scratch, uint64_t max_bytes, chute_error *err)
+{
+    const wds_impl *t = ds->impl;
+    const wds_sample *s = &t->samples[i];
+    const ch_ds_file *fl = &t->files[s->file];
+    char where[4400];
+    snprintf(where, sizeof where, "%s@%llu: sample \"%s\"", fl->path,
+             (unsigned long long)s->header, s->key);
+    for (size_t q = 0; q < nreq; q++) {
+        const ch_field *f = &ds->fields[req[q].field];
+        const wds_fref *r = NULL;
+        for (uint32_t j = 0; j < s->nfref && !r; j++)
+            if (t->frefs[s->first_fref + j].field == req[q].field)
+                r = &t->frefs[s->first_fref + j];
+        if (!r)
+            return ch_err(err, CHUTE_ECORRUPT, "%s: no .%s member", where, f->name);
+        int rc;
+        if (f->kind == CHUTE_FIELD_BYTES) {
+            if (r->size > req[q].cap)
+                return ch_err(err, CHUTE_ELIMIT,
+                              "%s: .%s member of %llu bytes is over field_bytes (%zu)", where,
+                              f->name, (unsigned long long)r->size, req[q].cap);
+            rc = t->src->read_at(fl->h, fl->path, r->offset, req[q].dst, (size_t)r->size, err);
+            if (rc != CHUTE_OK)
+                return rc;
+            memset((uint8_t *)req[q].dst + r->size, 0, req[q].cap - (size_t)r->size);
+            *req[q].len = (int64_t)r->size;
+        } else if (f->kind == CHUTE_FIELD_INT64) {
+            char text[32];
+            int64_t v = 0;
+            if (r->size >= sizeof text)
+                return ch_err(err, CHUTE_ECORRUPT, "%s: .%s member of %llu bytes is not an integer",
+                              where, f->name, (unsigned long long)r->size);
+            rc = t->src->read_at(fl->h, fl->path, r->offset, text, (size_t)r->size, err);
+            if (rc != CHUTE_OK)
+                return rc;
+            if (parse_cls(text, (size_t)r->size, &v) != 0)
+                return ch_err(err, CHUTE_ECORRUPT, "%s: .%s member is not a decimal integer",
+                              where, f->name);
+            memcpy(req[q].dst, &v, sizeof v);
+        } else {
+            if (!f->known)
+                return ch_err(err, CHUTE_ECORRUPT,
+                              "%s: field \"%s\": no sample's .npy header could be read at open",
+                              where, f->name);
+            if (r->size > max_bytes || r->size > SIZE_MAX)
+                return ch_err(err, CHUTE_ELIMIT, "%s: .%s member of %llu bytes is over %llu",
+                              where, f->name, (unsigned long long)r->size,
+                              (unsigned long long)max_bytes);
+            if (ch_buf_reserve(scratch, (size_t)r->size) != CHUTE_OK)
+                return ch_err(err, CHUTE_ENOMEM, "out of memory for a %llu-byte .npy",
+                              (unsigned long long)r->size);
+            rc = t->src->read_at(fl->h, fl->path, r->offset, scratch->data, (size_t)r->size, err);
+            if (rc != CHUTE_OK)
+                return rc;
+            ch_npy_info a;
+            chute_error e = {0};
+            rc = ch_npy_parse((const uint8_t *)scratch->data, (size_t)r->size, fl->path, r->offset,
+                              &a, &e);
+            if (rc != CHUTE_OK)
+                return ch_err(err, ch_error_kind(rc) == CH_ERR_CONTENT ? rc : CHUTE_ECORRUPT,
+                              "%s: .%s: %s", where, f->name, e.message);
+            rc = ch_npy_check(&a, f, where, err);
+            if (rc != CHUTE_OK)
+                return rc;
+            memcpy(req[q].dst, (const uint8_t *)scratch->data + a.data_offset,
+                   (size_t)a.data_bytes);
+        }
+    }
+    return CHUTE_OK;
 }
 
 const ch_format_ops ch_format_wds = {
@@ -344,4 +542,5 @@ const ch_format_ops ch_format_wds = {
     .file_of = wds_file_of,
     .close = wds_close,
     .unit_of = wds_unit_of,
+    .read_fields = wds_read_fields,
 };

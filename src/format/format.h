@@ -16,10 +16,11 @@
 
 #include "../common/common.h"
 #include "../io/io.h"
+#include "fields.h"
 
 #include <stdatomic.h>
 
-#define CH_FORMAT_OPS_VERSION 2
+#define CH_FORMAT_OPS_VERSION 3
 
 /* How sure a probe is that a path holds its format (0 = not this one). */
 enum {
@@ -71,6 +72,17 @@ typedef struct ch_format_ops {
      * runs of consecutive ids (a unit that reappears later just counts as
      * another run).  Called from one thread at loader create; no I/O. */
     uint64_t (*unit_of)(const chute_dataset *ds, uint64_t i);
+    /* Version 3, optional (NULL: the format has no typed fields).  Read the
+     * nreq fields req[] of sample i into the caller's buffers (fields.h:
+     * a fixed field gets exactly ch_field_sample_bytes bytes, a bytes field
+     * at most req->cap and its length).  open() has filled ds->fields and
+     * ds->nfields.  Same threading and error contract as read; a missing
+     * field or one whose value disagrees with ds->fields is CHUTE_ECORRUPT,
+     * a bytes value over cap CHUTE_ELIMIT, both naming file and sample.
+     * scratch is the calling worker's growable buffer, never grown past
+     * max_bytes. */
+    int (*read_fields)(const chute_dataset *ds, uint64_t i, const ch_field_req *req, size_t nreq,
+                       ch_buf *scratch, uint64_t max_bytes, chute_error *err);
 } ch_format_ops;
 
 struct chute_dataset {
@@ -89,7 +101,19 @@ struct chute_dataset {
     _Atomic uint32_t inject_left;
     int inject_status;
     uint64_t inject_sample;
+    /* Typed fields (fields.h), filled by open; malloc'd, freed with the
+     * dataset.  Immutable after open. */
+    ch_field *fields;
+    uint32_t nfields;
 };
+
+/* The index of field `name` in ds->fields, or -1. */
+int ch_ds_field_find(const chute_dataset *ds, const char *name);
+/* Append a field to ds->fields (name copied; kind/dtype as given, shape
+ * unknown unless ndim is set later): its index, or -1 when the name is too
+ * long, CH_FIELD_MAX is reached, or memory ran out (err says which). */
+int ch_ds_field_add(chute_dataset *ds, const char *name, size_t name_len, int kind, int dtype,
+                    chute_error *err);
 
 /* Read sample i through the format, adding the injected delay if any.
  * Same contract as ch_format_ops.read. */

@@ -44,6 +44,14 @@
  * right behind them would be misaligned (undefined behaviour in C, and
  * NumPy/PyTorch views flagged unaligned or slow).
  *
+ * Typed fields (the `fields` option).  Each named field gets one more
+ * array in every slot, after the indices, on its own 64-byte boundary
+ * (bytes fields also an int64 lengths array), so a batch is still one
+ * region of the ring and nothing is allocated per batch.  A sample's
+ * fields are read right after its image is made, as part of the same
+ * unit of work (fill_record): a field that fails is that sample failing,
+ * and the corrupt-sample policy replaces or fails it like a bad image.
+ *
  * fork().  The loader records the pid that created it.  In a forked child
  * the worker threads are gone and `mu` may be held by a thread that no
  * longer exists, so every call that would wait for a worker or take the
@@ -113,6 +121,15 @@ typedef struct worker {
     ch_hist read_lat;         /* this worker's read latencies (its own writer) */
 } worker;
 
+/* One delivered typed field: where it lives in a slot. */
+typedef struct lfield {
+    uint32_t field;           /* into ds->fields */
+    int is_bytes;
+    size_t per;               /* bytes per sample (bytes fields: field_bytes) */
+    size_t off;               /* of its array in a slot */
+    size_t len_off;           /* bytes fields: of the lengths array */
+} lfield;
+
 struct chute_loader {
     const chute_dataset *ds;
     chute_loader_options o;
@@ -161,6 +178,8 @@ struct chute_loader {
     char errmsg[1400];        /* written and read on the caller's thread only */
     char skip_msg[1400];      /* (mu) last skipped sample, from workers */
     int skip_new;             /* (mu) skip_msg not yet copied to errmsg */
+    uint32_t nlf;             /* typed fields delivered (immutable after create) */
+    lfield lf[CH_FIELD_MAX];
 };
 
 /* ------------------------------------------------------------------ */
@@ -234,6 +253,25 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     return CHUTE_OK;
 }
 
+/* The sample's image, then its typed fields into the slot (see the essay). */
+static int fill_record(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, slot *s,
+                       uint64_t pos, chute_error *err)
+{
+    int rc = fill_sample(ld, w, idx, dst, err);
+    if (rc != CHUTE_OK || ld->nlf == 0)
+        return rc;
+    ch_field_req req[CH_FIELD_MAX];
+    for (uint32_t k = 0; k < ld->nlf; k++) {
+        const lfield *f = &ld->lf[k];
+        req[k].field = f->field;
+        req[k].dst = s->data + f->off + pos * f->per;
+        req[k].cap = f->per;
+        req[k].len = f->is_bytes ? (int64_t *)(void *)(s->data + f->len_off) + pos : NULL;
+    }
+    return ld->ds->fmt->read_fields(ld->ds, idx, req, ld->nlf, &w->rbuf, ld->o.max_sample_bytes,
+                                    err);
+}
+
 /* Slot for batch seq, assigning slots in batch order; NULL on cancel. */
 static slot *acquire_slot(chute_loader *ld, uint64_t seq, uint64_t gen)
 {
@@ -293,17 +331,17 @@ static void sleep_ms(uint32_t ms)
 }
 
 /* fill_sample, retrying I/O errors with backoff; the last status. */
-static int make_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, uint64_t gen,
-                       chute_error *err)
+static int make_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, slot *s,
+                       uint64_t pos, uint64_t gen, chute_error *err)
 {
-    int rc = fill_sample(ld, w, idx, dst, err);
+    int rc = fill_record(ld, w, idx, dst, s, pos, err);
     int attempts = 1;
     while (rc != CHUTE_OK && ch_error_kind(rc) == CH_ERR_IO && attempts < IO_ATTEMPTS &&
            atomic_load_explicit(&ld->cancel_gen, memory_order_acquire) == gen) {
         sleep_ms(io_backoff_ms[attempts - 1]);
         ch_counter_inc(&w->stats->io_retries);
         attempts++;
-        rc = fill_sample(ld, w, idx, dst, err);
+        rc = fill_record(ld, w, idx, dst, s, pos, err);
     }
     if (rc != CHUTE_OK && ch_error_kind(rc) == CH_ERR_IO && attempts > 1) {
         size_t n = strnlen(err->message, sizeof err->message);
@@ -358,7 +396,7 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
     uint64_t idx = ch_sampler_get(&ld->sampler, k);
     uint8_t *dst = s->data + pos * ld->sample_bytes;
     chute_error err = {0};
-    int rc = make_sample(ld, w, idx, dst, gen, &err);
+    int rc = make_sample(ld, w, idx, dst, s, pos, gen, &err);
     uint64_t used = idx;
     if (rc != CHUTE_OK) {
         char where[512];
@@ -381,7 +419,7 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
             for (int attempt = 0; attempt < REPLACE_ATTEMPTS && !done; attempt++) {
                 uint64_t k2 = ch_rng_below(&r, ld->sampler.per_rank);
                 used = ch_sampler_get(&ld->sampler, k2);
-                rc = make_sample(ld, w, used, dst, gen, &rerr);
+                rc = make_sample(ld, w, used, dst, s, pos, gen, &rerr);
                 if (rc == CHUTE_OK)
                     break;
                 ld->ds->fmt->describe(ld->ds, used, rwhere, sizeof rwhere);
@@ -546,6 +584,62 @@ int ch_loader_options_resolve(const chute_loader_options *in, chute_loader_optio
     return CHUTE_OK;
 }
 
+/* The `fields` option: look each name up and lay its arrays out in a slot
+ * after *end (advanced past them).  Sizes are bounded (64 fields, each at
+ * most max_sample_bytes per sample) but every product is still checked. */
+static int plan_fields(chute_loader *ld, size_t *end, chute_error *err)
+{
+    const chute_dataset *ds = ld->ds;
+    const size_t A = BATCH_ALIGN;
+    const uint64_t B = ld->o.batch_size;
+    ld->nlf = 0;
+    if (!ld->o.fields || !*ld->o.fields)
+        return CHUTE_OK;
+    char names[CH_FIELD_MAX][CH_FIELD_NAME_MAX];
+    int n = ch_split_names(ld->o.fields, names, CH_FIELD_MAX);
+    if (n < 0)
+        return ch_err(err, CHUTE_EINVAL, "fields: more than %d names, or one longer than %d bytes",
+                      CH_FIELD_MAX, CH_FIELD_NAME_MAX - 1);
+    for (int k = 0; k < n; k++) {
+        int fi = ch_ds_field_find(ds, names[k]);
+        if (fi < 0 || !ds->fmt->read_fields) {
+            char have[600] = "";
+            size_t hl = 0;
+            for (uint32_t j = 0; j < ds->nfields && hl + 2 < sizeof have; j++)
+                hl += (size_t)snprintf(have + hl, sizeof have - hl, "%s%s", j ? ", " : "",
+                                       ds->fields[j].name);
+            return ch_err(err, CHUTE_EINVAL, "fields: the dataset has no field \"%s\" (it has: %s)",
+                          names[k], ds->nfields ? have : "none");
+        }
+        for (int j = 0; j < k; j++)
+            if (!strcmp(names[j], names[k]))
+                return ch_err(err, CHUTE_EINVAL, "fields: \"%s\" is listed twice", names[k]);
+        const ch_field *f = &ds->fields[fi];
+        lfield *l = &ld->lf[ld->nlf++];
+        l->field = (uint32_t)fi;
+        l->is_bytes = f->kind == CHUTE_FIELD_BYTES;
+        uint64_t per = l->is_bytes ? ld->o.field_bytes : ch_field_sample_bytes(f);
+        if (!l->is_bytes && !f->known)
+            return ch_err(err, CHUTE_EINVAL,
+                          "fields: \"%s\": its shape is unknown (no sample's value could be read "
+                          "at open)", f->name);
+        uint64_t arr;
+        if ((!l->is_bytes && per == 0) || per > ld->o.max_sample_bytes ||
+            __builtin_mul_overflow(per, B, &arr) || arr > SIZE_MAX / 4 ||
+            *end > SIZE_MAX / 4 - arr - 2 * A - B * 8)
+            return ch_err(err, CHUTE_ENOMEM, "fields: \"%s\": %llu bytes per sample are too many",
+                          f->name, (unsigned long long)per);
+        l->per = (size_t)per;
+        l->off = (*end + A - 1) & ~(A - 1);
+        *end = l->off + (size_t)arr;
+        if (l->is_bytes) {
+            l->len_off = (*end + A - 1) & ~(A - 1);
+            *end = l->len_off + (size_t)B * sizeof(int64_t);
+        }
+    }
+    return CHUTE_OK;
+}
+
 int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt,
                         chute_loader **out_loader, chute_error *err)
 {
@@ -630,7 +724,15 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
     }
     ld->labels_off = (pix + A - 1) & ~(A - 1);
     ld->indices_off = ld->labels_off + ids;
-    ld->batch_bytes = (ld->indices_off + ids + HUGE - 1) & ~(HUGE - 1);
+    size_t end = ld->indices_off + ids;
+    rc = plan_fields(ld, &end, err);
+    ld->o.fields = NULL; /* borrowed: read only here */
+    if (rc != CHUTE_OK) {
+        ch_sampler_free(&ld->sampler);
+        free(ld);
+        return rc;
+    }
+    ld->batch_bytes = (end + HUGE - 1) & ~(HUGE - 1);
     if (__builtin_mul_overflow(ld->batch_bytes, (size_t)ld->nslots, &ring_total)) {
         uint32_t ns = ld->nslots;
         size_t bb = ld->batch_bytes;
@@ -967,6 +1069,43 @@ void chute_batch_view_get(const chute_batch *b, chute_batch_view *v)
     v->indices = s->indices;
     v->epoch = s->epoch;
     v->batch_index = s->seq;
+}
+
+int chute_batch_field(const chute_batch *b, const char *name, chute_field_view *v)
+{
+    if (!b || !name || !v)
+        return CHUTE_EINVAL;
+    chute_loader *ld = b->ld;
+    slot *s = &ld->slots[b->index];
+    for (uint32_t k = 0; k < ld->nlf; k++) {
+        const lfield *l = &ld->lf[k];
+        const ch_field *f = &ld->ds->fields[l->field];
+        if (strcmp(f->name, name) != 0)
+            continue;
+        memset(v, 0, sizeof *v);
+        v->name = f->name;
+        v->kind = (chute_field_kind)f->kind;
+        v->dtype = (chute_dtype)f->dtype;
+        v->data = s->data + l->off;
+        v->shape[0] = s->count;
+        if (l->is_bytes) {
+            v->ndim = 2;
+            v->shape[1] = (int64_t)l->per;
+            v->lengths = (int64_t *)(void *)(s->data + l->len_off);
+        } else {
+            v->ndim = f->ndim + 1;
+            for (uint32_t d = 0; d < f->ndim; d++)
+                v->shape[d + 1] = f->shape[d];
+        }
+        int64_t st = 1;
+        for (uint32_t d = v->ndim; d-- > 0;) {
+            v->strides[d] = st;
+            st *= v->shape[d];
+        }
+        v->nbytes = l->per * s->count;
+        return CHUTE_OK;
+    }
+    return CHUTE_ENOTFOUND;
 }
 
 void chute_batch_release(chute_batch *b)

@@ -1,0 +1,314 @@
+/*
+ * fields.c — typed-record helpers: dtype sizes, field shapes, and a strict
+ * parser for NumPy's .npy header.
+ *
+ * Why a parser of our own: a .npy file is a 10- or 12-byte preamble and a
+ * Python dict literal, and the loader reads one per sample per tensor
+ * field from many threads; a general Python-literal parser would be far
+ * more surface than the three keys numpy.save writes.  So this accepts
+ * exactly what numpy.lib.format writes (any key order, either quote,
+ * optional trailing commas, space padding, a final newline) and refuses
+ * everything else with a reason, before any size read from the header is
+ * used: every dimension and the product with the item size are checked for
+ * overflow and against the bytes that are really there.  Allocation-free
+ * and stateless, so it is safe on any thread and easy to fuzz
+ * (tests/fuzz/fuzz_npy.c).
+ */
+#include "fields.h"
+
+#include "chute.h"
+
+#include <stdio.h>
+#include <string.h>
+
+_Static_assert(CH_FIELD_MAX_DIMS == CHUTE_FIELD_MAX_DIMS, "fields.h and chute.h disagree");
+
+size_t ch_dtype_size(int dtype)
+{
+    switch (dtype) {
+    case CHUTE_DTYPE_UINT8: case CHUTE_DTYPE_INT8: case CHUTE_DTYPE_BOOL: return 1;
+    case CHUTE_DTYPE_FLOAT16: case CHUTE_DTYPE_INT16: case CHUTE_DTYPE_UINT16: return 2;
+    case CHUTE_DTYPE_FLOAT32: case CHUTE_DTYPE_INT32: case CHUTE_DTYPE_UINT32: return 4;
+    case CHUTE_DTYPE_FLOAT64: case CHUTE_DTYPE_INT64: case CHUTE_DTYPE_UINT64: return 8;
+    default: return 0;
+    }
+}
+
+static const char *dtype_name(int dtype)
+{
+    static const char *const n[] = {"float32", "uint8",  "float16", "int64",  "int32", "float64",
+                                    "int8",    "int16",  "uint16",  "uint32", "uint64", "bool"};
+    return dtype >= 0 && dtype < (int)(sizeof n / sizeof *n) ? n[dtype] : "?";
+}
+
+uint64_t ch_field_sample_bytes(const ch_field *f)
+{
+    if (f->kind == CHUTE_FIELD_BYTES)
+        return 0;
+    uint64_t b = ch_dtype_size(f->dtype);
+    for (uint32_t d = 0; d < f->ndim; d++)
+        if (f->shape[d] < 0 || __builtin_mul_overflow(b, (uint64_t)f->shape[d], &b))
+            return 0;
+    return b;
+}
+
+static void shape_str(int dtype, uint32_t ndim, const int64_t *shape, char *buf, size_t n)
+{
+    size_t k = (size_t)snprintf(buf, n, "%s[", dtype_name(dtype));
+    for (uint32_t d = 0; d < ndim && k < n; d++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? "," : "", (long long)shape[d]);
+    if (k < n)
+        snprintf(buf + k, n - k, "]");
+}
+
+void ch_field_describe(const ch_field *f, char *buf, size_t n)
+{
+    shape_str(f->dtype, f->ndim, f->shape, buf, n);
+}
+
+/* ---- .npy -------------------------------------------------------------- */
+
+typedef struct npy_lex {
+    const char *p, *end;
+} npy_lex;
+
+static void skip_ws(npy_lex *x)
+{
+    while (x->p < x->end && *x->p == ' ')
+        x->p++;
+}
+
+static int eat(npy_lex *x, char c)
+{
+    skip_ws(x);
+    if (x->p < x->end && *x->p == c) {
+        x->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* A quoted string without escapes: *s, *n; 0 if none. */
+static int quoted(npy_lex *x, const char **s, size_t *n)
+{
+    skip_ws(x);
+    if (x->p >= x->end || (*x->p != '\'' && *x->p != '"'))
+        return 0;
+    char q = *x->p++;
+    const char *b = x->p;
+    while (x->p < x->end && *x->p != q) {
+        if (*x->p == '\\' || (unsigned char)*x->p < 0x20)
+            return 0;
+        x->p++;
+    }
+    if (x->p >= x->end)
+        return 0;
+    *s = b;
+    *n = (size_t)(x->p - b);
+    x->p++;
+    return 1;
+}
+
+static int word(npy_lex *x, const char *w)
+{
+    skip_ws(x);
+    size_t n = strlen(w);
+    if ((size_t)(x->end - x->p) >= n && memcmp(x->p, w, n) == 0) {
+        x->p += n;
+        return 1;
+    }
+    return 0;
+}
+
+/* descr -> dtype: '<' or '|' (or '=' on little-endian hosts) + kind + size. */
+static int descr_dtype(const char *s, size_t n, int *out)
+{
+    static const struct {
+        const char *d;
+        int t;
+    } k[] = {{"u1", CHUTE_DTYPE_UINT8},  {"i1", CHUTE_DTYPE_INT8},    {"b1", CHUTE_DTYPE_BOOL},
+             {"i2", CHUTE_DTYPE_INT16},  {"u2", CHUTE_DTYPE_UINT16},  {"f2", CHUTE_DTYPE_FLOAT16},
+             {"i4", CHUTE_DTYPE_INT32},  {"u4", CHUTE_DTYPE_UINT32},  {"f4", CHUTE_DTYPE_FLOAT32},
+             {"i8", CHUTE_DTYPE_INT64},  {"u8", CHUTE_DTYPE_UINT64},  {"f8", CHUTE_DTYPE_FLOAT64}};
+    if (n != 3)
+        return -1;
+    if (s[0] == '>')
+        return -2; /* big-endian */
+    if (s[0] != '<' && s[0] != '|' && s[0] != '=')
+        return -1;
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++)
+        if (memcmp(s + 1, k[i].d, 2) == 0) {
+            /* numpy writes '|' for one-byte types, '<' for wider ones; a
+             * wider type with '|' (no byte order) is not something it writes */
+            if (s[0] == '|' && k[i].d[1] != '1')
+                return -1;
+            *out = k[i].t;
+            return 0;
+        }
+    return -2;
+}
+
+int ch_npy_parse(const uint8_t *p, size_t len, const char *name, uint64_t base,
+                 ch_npy_info *out, chute_error *err)
+{
+#define NPY_BAD(code, ...)                                                                      \
+    do {                                                                                         \
+        char why_[160];                                                                          \
+        snprintf(why_, sizeof why_, __VA_ARGS__);                                                \
+        return ch_err(err, code, "%s@%llu: npy: %s", name, (unsigned long long)base, why_);     \
+    } while (0)
+    memset(out, 0, sizeof *out);
+    if (len < 10 || memcmp(p, "\x93NUMPY", 6) != 0)
+        NPY_BAD(CHUTE_ECORRUPT, "no \\x93NUMPY magic");
+    uint8_t major = p[6], minor = p[7];
+    uint64_t hlen, pre;
+    if (major == 1 && minor == 0) {
+        hlen = (uint64_t)p[8] | (uint64_t)p[9] << 8;
+        pre = 10;
+    } else if ((major == 2 || major == 3) && minor == 0) {
+        if (len < 12)
+            NPY_BAD(CHUTE_ECORRUPT, "truncated preamble");
+        hlen = (uint64_t)p[8] | (uint64_t)p[9] << 8 | (uint64_t)p[10] << 16 | (uint64_t)p[11] << 24;
+        pre = 12;
+    } else {
+        NPY_BAD(CHUTE_ECORRUPT, "unknown version %u.%u", major, minor);
+    }
+    if (hlen > CH_NPY_MAX_HEADER)
+        NPY_BAD(CHUTE_ECORRUPT, "header of %llu bytes (at most %u)", (unsigned long long)hlen,
+                CH_NPY_MAX_HEADER);
+    if (hlen > len - pre)
+        NPY_BAD(CHUTE_ECORRUPT, "header of %llu bytes runs past the %zu-byte value",
+                (unsigned long long)hlen, len);
+    const char *h = (const char *)p + pre;
+    if (hlen == 0 || h[hlen - 1] != '\n')
+        NPY_BAD(CHUTE_ECORRUPT, "header does not end in a newline");
+    npy_lex x = {h, h + hlen - 1};
+    int have_descr = 0, have_fo = 0, have_shape = 0;
+    if (!eat(&x, '{'))
+        NPY_BAD(CHUTE_ECORRUPT, "header is not a dict");
+    for (;;) {
+        if (eat(&x, '}'))
+            break;
+        const char *k;
+        size_t kn;
+        if (!quoted(&x, &k, &kn) || !eat(&x, ':'))
+            NPY_BAD(CHUTE_ECORRUPT, "expected 'key': in the header dict");
+        if (kn == 5 && memcmp(k, "descr", 5) == 0 && !have_descr) {
+            const char *d;
+            size_t dn;
+            if (!quoted(&x, &d, &dn))
+                NPY_BAD(CHUTE_ECORRUPT, "descr is not a string (structured arrays are not read)");
+            int r = descr_dtype(d, dn, &out->dtype);
+            if (r == -2)
+                NPY_BAD(CHUTE_EUNSUPPORTED, "dtype '%.*s' is not read (little-endian bool, "
+                        "int8..64, uint8..64, float16/32/64 are)", (int)(dn < 16 ? dn : 16), d);
+            if (r)
+                NPY_BAD(CHUTE_ECORRUPT, "bad descr '%.*s'", (int)(dn < 16 ? dn : 16), d);
+            have_descr = 1;
+        } else if (kn == 13 && memcmp(k, "fortran_order", 13) == 0 && !have_fo) {
+            if (word(&x, "True"))
+                NPY_BAD(CHUTE_EUNSUPPORTED, "fortran_order True is not read");
+            if (!word(&x, "False"))
+                NPY_BAD(CHUTE_ECORRUPT, "fortran_order is not True or False");
+            have_fo = 1;
+        } else if (kn == 5 && memcmp(k, "shape", 5) == 0 && !have_shape) {
+            if (!eat(&x, '('))
+                NPY_BAD(CHUTE_ECORRUPT, "shape is not a tuple");
+            for (;;) {
+                if (eat(&x, ')'))
+                    break;
+                skip_ws(&x);
+                if (x.p >= x.end || *x.p < '0' || *x.p > '9')
+                    NPY_BAD(CHUTE_ECORRUPT, "shape holds something other than a number");
+                uint64_t v = 0;
+                while (x.p < x.end && *x.p >= '0' && *x.p <= '9') {
+                    if (v > ((uint64_t)INT64_MAX - 9) / 10)
+                        NPY_BAD(CHUTE_ECORRUPT, "dimension overflows");
+                    v = v * 10 + (uint64_t)(*x.p++ - '0');
+                }
+                if (out->ndim == CH_FIELD_MAX_DIMS)
+                    NPY_BAD(CHUTE_ECORRUPT, "more than %d dimensions", CH_FIELD_MAX_DIMS);
+                out->shape[out->ndim++] = (int64_t)v;
+                if (eat(&x, ','))
+                    continue;
+                if (eat(&x, ')'))
+                    break;
+                NPY_BAD(CHUTE_ECORRUPT, "shape tuple is malformed");
+            }
+            /* (n) without a comma is an int in Python, not a tuple */
+            have_shape = 1;
+        } else {
+            NPY_BAD(CHUTE_ECORRUPT, "unexpected or repeated key '%.*s'", (int)(kn < 20 ? kn : 20), k);
+        }
+        if (eat(&x, ','))
+            continue;
+        if (eat(&x, '}'))
+            break;
+        NPY_BAD(CHUTE_ECORRUPT, "header dict is malformed");
+    }
+    skip_ws(&x);
+    if (x.p != x.end)
+        NPY_BAD(CHUTE_ECORRUPT, "bytes after the header dict");
+    if (!have_descr || !have_fo || !have_shape)
+        NPY_BAD(CHUTE_ECORRUPT, "header lacks %s", !have_descr ? "descr"
+                                                    : !have_fo ? "fortran_order" : "shape");
+    uint64_t bytes = ch_dtype_size(out->dtype);
+    for (uint32_t d = 0; d < out->ndim; d++)
+        if (__builtin_mul_overflow(bytes, (uint64_t)out->shape[d], &bytes))
+            NPY_BAD(CHUTE_ECORRUPT, "shape's size overflows");
+    out->data_offset = pre + hlen;
+    if (bytes != len - out->data_offset)
+        NPY_BAD(CHUTE_ECORRUPT, "shape needs %llu data bytes, the value has %llu",
+                (unsigned long long)bytes, (unsigned long long)(len - out->data_offset));
+    out->data_bytes = bytes;
+    return CHUTE_OK;
+#undef NPY_BAD
+}
+
+int ch_npy_check(const ch_npy_info *a, const ch_field *f, const char *where, chute_error *err)
+{
+    int same = a->dtype == f->dtype && a->ndim == f->ndim;
+    for (uint32_t d = 0; same && d < a->ndim; d++)
+        same = a->shape[d] == f->shape[d];
+    if (same)
+        return CHUTE_OK;
+    char got[128], want[128];
+    shape_str(a->dtype, a->ndim, a->shape, got, sizeof got);
+    ch_field_describe(f, want, sizeof want);
+    return ch_err(err, CHUTE_ECORRUPT, "%s: field \"%s\": .npy is %s, the dataset's is %s", where,
+                  f->name, got, want);
+}
+
+void ch_field_from_npy(ch_field *f, const ch_npy_info *a)
+{
+    f->dtype = a->dtype;
+    f->ndim = a->ndim;
+    memcpy(f->shape, a->shape, sizeof f->shape);
+    f->known = 1;
+}
+
+int ch_split_names(const char *list, char names[][CH_FIELD_NAME_MAX], int max)
+{
+    int k = 0;
+    const char *p = list;
+    while (p && *p) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        const char *b = p;
+        while (n && *b == ' ') {
+            b++;
+            n--;
+        }
+        while (n && b[n - 1] == ' ')
+            n--;
+        if (n) {
+            if (n >= CH_FIELD_NAME_MAX || k == max)
+                return -1;
+            memcpy(names[k], b, n);
+            names[k][n] = '\0';
+            k++;
+        }
+        p = e ? e + 1 : NULL;
+    }
+    return k;
+}

@@ -1,0 +1,100 @@
+/*
+ * fields.h — typed records: the named fields a sample carries besides its
+ * image and label, and the strict `.npy` header parser behind tensor
+ * fields.
+ *
+ * Why it is shaped so:
+ *   - A field's shape is fixed for the whole dataset (learned at open from
+ *     the first sample that has the field, or declared), so the loader can
+ *     lay every field out once in its ring of batch buffers: one aligned
+ *     array per field, nothing allocated per batch or per sample.  A later
+ *     sample that disagrees is corrupt content, handled by the loader's
+ *     policy like a bad image.
+ *   - Bytes fields (JSON, text, anything else) are variable: the loader
+ *     gives each sample a fixed capacity (field_bytes) and a length; a
+ *     longer value is CHUTE_ELIMIT naming the sample, never a reallocation.
+ *   - The format reads a sample's fields into caller buffers through
+ *     ch_format_ops.read_fields (optional, ops version 3), from any number
+ *     of threads; the only scratch is the caller's growable buffer.
+ * Nothing here touches the filesystem or keeps state between calls.
+ */
+#ifndef CHUTE_FORMAT_FIELDS_H
+#define CHUTE_FORMAT_FIELDS_H
+
+#include "../common/common.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CH_FIELD_MAX_DIMS 8       /* == the public CHUTE_FIELD_MAX_DIMS */
+#define CH_FIELD_MAX 64           /* fields per dataset */
+#define CH_FIELD_NAME_MAX 64      /* bytes, NUL included */
+#define CH_NPY_MAX_HEADER 65536u  /* a longer .npy header is refused */
+
+/* A field of a dataset (public kinds: chute_field_kind). */
+typedef struct ch_field {
+    char name[CH_FIELD_NAME_MAX];
+    int kind;                     /* CHUTE_FIELD_* */
+    int dtype;                    /* chute_dtype */
+    uint32_t ndim;
+    int64_t shape[CH_FIELD_MAX_DIMS];
+    int known;                    /* shape learned (bytes fields: always) */
+} ch_field;
+
+/* Bytes of one element of a chute_dtype (0 if unknown). */
+size_t ch_dtype_size(int dtype);
+/* Bytes of one sample's value of a fixed-shape field; 0 on overflow or a
+ * bytes field. */
+uint64_t ch_field_sample_bytes(const ch_field *f);
+/* "float32[3,4]" into buf, for messages. */
+void ch_field_describe(const ch_field *f, char *buf, size_t n);
+
+/* ---- .npy (NumPy's format, versions 1.0, 2.0 and 3.0) ---------------- */
+typedef struct ch_npy_info {
+    int dtype;                    /* chute_dtype */
+    uint32_t ndim;
+    int64_t shape[CH_FIELD_MAX_DIMS];
+    uint64_t data_offset;         /* first byte of the array data */
+    uint64_t data_bytes;          /* prod(shape) * itemsize, == len - data_offset */
+} ch_npy_info;
+
+/*
+ * Parse the header of a whole .npy file in p[len].  Strict: the magic, a
+ * known version, the header length inside the input and below
+ * CH_NPY_MAX_HEADER, a dict literal with exactly the keys 'descr',
+ * 'fortran_order' and 'shape' (any order, trailing comma allowed), a
+ * little-endian or byte-order-free descr of a supported type, fortran_order
+ * False, at most CH_FIELD_MAX_DIMS non-negative dimensions, only spaces and
+ * the final newline as padding, and exactly prod(shape) * itemsize bytes
+ * after the header (checked multiplication).  Anything else is
+ * CHUTE_ECORRUPT "NAME@OFFSET: npy: reason" (big-endian or object arrays:
+ * CHUTE_EUNSUPPORTED).  `name` and `base` (the member's offset in its
+ * file) are for the message.  Allocates nothing.
+ */
+int ch_npy_parse(const uint8_t *p, size_t len, const char *name, uint64_t base,
+                 ch_npy_info *out, chute_error *err);
+
+/* Check a parsed .npy against a field's declared dtype and shape:
+ * CHUTE_ECORRUPT "WHERE: field NAME: .npy is int64[2], the dataset's is
+ * float32[3]" when they differ. */
+int ch_npy_check(const ch_npy_info *a, const ch_field *f, const char *where, chute_error *err);
+
+/* Learn a field's dtype and shape from a parsed .npy (the first sample). */
+void ch_field_from_npy(ch_field *f, const ch_npy_info *a);
+
+/* One field a caller wants read for a sample: where to put it. */
+typedef struct ch_field_req {
+    uint32_t field;               /* index into ds->fields */
+    void *dst;                    /* fixed fields: sample_bytes bytes;
+                                     bytes fields: cap bytes */
+    size_t cap;                   /* bytes fields: the capacity */
+    int64_t *len;                 /* bytes fields: receives the length */
+} ch_field_req;
+
+/* Parse a comma-separated list of names ("a,b , c") into out[k] (k <
+ * max), calling each name's callback; empty items are skipped.  Returns
+ * the count, or -1 if a name is longer than CH_FIELD_NAME_MAX - 1 or there
+ * are more than max.  Names are copied into names[k]. */
+int ch_split_names(const char *list, char names[][CH_FIELD_NAME_MAX], int max);
+
+#endif
