@@ -303,6 +303,26 @@ typedef struct chute_loader_options {
      * text, raw); a longer value is CHUTE_ELIMIT naming the sample (a
      * property of the sample: on_corrupt decides).  Default 4096.        */
     uint32_t field_bytes;
+    /* Decoded-sample cache: a RAM budget in bytes; 0 = off.  The first
+     * time a sample is made (first epoch), what it decodes to is kept
+     * while the budget lasts, and later epochs make the sample from
+     * that copy without reading or decoding:
+     *   TRAIN: the whole image decoded at a DCT scale chosen from its size
+     *     only (the smallest scale any random crop of it can take); the
+     *     crop and flip are drawn fresh every epoch from (seed, epoch,
+     *     sample), and a crop whose own DCT scale differs from the
+     *     cached one is decoded from the file as without the cache;
+     *   EVAL, NONE: the finished sample (its output is the same every
+     *     epoch), copied into the batch.
+     * The output is bit-identical to the same options with
+     * decoded_cache_bytes = 0 (the reference run), for any budget:
+     * what does not fit is made exactly as without a cache.  The
+     * budget bounds the cache's resident memory, its index (8 bytes per
+     * dataset sample) included; first come, first kept, never evicted
+     * (for epoch-wise random scans, recency policies only cost).  It is
+     * reserved at create (address space) and freed by destroy.
+     * stats: cache_hits, cache_misses, cache_bytes.                  */
+    uint64_t decoded_cache_bytes;
 } chute_loader_options;
 
 typedef struct chute_loader chute_loader;
@@ -476,6 +496,14 @@ typedef struct chute_stats {
     uint64_t read_lat_p99_ns;
     uint64_t read_lat_max_ns;  /* upper bound of the slowest read's bucket */
     uint64_t io_retries;       /* sample reads retried after an I/O error */
+    /* Decoded-sample cache (decoded_cache_bytes; zero when off): samples
+     * made from the cache, samples made from the file while the cache
+     * was on (first sight, over the budget, or a train crop at another
+     * DCT scale), bytes of the budget in use and entries stored. */
+    uint64_t cache_hits;
+    uint64_t cache_misses;
+    uint64_t cache_bytes;
+    uint64_t cache_entries;
 } chute_stats;
 
 /* Snapshot of the counters; callable from any thread. */

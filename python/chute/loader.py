@@ -285,6 +285,12 @@ class Loader:
             (default: forever; Ctrl-C interrupts the wait either way).
         read_delay_us: add this latency to every sample read (testing, or
             "what if my storage were slower"); ignored when source is a Dataset.
+        decoded_cache_bytes: RAM budget (bytes) of the decoded-sample cache, 0 = off.
+            Samples decoded in the first epoch are kept while the budget lasts and
+            later epochs skip reading and decoding them; train crops/flips are still
+            drawn fresh per (seed, epoch, sample), and every batch is bit-identical to
+            a run without the cache (see chute.h).  stats(): cache_hits, cache_misses,
+            cache_bytes, cache_entries.
 
     Memory lifetime: a tensor from a batch keeps the batch's buffer alive —
     across iterations, epochs, and even after the loader is closed or freed —
@@ -346,6 +352,7 @@ class Loader:
         field_bytes: int = _default("field_bytes"),
         resize_size: Optional[int] = None,
         shuffle_buffer: int = _default("shuffle_buffer"),
+        decoded_cache_bytes: int = _default("decoded_cache_bytes"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -461,6 +468,7 @@ class Loader:
             shuffle_mode=t_shuffle,
             field_bytes=_opt("field_bytes", field_bytes),
             fields=None if fields is None else _names_list("fields", fields),
+            decoded_cache_bytes=_opt("decoded_cache_bytes", decoded_cache_bytes),
         )
         self.fields_requested: Tuple[str, ...] = (
             () if fields is None else tuple(_names_list("fields", fields)))
@@ -673,7 +681,8 @@ class Loader:
         failed for bad content), io_retries (reads retried after an I/O error), dct_scaled,
         workers, wall_s, queue_capacity, read latency percentiles
         (read_lat_p50_ms, _p90_, _p99_, _max_), copied_batches (see
-        hold_policy) and held_batches (batches alive zero-copy now)."""
+        hold_policy), held_batches (batches alive zero-copy now) and the decoded
+        cache's cache_hits, cache_misses, cache_bytes, cache_entries."""
         return self._core.stats()
 
     def close(self) -> None:

@@ -1568,6 +1568,8 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
         F("mb_per_sec", wall > 0 ? s.read.bytes / 1e6 / wall : 0.0) || U("batches", s.batches) ||
         U("samples", s.samples) || U("bytes_read", s.read.bytes) || U("corrupt", s.corrupt) ||
         U("io_retries", s.io_retries) ||
+        U("cache_hits", s.cache_hits) || U("cache_misses", s.cache_misses) ||
+        U("cache_bytes", s.cache_bytes) || U("cache_entries", s.cache_entries) ||
         U("dct_scaled", s.dct_scaled) || U("workers", s.workers) ||
         U("read_items", s.read.items) || U("read_bytes", s.read.bytes) ||
         F("read_busy_s", s.read.busy_ns / 1e9) || U("decode_items", s.decode.items) ||

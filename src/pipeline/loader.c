@@ -67,6 +67,7 @@
 #include "../stats/stats.h"
 #include "../common/loader_options.h"
 #include "sampler.h"
+#include "dcache.h"
 
 #include <errno.h>
 #include <math.h>
@@ -180,14 +181,191 @@ struct chute_loader {
     int skip_new;             /* (mu) skip_msg not yet copied to errmsg */
     uint32_t nlf;             /* typed fields delivered (immutable after create) */
     lfield lf[CH_FIELD_MAX];
+    ch_dcache *dc;            /* decoded-sample cache, NULL when off (lock-free; dcache.c) */
 };
 
 /* ------------------------------------------------------------------ */
+
+/* DCT-domain downscale: only power-of-two scales (they have SIMD paths)
+ * and only while a crop of cw x chh stays at least the output size, so
+ * the resampler still only ever shrinks. */
+static uint32_t dct_denom(const chute_loader *ld, unsigned caps, double cw, double chh)
+{
+    uint32_t denom = 1;
+    if ((caps & CH_DEC_DCT_SCALE) && !ld->o.no_dct_scale) {
+        while (denom < 8 && cw / (denom * 2) >= ld->o.size && chh / (denom * 2) >= ld->o.size)
+            denom *= 2;
+    }
+    return denom;
+}
+
+/*
+ * The decoded-sample cache (decoded_cache_bytes; memory in dcache.c).
+ *
+ * The promise is that the cache never changes an output pixel: a run with
+ * it is bit-identical to the same options without it (the reference).
+ * The trap is that the reference does not decode "the image": it decodes
+ * the crop's window, at a DCT scale 1/D chosen from that epoch's random
+ * crop, and libjpeg-turbo's 1/2, 1/4 and 1/8 decodes are not the full
+ * decode downscaled (the scaling happens inside the IDCT).  So:
+ *   - TRAIN caches the whole image decoded at D_c, the scale of the
+ *     smallest crop ch_geom_train can draw for this image size
+ *     (train_min_side), which no random crop goes below.  An epoch's crop
+ *     is served from the cache only when its own scale D equals D_c; it
+ *     is then resampled with the same plan from the same pixels (the
+ *     window decode delivers exactly the full decode's pixels: jpeg.c
+ *     widens the window so its columns are interior, and skipped rows are
+ *     re-synchronised by libjpeg-turbo), hence the same output.  A crop
+ *     with D > D_c is made from the file as in the reference and counted
+ *     as a miss.  ImageNet-sized images (shorter side below 2 x size)
+ *     always have D = D_c = 1; large photos hit on their smaller crops.
+ *   - EVAL and NONE output depends only on the file and the options, so
+ *     the finished sample is cached and copied (no resampling at all;
+ *     smaller than a resized image for uint8 output).  Caching the image
+ *     resized to resize_size instead would change pixels: the reference
+ *     resamples the source once, straight to the crop, and a second
+ *     resample of an intermediate image rounds differently.
+ * If the whole-image decode fails (a truncated file whose damage lies
+ * below every crop window the reference would decode), the sample is
+ * never cached and is made as in the reference, error or not.
+ */
+enum { DC_MISS = 1 };
+
+/* Lower bound of min(crop width, crop height) over every crop
+ * ch_geom_train can give a W x H image: accepted crops have an area of at
+ * least smin * W * H and an aspect ratio in [3/4, 4/3], so their shorter
+ * side is at least round(sqrt(smin * W * H * 3/4)); the central fallback
+ * keeps the image's shorter side. */
+static double train_min_side(uint32_t W, uint32_t H, double smin)
+{
+    double m = floor(sqrt(smin * (double)W * (double)H * 0.75));
+    return fmin(m, fmin((double)W, (double)H));
+}
+
+/* Resample `crop` (original coordinates) from a whole image decoded at
+ * 1/denom, sw x sh RGB8 rows. */
+static int resize_frame(chute_loader *ld, worker *w, const ch_crop *crop, uint32_t denom,
+                        const uint8_t *pix, uint32_t sw, uint32_t sh, uint8_t *dst,
+                        chute_error *err)
+{
+    ch_crop sc = *crop;
+    if (denom > 1)
+        ch_crop_scale(crop, denom, sw, sh, &sc);
+    ch_resize_plan plan;
+    int rc = ch_resize_plan_make(&plan, &sc, ld->o.size, ld->o.size, &w->rs);
+    if (rc == CHUTE_EINVAL)
+        return ch_err(err, CHUTE_EINVAL, "no valid crop of a %ux%u image", sw, sh);
+    if (rc == CHUTE_OK)
+        rc = ch_resize_run(&plan, pix, (size_t)sw * 3, 0, 0, crop->flip, &ld->out, dst, &w->rs);
+    if (rc != CHUTE_OK)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory for resize rows");
+    return CHUTE_OK;
+}
+
+/* Make sample idx from the cache: CHUTE_OK, DC_MISS, or an error. */
+static int cache_hit(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, chute_error *err)
+{
+    const ch_dcache_entry *e = ch_dcache_get(ld->dc, idx);
+    if (!e)
+        return DC_MISS;
+    uint64_t t0 = ch_now_ns();
+    if (e->kind == CH_DCACHE_SAMPLE) {
+        memcpy(dst, ch_dcache_data(e), ld->sample_bytes);
+    } else {
+        ch_crop crop;
+        ch_rng r = ch_rng_for(ld->o.seed, ld->sampler.epoch, idx);
+        ch_geom_train(e->width, e->height, ld->o.scale_min_pct / 100.0,
+                      ld->o.scale_max_pct / 100.0, &r, &crop);
+        uint32_t denom = dct_denom(ld, e->caps, crop.x1 - crop.x0, crop.y1 - crop.y0);
+        if (denom != e->denom)
+            return DC_MISS; /* the reference decodes this crop at another scale */
+        int rc = resize_frame(ld, w, &crop, denom, ch_dcache_data(e), e->sw, e->sh, dst, err);
+        if (rc != CHUTE_OK)
+            return rc;
+    }
+    ch_counter_inc(&w->stats->cache_hits);
+    ch_stage_add(&w->stats->transform, 1, ld->sample_bytes, ch_now_ns() - t0);
+    return CHUTE_OK;
+}
+
+/* TRAIN, first sight of sample idx (header parsed, crop drawn, its scale
+ * `denom`): decode the whole image at D_c into the cache if it fits.
+ * CHUTE_OK when dst was made from the new entry; DC_MISS when the caller
+ * must make it as without a cache (the decoder is then ready again, as
+ * begin() left it); or an error. */
+static int cache_frame(chute_loader *ld, worker *w, uint64_t idx, const ch_image_info *info,
+                       size_t len, const ch_crop *crop, uint32_t denom, uint8_t *dst,
+                       chute_error *err)
+{
+    double m = train_min_side(info->width, info->height, ld->o.scale_min_pct / 100.0);
+    uint32_t dc = dct_denom(ld, info->caps, m, m);
+    uint32_t sw = info->width, sh = info->height;
+    if (dc > 1)
+        ch_decoder_scaled_size(w->dec, dc, &sw, &sh);
+    uint64_t bytes;
+    if (__builtin_mul_overflow((uint64_t)sw * sh, (uint64_t)3, &bytes))
+        return DC_MISS;
+    ch_dcache_entry *e = ch_dcache_claim(ld->dc, idx, bytes);
+    if (!e)
+        return DC_MISS;
+    uint64_t t0 = ch_now_ns();
+    ch_image img;
+    chute_error derr = {0};
+    int rc = ch_decoder_finish(w->dec, dc, 0, 0, sw, sh, &w->pbuf, &img, &derr);
+    if (rc != CHUTE_OK || img.x != 0 || img.y != 0 || img.w != sw || img.h != sh) {
+        ch_dcache_abandon(ld->dc, idx);
+        ch_image_info again;
+        rc = ch_decoder_begin(w->dec, w->rbuf.data, len, ld->o.max_pixels, &again, err);
+        return rc == CHUTE_OK ? DC_MISS : rc;
+    }
+    uint8_t *out = (uint8_t *)ch_dcache_data(e);
+    size_t row = (size_t)sw * 3;
+    for (uint32_t y = 0; y < sh; y++)
+        memcpy(out + y * row, img.pixels + y * img.stride, row);
+    e->width = info->width;
+    e->height = info->height;
+    e->sw = sw;
+    e->sh = sh;
+    e->denom = dc;
+    e->kind = CH_DCACHE_FRAME;
+    e->caps = info->caps;
+    ch_dcache_publish(ld->dc, idx, e);
+    uint64_t t1 = ch_now_ns();
+    ch_stage_add(&w->stats->decode, 1, bytes, t1 - t0);
+    if (dc > 1)
+        ch_counter_inc(&w->stats->dct_scaled);
+    if (denom == dc) {
+        rc = resize_frame(ld, w, crop, dc, out, sw, sh, dst, err);
+        if (rc == CHUTE_OK)
+            ch_stage_add(&w->stats->transform, 1, ld->sample_bytes, ch_now_ns() - t1);
+        return rc;
+    }
+    ch_image_info again;
+    rc = ch_decoder_begin(w->dec, w->rbuf.data, len, ld->o.max_pixels, &again, err);
+    return rc == CHUTE_OK ? DC_MISS : rc;
+}
+
+/* EVAL, NONE: keep the finished sample if it fits. */
+static void cache_sample(chute_loader *ld, uint64_t idx, const uint8_t *dst)
+{
+    ch_dcache_entry *e = ch_dcache_claim(ld->dc, idx, ld->sample_bytes);
+    if (!e)
+        return;
+    memcpy((uint8_t *)ch_dcache_data(e), dst, ld->sample_bytes);
+    e->kind = CH_DCACHE_SAMPLE;
+    ch_dcache_publish(ld->dc, idx, e);
+}
 
 static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, chute_error *err)
 {
     const chute_dataset *ds = ld->ds;
     ch_worker_stats *st = w->stats;
+    if (ld->dc) {
+        int hrc = cache_hit(ld, w, idx, dst, err);
+        if (hrc != DC_MISS)
+            return hrc;
+        ch_counter_inc(&st->cache_misses);
+    }
     uint64_t t0 = ch_now_ns();
     size_t len = 0;
     int rc = ch_ds_read_buf(ds, idx, &w->rbuf, ld->o.max_sample_bytes, &len, err);
@@ -211,14 +389,11 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     } else {
         ch_geom_full(info.width, info.height, &crop);
     }
-    /* DCT-domain downscale: only power-of-two scales (they have SIMD
-     * paths) and only while the crop stays at least the output size, so
-     * the resampler still only ever shrinks. */
-    uint32_t denom = 1;
-    if ((info.caps & CH_DEC_DCT_SCALE) && !ld->o.no_dct_scale) {
-        double cw = crop.x1 - crop.x0, chh = crop.y1 - crop.y0;
-        while (denom < 8 && cw / (denom * 2) >= ld->o.size && chh / (denom * 2) >= ld->o.size)
-            denom *= 2;
+    uint32_t denom = dct_denom(ld, info.caps, crop.x1 - crop.x0, crop.y1 - crop.y0);
+    if (ld->dc && ld->o.transform == CHUTE_TRANSFORM_TRAIN) {
+        rc = cache_frame(ld, w, idx, &info, len, &crop, denom, dst, err);
+        if (rc != DC_MISS)
+            return rc;
     }
     ch_crop sc = crop;
     uint32_t sw = info.width, sh = info.height;
@@ -250,6 +425,8 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     if (rc != CHUTE_OK)
         return ch_err(err, CHUTE_ENOMEM, "out of memory for resize rows");
     ch_stage_add(&st->transform, 1, ld->sample_bytes, ch_now_ns() - t2);
+    if (ld->dc && ld->o.transform != CHUTE_TRANSFORM_TRAIN)
+        cache_sample(ld, idx, dst);
     return CHUTE_OK;
 }
 
@@ -775,6 +952,13 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         s->handle.index = i;
     }
 
+    if (o->decoded_cache_bytes) {
+        rc = ch_dcache_create(&ld->dc, o->decoded_cache_bytes, ds->n, err);
+        if (rc != CHUTE_OK) {
+            chute_loader_destroy(ld);
+            return rc;
+        }
+    }
     ld->nworkers = o->workers;
     ld->workers = calloc(ld->nworkers, sizeof *ld->workers);
     ld->wstats = ch_aligned_alloc(CH_CACHELINE, ld->nworkers * sizeof *ld->wstats);
@@ -863,6 +1047,8 @@ static void free_memory(chute_loader *ld)
     free(ld->slots);
     free(ld->seqmap);
     ch_sampler_free(&ld->sampler);
+    ch_dcache_destroy(ld->dc);
+    ld->dc = NULL;
 }
 
 static void destroy_in_child(chute_loader *ld)
@@ -1150,7 +1336,11 @@ void chute_loader_stats(const chute_loader *ld, chute_stats *out)
         out->corrupt += atomic_load_explicit(&w->corrupt, memory_order_relaxed);
         out->dct_scaled += atomic_load_explicit(&w->dct_scaled, memory_order_relaxed);
         out->io_retries += atomic_load_explicit(&w->io_retries, memory_order_relaxed);
+        out->cache_hits += atomic_load_explicit(&w->cache_hits, memory_order_relaxed);
+        out->cache_misses += atomic_load_explicit(&w->cache_misses, memory_order_relaxed);
     }
+    out->cache_bytes = ch_dcache_bytes(ld->dc);
+    out->cache_entries = ch_dcache_entries(ld->dc);
     /* In a fork() child no other thread exists, and `mu` may have been
      * held by one that did: read without it. */
     int lock = !in_forked_child(ld);

@@ -22,6 +22,8 @@ typedef struct ch_worker_stats {
     _Atomic uint64_t corrupt;
     _Atomic uint64_t dct_scaled;
     _Atomic uint64_t io_retries;
+    _Atomic uint64_t cache_hits;
+    _Atomic uint64_t cache_misses;
     char pad[CH_CACHELINE];
 } __attribute__((aligned(CH_CACHELINE))) ch_worker_stats;
 
