@@ -25,6 +25,10 @@ def fmt(x, nd=0):
     return "{:,.{}f}".format(x, nd)
 
 
+# Issue 9: the same images read from TFRecord or WebDataset, train transform.
+TARGET_FORMAT_VS_SHARDS = 0.95
+
+
 def ratio(a, b):
     if not a or not b:
         return None
@@ -80,6 +84,12 @@ def table(name, recs, ctx):
     if r3 is not None:
         out.append("- chute-shards / decode-crop = %.0f%% (no target; the decode-only ceiling "
                    "of the train transform's own windows)" % (r3 * 100))
+    for wfmt in ("tfrecord", "wds"):
+        other = (by.get("chute-" + wfmt, {}).get("result") or {}).get("images_per_sec")
+        r4 = ratio(other, ref_ips)
+        if r4 is not None:
+            out.append("- chute-%s / chute-shards = %.2fx (target >= %.2fx) %s" % (
+                wfmt, r4, TARGET_FORMAT_VS_SHARDS, verdict(r4, TARGET_FORMAT_VS_SHARDS)))
     out.append("")
     return out
 

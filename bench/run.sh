@@ -9,6 +9,8 @@
 #
 #   chute-shards      build/chute bench SHARDS            (the headline number)
 #   chute-tree        build/chute bench TREE              (same, from loose files)
+#   chute-tfrecord    build/chute bench TFRECORD          (train only: the shards'
+#   chute-wds         build/chute bench WDS                images, chute convert-ed)
 #   torch-dataloader  torchvision ImageFolder + DataLoader, num_workers = cores
 #   decode-*          libjpeg-turbo decode only, all cores, files in memory
 #
@@ -82,6 +84,9 @@ esac
 CLASSES=10
 TREE=$DATA/tree
 SHARDS=$DATA/shards
+TFRECORD=$DATA/tfrecord-chute  # the shards' samples as TFRecord (chute convert; bench/peers
+                               # uses $DATA/tfrecord, written by TensorFlow)
+WDS=$DATA/wds-chute            # ... and as WebDataset tars
 OUT=$DATA/run
 LOG=$OUT/run.log
 RECORDS=$OUT/records.jsonl
@@ -168,12 +173,38 @@ else
     say "skipped: $CHUTE_ERR"
 fi
 
+# The same samples as the shards, in TFRecord and WebDataset (train
+# images/s from these against chute-shards: target >= 0.95).
+step "convert"
+convert_to() {  # convert_to FORMAT DIR
+    if [ -n "$(ls -A "$2" 2>/dev/null)" ] && [ "$2" -nt "$SHARDS/chute.manifest" ] &&
+       [ "$2" -nt "$CHUTE" ]; then
+        say "$2 is newer than the shards and $CHUTE; not converting"
+    else
+        rm -rf "$2"
+        if ! "$CHUTE" convert "$SHARDS" "$2" --format "$1" 2>&1 | tee -a "$LOG" | tail -3; then
+            fail "chute convert --format $1 failed (see $LOG)"
+            rm -rf "$2"
+        else
+            touch "$2"
+        fi
+    fi
+}
+if [ -z "$CHUTE_ERR" ]; then
+    convert_to tfrecord "$TFRECORD"
+    convert_to wds "$WDS"
+else
+    say "skipped: $CHUTE_ERR"
+fi
+
 # ---- warm the page cache ----------------------------------------------
 # Every system reads from memory: the tree was just written (or read on a
 # previous run) and the shards just packed, and both are read once here.
 step "page cache"
 WARM=("$TREE")
 [ -d "$SHARDS" ] && WARM+=("$SHARDS")
+[ -d "$TFRECORD" ] && WARM+=("$TFRECORD")
+[ -d "$WDS" ] && WARM+=("$WDS")
 find "${WARM[@]}" -type f -print0 | xargs -0 cat > /dev/null
 resident_pct() {  # share of the files' pages that are in the page cache
     [ -d "$1" ] || { echo null; return; }
@@ -278,6 +309,20 @@ run_table() {
     else
         measure "$tf" chute-shards "$cs on the shards" \
             "$CHUTE" bench "$SHARDS" --transform "$tf" --workers "$CORES" --epochs "$CHUTE_EPOCHS" --json
+        if [ "$tf" = train ]; then
+            local fmt dir
+            for fmt in tfrecord wds; do
+                dir=$TFRECORD
+                [ "$fmt" = wds ] && dir=$WDS
+                if [ -d "$dir" ]; then
+                    measure "$tf" "chute-$fmt" "$cs on the shards' samples as $fmt" \
+                        "$CHUTE" bench "$dir" --format "$fmt" --transform "$tf" --workers "$CORES" \
+                        --epochs "$CHUTE_EPOCHS" --json
+                else
+                    skipped "$tf" "chute-$fmt" "$cs" "no $dir (chute convert failed)"
+                fi
+            done
+        fi
         measure "$tf" chute-tree "$cs on the tree" \
             "$CHUTE" bench "$TREE" --transform "$tf" --workers "$CORES" --epochs "$CHUTE_EPOCHS" --json
     fi

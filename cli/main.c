@@ -125,6 +125,7 @@ static void usage(FILE *f)
             "  inspect SOURCE        samples, classes, sizes, dimensions, formats, bad files\n"
             "  doctor SOURCE         measure each stage and name the bottleneck\n"
             "  iobench PATH          storage test with deep-learning access patterns\n"
+            "  convert SRC DST       write a dataset as chute shards, TFRecord or WebDataset\n"
             "  version               print the version\n\n"
             "Run 'chute COMMAND --help' for a command's options.\n",
             chute_version());
@@ -165,6 +166,8 @@ int main(int argc, char **argv)
     const char *c = argv[1];
     if (strcmp(c, "pack") == 0)
         return cmd_pack(argc - 2, argv + 2);
+    if (strcmp(c, "convert") == 0)
+        return cmd_convert(argc - 2, argv + 2);
     if (strcmp(c, "bench") == 0)
         return cmd_bench(argc - 2, argv + 2);
     if (strcmp(c, "inspect") == 0)

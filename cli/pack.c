@@ -57,6 +57,7 @@ int cmd_pack(int argc, char **argv)
 {
     chute_pack_options o = {0};
     int strict = 0, no_validate = 0, no_wait = 0;
+    const char *format = NULL;
     const cli_opt opts[] = {
         {"--shard-size", CLI_SIZE, &o.shard_size, NULL, 1 << 16, 1ull << 40,
          "target bytes per shard (default 256M)"},
@@ -72,6 +73,8 @@ int cmd_pack(int argc, char **argv)
          "skip images with more pixels (default 64Mi, the loader's default limit)"},
         {"--no-wait", CLI_FLAG, &no_wait, NULL, 0, 0,
          "fail at once if another process is packing into OUT_DIR (default: wait)"},
+        {"--format", CLI_STR, &format, NULL, 0, 0,
+         "output format: chute (default), tfrecord or wds (see chute convert)"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
     const char *pos[2];
@@ -82,6 +85,20 @@ int cmd_pack(int argc, char **argv)
     if (np != 2) {
         fprintf(stderr, "chute pack: need ROOT and OUT_DIR (see --help)\n");
         return 2;
+    }
+    if (format && strcmp(format, "chute") != 0) {
+        /* Other formats go through chute_convert from the tree, every
+         * image decode-checked as pack does (unless --no-validate). */
+        chute_dataset_options so = {0};
+        so.format = "tree";
+        chute_convert_options co = {0};
+        co.format = format;
+        co.shard_size = o.shard_size;
+        co.validate = !no_validate;
+        co.strict = strict;
+        co.no_wait = no_wait;
+        co.source = &so;
+        return cli_convert_run("pack", pos[0], pos[1], &co);
     }
     pack_ui ui = {isatty(2), -1};
     o.strict = strict;

@@ -607,6 +607,80 @@ CHUTE_API int chute_probe_image(const void *data, size_t len, uint64_t max_pixel
                                 uint32_t *out_w, uint32_t *out_h, uint32_t *out_channels,
                                 chute_error *err);
 
+/* ------------------------------------------------------------------ */
+/* Convert: any readable dataset into any writable format.              */
+/* ------------------------------------------------------------------ */
+
+/* The k-th output format chute can write (k from 0), NULL past the last:
+ * "chute" (chute shards + manifest, docs/FORMAT.md), "tfrecord"
+ * (tf.train.Example as TensorFlow's imagenet_to_gcs.py writes it, with a
+ * DALI tfrecord2idx index beside each file) and "wds" (WebDataset tar
+ * shards as webdataset's ShardWriter names them).  Static storage.       */
+CHUTE_API const char *chute_writer_name(uint32_t k);
+
+/* Zero means default for every field. */
+typedef struct chute_convert_options {
+    const char *format;        /* a chute_writer_name; NULL = "chute" */
+    uint64_t shard_size;       /* target bytes per output file (default 256 MiB): a file is
+                                  closed once it reaches this size */
+    /* Added to every label written into TFRecord and WebDataset files.
+     * chute's labels are 0-based (torchvision's ImageFolder order);
+     * imagenet_to_gcs.py writes 1-based ImageNet labels, so label_offset =
+     * 1 gives files that script's readers expect (read them back with
+     * chute_dataset_options.label_offset = -1).  Default 0: the files hold
+     * chute's 0-based labels.  The chute format stores labels as they are. */
+    int32_t label_offset;
+    const char *prefix;        /* TFRecord file names PREFIX-00000-of-0000N (default "train",
+                                  as imagenet_to_gcs.py) */
+    uint32_t align;            /* chute shards' record alignment (default 4096) */
+    int validate;              /* nonzero: decode every image fully; undecodable ones are
+                                  skipped (counted) or fail under strict */
+    int strict;                /* nonzero: a damaged sample fails the convert */
+    int no_wait;               /* as chute_pack_options.no_wait */
+    chute_pack_progress_fn progress; /* files_* count samples; shards_done files written */
+    chute_pack_skip_fn on_skip;
+    chute_pack_wait_fn on_wait;
+    void *user;
+    const chute_dataset_options *source; /* how to open src (NULL: probe the path) */
+} chute_convert_options;
+
+typedef struct chute_convert_result {
+    uint64_t samples;          /* samples written */
+    uint64_t bytes;            /* encoded image bytes written */
+    uint64_t skipped;          /* damaged samples left out (never I/O errors) */
+    uint32_t files;            /* data files written (shards, TFRecord files, tars) */
+    uint32_t classes;          /* the source's class count */
+    double seconds;
+    const char *format;        /* the writer's name, static storage */
+} chute_convert_result;
+
+/* Write every sample of the dataset at `src` (any format
+ * chute_dataset_open reads) into `dst` in opt->format, in the source's
+ * sample order, with the image bytes unchanged.  Each sample's header is
+ * checked (chute_image_header); one that does not parse, or that the
+ * source reports damaged (CHUTE_ECORRUPT, CHUTE_EFORMAT, CHUTE_ELIMIT), is
+ * skipped and counted, or fails under strict; an I/O error fails the
+ * convert.
+ *
+ * Crash safety, as chute_pack: dst holds the flock dst/chute.lock from
+ * before anything there changes until return; files that any chute writer
+ * writes there (chute shards and manifest, PREFIX-N-of-M TFRecord files
+ * and their .idx, shard-N.tar) are removed first, new files are written
+ * under temporary names (".chute-w-*.tmp", which no format reads), each
+ * fsync'd, and renamed to their final names only when every file is
+ * complete; then the directory is fsync'd and the result opened through
+ * the reader and its sample count checked.  (The chute format renames
+ * its manifest last instead.)  A kill before the rename pass leaves no
+ * dataset that opens; a kill inside it (after every file is durable, a
+ * few renames long) can leave the first files renamed, so after any
+ * interruption run the convert again: it rewrites everything.
+ * dst may not be src, inside it, or contain it (CHUTE_EINVAL).
+ *
+ * Single-threaded (the caller's thread; callbacks on it).  Bounded
+ * memory: one sample and one output record at a time.                   */
+CHUTE_API int chute_convert(const char *src, const char *dst, const chute_convert_options *opt,
+                            chute_convert_result *out_result, chute_error *err);
+
 #ifdef __cplusplus
 }
 #endif

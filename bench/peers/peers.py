@@ -548,9 +548,16 @@ SETTINGS = {
     "tf-data": "8 TFRecords, interleave + shuffle(1024) + map(AUTOTUNE) + batch + prefetch(AUTOTUNE)",
     "ffcv": "FFCV .beton (jpg, q90), Loader(num_workers=C, RANDOM, os_cache)",
     "wds-dataloader": "WebDataset tar shards (200/shard), shuffle(1000), PIL decode + torchvision, DataLoader(num_workers=C)",
+    "chute-tfrecord": "`chute bench TFRECORD --format tfrecord ...` on the very files tf-data and DALI read (TensorFlow-written)",
+    "chute-wds": "`chute bench WDS --format wds ...` on the very tars wds-dataloader reads (ShardWriter-written)",
 }
 ORDER = ["chute-shards", "chute-tree", "chute-py-shards", "chute-py-tree", "torch-dataloader", "dali-file",
-         "dali-tfrecord", "tf-data", "ffcv", "wds-dataloader"]
+         "dali-tfrecord", "tf-data", "ffcv", "wds-dataloader", "chute-tfrecord", "chute-wds"]
+# Systems run as `chute bench DIR` (the CLI), with the directory under --data
+# and the format to name (None: probe).  chute-tfrecord and chute-wds read
+# the peers' own files, so chute and the peers read the same bytes.
+CHUTE_CLI = {"chute-shards": ("shards", None), "chute-tree": ("tree", None),
+             "chute-tfrecord": ("tfrecord", "tfrecord"), "chute-wds": ("wds", "wds")}
 
 
 def drive(a):
@@ -571,10 +578,12 @@ def drive(a):
                 rows.append(rec)
                 continue
             env = dict(os.environ)
-            if s in ("chute-shards", "chute-tree"):
-                src = os.path.join(a.data, "shards" if s == "chute-shards" else "tree")
+            if s in CHUTE_CLI:
+                src = os.path.join(a.data, CHUTE_CLI[s][0])
                 cmd = [a.chute, "bench", src, "--transform", tf, "--workers", str(a.workers),
                        "--epochs", str(a.epochs), "--json", "--quiet"]
+                if CHUTE_CLI[s][1]:
+                    cmd += ["--format", CHUTE_CLI[s][1]]
             else:
                 cmd = [sys.executable, os.path.abspath(__file__), "run", s, "--data", a.data,
                        "--transform", tf, "--workers", str(a.workers), "--epochs", str(a.epochs),
@@ -588,7 +597,7 @@ def drive(a):
             rec.update({"rc": rc, "wall_s": round(wall, 1),
                         "maxrss_mb": round(ru.ru_maxrss / 1024, 1), "pss_peak_mb": round(pss / 1024, 1),
                         "run_cpu_s": round(ru.ru_utime + ru.ru_stime, 1)})
-            if s in ("chute-shards", "chute-tree") and r:
+            if s in CHUTE_CLI and r:
                 rec["valid"] = (not r.get("failed") and r.get("corrupt", 0) == 0
                                 and r.get("images") == r.get("samples_delivered"))
                 if not rec["valid"]:

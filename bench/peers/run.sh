@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/peers/run.sh — chute next to DALI, tf.data, FFCV, WebDataset and the
-# PyTorch DataLoader, in one run.
+# PyTorch DataLoader, in one run.  chute also reads the peers' own TFRecord
+# and WebDataset files (chute-tfrecord, chute-wds rows).
 #
 #   bash bench/peers/run.sh [--quick] [--no-build] [--timeout S]
 #
@@ -23,7 +24,7 @@ while [ $# -gt 0 ]; do
         --quick) QUICK=1 ;;
         --no-build) BUILD=0 ;;
         --timeout) TIMEOUT=$2; shift ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -130,6 +131,7 @@ if [ "$BUILD" = 1 ]; then
 fi
 if [ -x "$CHUTE" ]; then say "chute: $CHUTE ($("$CHUTE" version 2>/dev/null | head -1))"; else
     SKIP+=(--skip "chute-shards=no $CHUTE" --skip "chute-tree=no $CHUTE"); FAILED=1; fi
+[ -x "$CHUTE" ] || SKIP+=(--skip "chute-tfrecord=no $CHUTE" --skip "chute-wds=no $CHUTE")
 if [ "$BUILD" = 1 ] || ! ls python/chute/_chute*.so >/dev/null 2>&1; then
     /usr/bin/python3 setup.py build_ext --inplace >>"$LOG" 2>&1 || say "error: chute's extension did not build"
 fi
@@ -159,8 +161,10 @@ convert() {  # convert FORMAT SYSTEMS...
         FAILED=1
     fi
 }
-convert tfrecord tf-data dali-tfrecord
-convert wds wds-dataloader
+# chute-tfrecord / chute-wds read these same files (the peers' writers'
+# output), so every TFRecord and WebDataset row reads identical bytes.
+convert tfrecord tf-data dali-tfrecord chute-tfrecord
+convert wds wds-dataloader chute-wds
 if [ "$FFCV_OK" = 1 ]; then convert ffcv ffcv; fi
 
 # ---- 4. page cache ----------------------------------------------------------

@@ -939,3 +939,44 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
     ch_tree_list_free(&list);
     return rc;
 }
+
+/* ------------------------------------------------------------------ */
+/* Shared with the writers (writer.h): chute_convert takes the same    */
+/* lock, makes the same path check and writes the same manifest.       */
+/* ------------------------------------------------------------------ */
+#include "writer.h"
+
+int ch_pack_check_paths(const char *root, const char *out_dir, chute_error *err)
+{
+    return check_paths(root, out_dir, err);
+}
+
+int ch_pack_lock(const char *out_dir, int no_wait, chute_pack_wait_fn on_wait, void *user,
+                 int *out_fd, int *out_waited, chute_error *err)
+{
+    chute_pack_options o = {0};
+    o.no_wait = no_wait;
+    o.on_wait = on_wait;
+    o.user = user;
+    return lock_out_dir(out_dir, &o, out_fd, out_waited, err);
+}
+
+void ch_pack_unlock(const char *out_dir, int fd)
+{
+    unlock_out_dir(out_dir, fd);
+}
+
+int ch_pack_write_manifest(const char *dir, const uint64_t *samples, const uint64_t *bytes,
+                           uint32_t n, chute_error *err)
+{
+    shard_rec *recs = calloc(n ? n : 1, sizeof *recs);
+    if (!recs)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    for (uint32_t k = 0; k < n; k++) {
+        recs[k].samples = samples[k];
+        recs[k].bytes = bytes[k];
+    }
+    int rc = write_manifest(dir, recs, n, err);
+    free(recs);
+    return rc;
+}
