@@ -54,26 +54,31 @@ static chute_dataset *open_tree(void)
     return ds;
 }
 
+/* Create a loader on the test's dataset (g_ds, opened by the caller). */
+static chute_dataset *g_ds;
+
 static int create_with_device(const char *device, chute_error *err, chute_loader **out)
 {
-    chute_dataset *ds = open_tree();
-    if (!ds)
-        return -100;
     chute_loader_options o = {0};
     o.batch_size = 8;
     o.size = 32;
     o.workers = 2;
     o.device = device;
     chute_loader *ld = NULL;
-    int rc = chute_loader_create(ds, &o, &ld, err);
+    int rc = chute_loader_create(g_ds, &o, &ld, err);
     if (out && rc == CHUTE_OK)
         *out = ld;
     else
         chute_loader_destroy(ld);
-    if (!out || rc != CHUTE_OK)
-        chute_dataset_close(ds);
     return rc;
 }
+
+#define NEED_DS()                                                                         \
+    do {                                                                                  \
+        if (!have_data())                                                                 \
+            SKIP("fixture data missing (run the data_setup test)");                       \
+        CHECK((g_ds = open_tree()) != NULL, "open the tree");                             \
+    } while (0)
 
 TEST(module_exports_abi)
 {
@@ -122,8 +127,7 @@ TEST(features_list_cuda_when_built)
 
 TEST(bad_device_strings_are_einval)
 {
-    if (!have_data())
-        SKIP("fixture data missing (run the data_setup test)");
+    NEED_DS();
     const char *bad[] = {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:0x", "CUDA", "cuda:99999",
                          "cuda0"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -133,19 +137,20 @@ TEST(bad_device_strings_are_einval)
         CHECK(strstr(err.message, bad[i]) && strstr(err.message, "cuda:N"),
               "device \"%s\": message \"%s\"", bad[i], err.message);
     }
+    chute_dataset_close(g_ds);
     return 0;
 }
 
 TEST(no_gpu_is_a_clear_unsupported)
 {
-    if (!have_data())
-        SKIP("fixture data missing (run the data_setup test)");
+    NEED_DS();
     unsetenv("CHUTE_CUDA_MODULE");
     chute_error err = {0};
     chute_loader *ld = NULL;
     int rc = create_with_device("cuda", &err, &ld);
     if (rc == CHUTE_OK) {
         chute_loader_destroy(ld);
+        chute_dataset_close(g_ds);
         SKIP("a CUDA device is usable here: see test_cuda_gpu.c");
     }
     CHECK(rc == CHUTE_EUNSUPPORTED, "rc %d (%s)", rc, err.message);
@@ -169,13 +174,13 @@ TEST(no_gpu_is_a_clear_unsupported)
     CHECK(chute_loader_next(ld, &b) == CHUTE_OK, "next: %s", chute_loader_errmsg(ld));
     chute_batch_release(b);
     chute_loader_destroy(ld);
+    chute_dataset_close(g_ds);
     return 0;
 }
 
 TEST(missing_module_named_by_env)
 {
-    if (!have_data())
-        SKIP("fixture data missing (run the data_setup test)");
+    NEED_DS();
     const char *p = "/nonexistent/chute-test/libchute_cuda.so";
     setenv("CHUTE_CUDA_MODULE", p, 1);
     chute_error err = {0};
@@ -196,13 +201,13 @@ TEST(missing_module_named_by_env)
     unsetenv("CHUTE_CUDA_MODULE");
     unlink(notmod);
     CHECK(rc == CHUTE_EUNSUPPORTED && strstr(err.message, notmod), "rc %d: %s", rc, err.message);
+    chute_dataset_close(g_ds);
     return 0;
 }
 
 TEST(host_batches_say_host)
 {
-    if (!have_data())
-        SKIP("fixture data missing (run the data_setup test)");
+    NEED_DS();
     chute_error err = {0};
     chute_loader *ld = NULL;
     const char *devs[] = {NULL, "", "cpu"};
@@ -226,6 +231,7 @@ TEST(host_batches_say_host)
         ld = NULL;
     }
     CHECK(chute_batch_use_stream(NULL, NULL) == CHUTE_EINVAL, "use_stream(NULL)");
+    chute_dataset_close(g_ds);
     return 0;
 }
 

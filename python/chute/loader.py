@@ -238,6 +238,14 @@ class Loader:
             (``stats()["io_retries"]``), then :class:`chute.ChuteIOError` names the
             file; out of memory raises :class:`chute.OutOfMemoryError` at once.
         max_pixels, max_sample_bytes: per-sample limits (default 64 Mpx, 64 MiB).
+        device: ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"``: images arrive as
+            CUDA tensors (the CPU decodes; uint8 pixels cross PCIe from pinned
+            memory, then the GPU converts and normalizes).  ``torch.from_dlpack``
+            makes the current stream wait for the batch; the buffer is reused
+            only after the work that stream queued before the tensor was freed.
+            Labels stay on the host.  ``hold_policy`` is ``"raise"`` on a CUDA
+            device.  Needs the CUDA module (``"cuda" in chute.features()``), the
+            driver and a device, else :class:`chute.UnsupportedError` says which.
         timeout: seconds to wait for one batch before :class:`TimeoutError`
             (default: forever; Ctrl-C interrupts the wait either way).
         read_delay_us: add this latency to every sample read (testing, or
@@ -299,6 +307,7 @@ class Loader:
         read_delay_us: int = 0,
         crop_pct: Optional[float] = None,
         resize_size: Optional[int] = None,
+        device: Optional[str] = None,
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -309,6 +318,10 @@ class Loader:
         t_remainder = _choice("remainder", remainder, _REMAINDERS)
         t_corrupt = _choice("on_corrupt", on_corrupt, _CORRUPT)
         t_hold = _choice("hold_policy", hold_policy, _HOLD)
+        if device is not None and not isinstance(device, str):
+            raise TypeError("device must be a str ('cpu', 'cuda', 'cuda:N') or None")
+        if device is not None and device.startswith("cuda"):
+            t_hold = _HOLD["raise"]  # a CUDA batch is never copied out on the host
         t_kind = _choice("source_kind", source_kind, _KINDS)
         n_workers = None if workers is None else _opt("workers", workers)
         self.prefetch = _opt("prefetch", prefetch)
@@ -402,7 +415,9 @@ class Loader:
             copy_on_hold_limit=bool(t_hold),
             crop_pct=0.0 if crop_pct is None else float(crop_pct),
             resize_size=None if resize_size is None else _opt("resize_size", resize_size),
+            device=device,
         )
+        self.device = device or "cpu"
         self.dtype = ("float32", "uint8", "float16")[t_dtype]
         self.layout = ("nhwc" if t_dtype == 1 else "nchw") if t_layout == 0 else layout.lower()
         # Canonical spellings of the choices (what state_dict and repr show).
