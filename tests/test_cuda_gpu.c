@@ -19,7 +19,10 @@
 
 #include "chute.h"
 
+#include "cuda/cuda_module.h"
+
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 
@@ -311,6 +314,30 @@ TEST(gpu_no_device_memory_leak_over_100_loaders)
      * 4.4 MiB; 100 leaked would be 440 MiB.  Allow 2 MiB of driver noise. */
     CHECK(free1 + (2u << 20) >= free0, "lost %zu bytes over 100 loaders", free0 - free1);
     chute_dataset_close(ds);
+    return 0;
+}
+
+/* doctor's H2D measurement (the module's h2d_bandwidth): both rates are
+ * measured and positive, and pinned memory is not slower than pageable. */
+TEST(gpu_h2d_bandwidth_pinned_vs_pageable)
+{
+    chute_dataset *ds;
+    NEED_GPU(ds);
+    chute_dataset_close(ds);
+    const char *path = getenv("CHUTE_TEST_CUDA_MODULE");
+    CHECK(path && path[0], "CHUTE_TEST_CUDA_MODULE is not set");
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    CHECK(h, "dlopen %s: %s", path, dlerror());
+    ch_cuda_module_fn fn = (ch_cuda_module_fn)dlsym(h, CH_CUDA_SYMBOL);
+    CHECK(fn, "no %s", CH_CUDA_SYMBOL);
+    const ch_cuda_module *m = fn();
+    double pinned = 0, pageable = 0;
+    char msg[512] = "";
+    CHECK(m->h2d_bandwidth(0, 64u << 20, 1, &pinned, msg, sizeof msg) == CHUTE_OK, "%s", msg);
+    CHECK(m->h2d_bandwidth(0, 64u << 20, 0, &pageable, msg, sizeof msg) == CHUTE_OK, "%s", msg);
+    fprintf(stderr, "H2D: pinned %.2f GB/s, pageable %.2f GB/s\n", pinned, pageable);
+    CHECK(pinned > 0.5 && pageable > 0.1, "implausible rates");
+    CHECK(pinned >= 0.9 * pageable, "pinned %.2f slower than pageable %.2f", pinned, pageable);
     return 0;
 }
 
