@@ -355,7 +355,10 @@ typedef struct chute_batch_view {
  *              reads the batch is safe.  view.host_data stays valid until
  *              release too.
  *
- * labels and indices stay in host memory.                                */
+ * labels and indices stay in host memory, pinned like the pixels; the
+ * workers rewrite a slot's host memory only once the release stream has
+ * passed the release, so an asynchronous copy of the labels queued on
+ * that stream before the release is safe as well.                        */
 
 /* Make `cuda_stream` (a cudaStream_t; NULL: the legacy default stream)
  * wait for batch b's device data, and order b's release after the work

@@ -63,8 +63,9 @@ typedef struct ch_cuda_module {
      * the conversion kernel, then record the slot's ready event.  Waits
      * (on the device) for the slot's last release first. */
     int (*submit)(ch_cuda_ctx *c, uint32_t slot, uint32_t count, char *msg, size_t msglen);
-    /* Block until the last H2D copy out of slot's host pixels finished
-     * (before workers overwrite them). */
+    /* Block until the last H2D copy out of slot's host memory finished and
+     * the consumer's stream passed the slot's last release (before workers
+     * overwrite it). */
     int (*host_wait)(ch_cuda_ctx *c, uint32_t slot, char *msg, size_t msglen);
     /* Make `stream` wait for slot's ready event (NULL: legacy stream). */
     int (*stream_wait)(ch_cuda_ctx *c, uint32_t slot, void *stream, char *msg, size_t msglen);

@@ -275,6 +275,9 @@ static int mod_host_wait(ch_cuda_ctx *c, uint32_t slot, char *msg, size_t msglen
     if (slot >= c->cfg.nslots)
         return ST_EINVAL;
     TRY(cudaEventSynchronize(c->h2d_done[slot]), "cudaEventSynchronize (H2D copy)");
+    /* And the consumer's stream has passed the slot's release: an async
+     * copy of the labels (pinned too) queued before the release is done. */
+    TRY(cudaEventSynchronize(c->freed[slot]), "cudaEventSynchronize (slot release)");
     return ST_OK;
 }
 
