@@ -10,8 +10,10 @@
  * quarter of the bytes of float32), record h2d_done, run the conversion
  * kernel (dtype, layout, (x * mul + add) normalize) into the slot's device
  * output buffer, record ready.  The consumer waits on `ready` on its own
- * stream; releasing records `freed` on the consumer's stream so the next
- * batch into that slot cannot overwrite what the consumer still reads.
+ * stream; releasing records `freed` on the consumer's stream, and the
+ * next batch into that slot waits for it twice: on the device (the copy
+ * into the slot's buffers) and on the host (host_wait, before a worker
+ * rewrites the slot's pinned pixels and labels).
  *
  * Exactness.  The kernel computes pixel * mul + add with separate
  * round-to-nearest multiply and add (__fmul_rn, __fadd_rn: no FMA
