@@ -510,6 +510,15 @@ int cmd_doctor(int argc, char **argv)
         r->gpu_idle_frac = -1;
     }
     diagnose(r);
+    /* The last hop: what a batch costs to reach the GPU (GPU hosts only). */
+    char h2d_why[512];
+    if (cli_h2d_measure(64u << 20, &r->h2d_pinned_gbs, &r->h2d_pageable_gbs, h2d_why,
+                        sizeof h2d_why) == 0 &&
+        r->h2d_pageable_gbs > 0 && r->h2d_pinned_gbs > 1.5 * r->h2d_pageable_gbs)
+        add_advice(r, "pinned host memory copies to the GPU at %.1f GB/s against %.1f GB/s "
+                      "pageable: a loader with device=\"cuda\" pins its batches and sends "
+                      "uint8 pixels (a quarter of float32's bytes)",
+                   r->h2d_pinned_gbs, r->h2d_pageable_gbs);
 
     if (json) {
         doctor_print_json(stdout, r);
@@ -529,6 +538,9 @@ int cmd_doctor(int argc, char **argv)
                r->pipeline_ips, 100 * r->pipeline_wait);
         if (r->gpu_idle_frac >= 0)
             printf("  GPU        %s idle in %.0f%% of samples\n", r->gpu_name, 100 * r->gpu_idle_frac);
+        if (r->h2d_pinned_gbs > 0)
+            printf("  H2D        %.1f GB/s pinned, %.1f GB/s pageable (cuda:0, 64 MiB copies)\n",
+                   r->h2d_pinned_gbs, r->h2d_pageable_gbs);
         for (int i = 0; i < r->nwarnings; i++)
             printf("  WARNING    %s\n", r->warnings[i]);
         printf("bottleneck: %s\n%s\n", r->bottleneck, r->verdict);

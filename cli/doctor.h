@@ -52,7 +52,14 @@ typedef struct doctor_result {
     int nwarnings;
     doctor_point series[DOCTOR_MAX_SERIES];
     int nseries;
+    /* host-to-device copy rate on cuda:0 (cli/h2d.c); 0: not measured */
+    double h2d_pinned_gbs, h2d_pageable_gbs;
 } doctor_result;
+
+/* H2D copy rate of `bytes` from pinned and from pageable memory on
+ * cuda:0, GB/s, through the CUDA module; -1 and why when it cannot. */
+int cli_h2d_measure(size_t bytes, double *out_pinned, double *out_pageable, char *why,
+                    size_t why_len);
 
 void doctor_print_json(FILE *f, const doctor_result *r);
 /* 0 if --report PATH may be written: new, or an existing regular file

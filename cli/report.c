@@ -66,6 +66,9 @@ void doctor_print_json(FILE *f, const doctor_result *r)
         cli_json_str(f, r->gpu_name);
         fprintf(f, ",\"gpu_idle_fraction\":%.3f,", r->gpu_idle_frac);
     }
+    if (r->h2d_pinned_gbs > 0)
+        fprintf(f, "\"h2d_pinned_gbs\":%.2f,\"h2d_pageable_gbs\":%.2f,", r->h2d_pinned_gbs,
+                r->h2d_pageable_gbs);
     fprintf(f, "\"verdict\":");
     cli_json_str(f, r->verdict);
     fprintf(f, ",\"advice\":[");

@@ -49,7 +49,9 @@ CHUTE_API int chute_version_number(void);
 
 /* The optional features compiled into this libchute, as space-separated
  * names: "jpeg" (always), "png" (built with libspng; without it PNG samples
- * fail with CHUTE_EUNSUPPORTED).  A static string; any thread. */
+ * fail with CHUTE_EUNSUPPORTED), "cuda" (the CUDA module libchute_cuda.so
+ * was built beside it; using it still needs the driver and a device, see
+ * chute_loader_options.device).  A static string; any thread. */
 CHUTE_API const char *chute_features(void);
 
 /* ------------------------------------------------------------------ */
@@ -323,6 +325,15 @@ typedef struct chute_loader_options {
      * reserved at create (address space) and freed by destroy.
      * stats: cache_hits, cache_misses, cache_bytes.                  */
     uint64_t decoded_cache_bytes;
+    /* Where batches are delivered: NULL, "" or "cpu" (host memory, the
+     * default), "cuda" (= "cuda:0") or "cuda:N".  A CUDA device needs the
+     * optional module libchute_cuda.so (chute_features() lists "cuda" when
+     * it was built), the NVIDIA driver and a device; without any of them
+     * chute_loader_create fails with CHUTE_EUNSUPPORTED and a message
+     * saying which ("device cuda:0: no CUDA driver (libcuda.so.1 not
+     * found)").  See "CUDA batches" below chute_batch_view.  The string is
+     * read during chute_loader_create only. */
+    const char *device;
 } chute_loader_options;
 
 typedef struct chute_loader chute_loader;
@@ -379,6 +390,13 @@ typedef struct chute_batch_view {
     uint32_t count;
     uint64_t epoch;
     uint64_t batch_index;     /* position of this batch within the epoch */
+    /* Where `data` lives.  Host batches: device_type 1, the rest 0/NULL. */
+    int32_t device_type;      /* 1 = host memory (DLPack kDLCPU), 2 = CUDA (kDLCUDA) */
+    int32_t device_id;        /* the CUDA device (device_type 2), else 0 */
+    void *cuda_stream;        /* cudaStream_t the batch was made on (device_type 2) */
+    void *cuda_event;         /* cudaEvent_t recorded after the batch's last GPU operation */
+    void *host_data;          /* device_type 2: the pinned host pixels the device batch was
+                                 made from, uint8 NHWC (count x size x size x 3) */
 } chute_batch_view;
 
 /* ------------------------------------------------------------------ */
@@ -438,6 +456,50 @@ typedef struct chute_field_view {
  * CHUTE_OK, or CHUTE_ENOTFOUND when the loader was not asked for it.  Any
  * thread that may use the batch; the view lives as long as the batch.   */
 CHUTE_API int chute_batch_field(const chute_batch *b, const char *name, chute_field_view *out);
+/* CUDA batches (options.device = "cuda[:N]").
+ *
+ * The CPU workers write uint8 NHWC pixels into the ring, whose buffers are
+ * pinned (cudaHostRegister) once at create.  When a batch's last sample is
+ * done, chute queues on its own stream (view.cuda_stream): the copy of the
+ * uint8 pixels to device memory, then a kernel that makes the dtype and
+ * layout asked for, with (pixel / 255 - mean) / std for float dtypes, then
+ * records view.cuda_event.  Each value equals what numpy computes in
+ * float32 from the same uint8 pixel (pixel * (1 / (255 std)) + (-mean /
+ * std), no fused multiply-add), so a CUDA float batch differs from the CPU
+ * float path (which normalizes before rounding to uint8) by at most
+ * 0.5 / (255 std) and from the CPU uint8 path normalized in float32 not at
+ * all.  The flip is made on the CPU, as before.
+ *
+ *   valid      view.data is a device pointer on view.device_id; its
+ *              contents are valid once view.cuda_event has completed.
+ *              Do not read it on another stream before making that stream
+ *              wait: chute_batch_use_stream(b, stream), or
+ *              cudaStreamWaitEvent(stream, view.cuda_event) yourself, or
+ *              cudaEventSynchronize(view.cuda_event) on the host.
+ *   who syncs  the consumer; chute never blocks the consumer's stream.
+ *   lifetime   device memory is one buffer per ring slot, allocated at
+ *              create and freed at destroy; a batch's buffer is reused
+ *              only after chute_batch_release, and then only after the
+ *              work queued on the batch's release stream (the last stream
+ *              given to chute_batch_use_stream, else the legacy default
+ *              stream, which also covers the blocking streams) completes,
+ *              so releasing right after queueing the last kernel that
+ *              reads the batch is safe.  view.host_data stays valid until
+ *              release too.
+ *
+ * labels and indices stay in host memory, pinned like the pixels; the
+ * workers rewrite a slot's host memory only once the release stream has
+ * passed the release, so an asynchronous copy of the labels queued on
+ * that stream before the release is safe as well.                        */
+
+/* Make `cuda_stream` (a cudaStream_t; NULL: the legacy default stream)
+ * wait for batch b's device data, and order b's release after the work
+ * queued on that stream up to the release.  The last stream given is the
+ * one the release waits for: a batch read on several streams should be
+ * synchronised onto one first.  A host batch: nothing to do, CHUTE_OK.
+ * Callable from any thread for a batch it holds; CHUTE_EUNSUPPORTED with
+ * the CUDA error's text if the driver refuses. */
+CHUTE_API int chute_batch_use_stream(chute_batch *b, void *cuda_stream);
 
 /* Wait for the next batch of the current epoch.  Returns CHUTE_OK and a
  * batch, CHUTE_END after the last one, CHUTE_EBUSY if the consumer holds

@@ -76,7 +76,7 @@ _FUTURE = ("s3", "hdf5", "kafka")
 
 def features() -> _Dict[str, bool]:
     """What this build of chute can do: ``{"jpeg": True, "png": ..., "io_uring": ...,
-    "nvml": ..., "s3": False, "hdf5": False, "kafka": False}``.
+    "nvml": ..., "s3": False, "hdf5": False, "kafka": False, "cuda": ...}``.
 
     ``jpeg``/``png`` are the codecs compiled into libchute (without libspng, PNG
     samples fail with UnsupportedError).  ``io_uring`` is whether the bundled
@@ -105,6 +105,9 @@ def features() -> _Dict[str, bool]:
     out["nvml"] = "nvml" in cli
     for name in _FUTURE:
         out[name] = False
+    # The CUDA module was built with this package (lib/libchute_cuda.so);
+    # using it needs the driver and a device too (Loader(device="cuda")).
+    out["cuda"] = "cuda" in have
     return out
 
 __all__ = [

@@ -281,6 +281,14 @@ class Loader:
             (``stats()["io_retries"]``), then :class:`chute.ChuteIOError` names the
             file; out of memory raises :class:`chute.OutOfMemoryError` at once.
         max_pixels, max_sample_bytes: per-sample limits (default 64 Mpx, 64 MiB).
+        device: ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"``: images arrive as
+            CUDA tensors (the CPU decodes; uint8 pixels cross PCIe from pinned
+            memory, then the GPU converts and normalizes).  ``torch.from_dlpack``
+            makes the current stream wait for the batch; the buffer is reused
+            only after the work that stream queued before the tensor was freed.
+            Labels stay on the host.  ``hold_policy`` is ``"raise"`` on a CUDA
+            device.  Needs the CUDA module (``"cuda" in chute.features()``), the
+            driver and a device, else :class:`chute.UnsupportedError` says which.
         timeout: seconds to wait for one batch before :class:`TimeoutError`
             (default: forever; Ctrl-C interrupts the wait either way).
         read_delay_us: add this latency to every sample read (testing, or
@@ -353,6 +361,7 @@ class Loader:
         resize_size: Optional[int] = None,
         shuffle_buffer: int = _default("shuffle_buffer"),
         decoded_cache_bytes: int = _default("decoded_cache_bytes"),
+        device: Optional[str] = None,
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -363,6 +372,10 @@ class Loader:
         t_remainder = _choice("remainder", remainder, _REMAINDERS)
         t_corrupt = _choice("on_corrupt", on_corrupt, _CORRUPT)
         t_hold = _choice("hold_policy", hold_policy, _HOLD)
+        if device is not None and not isinstance(device, str):
+            raise TypeError("device must be a str ('cpu', 'cuda', 'cuda:N') or None")
+        if device is not None and device.startswith("cuda"):
+            t_hold = _HOLD["raise"]  # a CUDA batch is never copied out on the host
         t_kind = _choice("source_kind", source_kind, _KINDS)
         if isinstance(shuffle, str):
             t_shuffle = _choice("shuffle", shuffle, _SHUFFLES)
@@ -469,7 +482,9 @@ class Loader:
             field_bytes=_opt("field_bytes", field_bytes),
             fields=None if fields is None else _names_list("fields", fields),
             decoded_cache_bytes=_opt("decoded_cache_bytes", decoded_cache_bytes),
+            device=device,
         )
+        self.device = device or "cpu"
         self.fields_requested: Tuple[str, ...] = (
             () if fields is None else tuple(_names_list("fields", fields)))
         self.dtype = ("float32", "uint8", "float16")[t_dtype]

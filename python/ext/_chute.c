@@ -239,7 +239,21 @@ typedef struct {
     int64_t shape[ARR_MAXDIM];
     int64_t strides[ARR_MAXDIM]; /* in elements */
     Py_ssize_t shape_ss[ARR_MAXDIM], strides_ss[ARR_MAXDIM]; /* buffer protocol (bytes) */
+    int dev_type, dev_id;     /* DLPack device: kDLCPU, or kDLCUDA for a CUDA loader's images */
 } ArrayObject;
+
+enum { CHUTE_DL_CUDA = 2 }; /* kDLCUDA */
+
+/* Host-only access (buffer protocol, __array_interface__, tolist) to a
+ * CUDA batch's images: an error saying how to get at them instead. */
+static int host_only(const ArrayObject *a, PyObject *exc)
+{
+    if (a->dev_type == CHUTE_DL_CPU)
+        return 0;
+    PyErr_Format(exc, "this chute.Array lives in CUDA memory (cuda:%d); use torch.from_dlpack "
+                      "(or any DLPack consumer) to get a CUDA tensor", a->dev_id);
+    return -1;
+}
 
 static PyTypeObject ArrayType;
 
@@ -253,6 +267,11 @@ static PyObject *array_new(batch_ref *ref, void *data, int type, int ndim, const
     a->data = data;
     a->type = type;
     a->ndim = ndim;
+    /* The images of a CUDA loader's batch are device memory; labels and
+     * indices stay on the host. */
+    int on_dev = ref->v.device_type == CHUTE_DL_CUDA && data == ref->v.data;
+    a->dev_type = on_dev ? CHUTE_DL_CUDA : CHUTE_DL_CPU;
+    a->dev_id = on_dev ? ref->v.device_id : 0;
     int64_t st = 1;
     for (int i = ndim - 1; i >= 0; i--) {
         a->shape[i] = shape[i];
@@ -308,6 +327,12 @@ static PyObject *Array_get_data_ptr(ArrayObject *a, void *c)
 {
     return PyLong_FromVoidPtr(a->data);
 }
+static PyObject *Array_get_device(ArrayObject *a, void *c)
+{
+    if (a->dev_type == CHUTE_DL_CPU)
+        return PyUnicode_FromString("cpu");
+    return PyUnicode_FromFormat("cuda:%d", a->dev_id);
+}
 static PyObject *Array_get_copied(ArrayObject *a, void *c)
 {
     return PyBool_FromLong(a->ref->b == NULL);
@@ -315,6 +340,8 @@ static PyObject *Array_get_copied(ArrayObject *a, void *c)
 
 static PyObject *Array_get_array_interface(ArrayObject *a, void *c)
 {
+    if (host_only(a, PyExc_AttributeError))
+        return NULL;
     const uint16_t probe = 1;
     char typestr[4];
     typestr[0] = arr_types[a->type].itemsize == 1 ? '|' : (*(const uint8_t *)&probe ? '<' : '>');
@@ -328,7 +355,7 @@ static PyObject *Array_get_array_interface(ArrayObject *a, void *c)
 
 static PyObject *Array_dlpack_device(ArrayObject *a, PyObject *unused)
 {
-    return Py_BuildValue("(ii)", CHUTE_DL_CPU, 0);
+    return Py_BuildValue("(ii)", a->dev_type, a->dev_id);
 }
 
 /* What a DLPack consumer holds: the managed tensor plus shape/strides
@@ -376,6 +403,93 @@ static void versioned_capsule_destructor(PyObject *cap)
         m->deleter(m);
 }
 
+/* __dlpack__ of a CUDA batch's images (the DLPack stream protocol): the
+ * consumer's `stream` (None: the legacy default stream, 1; 2: per-thread
+ * default; -1: no synchronisation) waits for chute's event, and the
+ * batch's slot is reused only after the work queued on that stream by the
+ * time the last tensor is freed (chute_batch_use_stream).  No copy. */
+static PyObject *cuda_dlpack(ArrayObject *a, PyObject *stream, PyObject *max_version,
+                             PyObject *dl_device, PyObject *copy)
+{
+    if (dl_device != Py_None) {
+        int dt = 0, di = 0;
+        if (!PyArg_ParseTuple(dl_device, "ii:dl_device", &dt, &di))
+            return NULL;
+        if (dt != a->dev_type || di != a->dev_id) {
+            PyErr_Format(PyExc_BufferError, "this chute.Array lives on cuda:%d only", a->dev_id);
+            return NULL;
+        }
+    }
+    if (copy != Py_None && PyObject_IsTrue(copy) == 1) {
+        PyErr_SetString(PyExc_BufferError,
+                        "copy=True of a CUDA batch: take it zero-copy and .clone() the tensor");
+        return NULL;
+    }
+    long long sp = 1;
+    if (stream != Py_None) {
+        sp = PyLong_AsLongLong(stream);
+        if (sp == -1 && PyErr_Occurred())
+            return NULL;
+        if (sp == 0) {
+            PyErr_SetString(PyExc_ValueError, "stream=0 is ambiguous for CUDA (DLPack): pass 1 "
+                                              "for the legacy default stream, 2 for per-thread");
+            return NULL;
+        }
+    }
+    if (!a->ref->b) {
+        PyErr_SetString(PyExc_BufferError, "this CUDA batch was already released");
+        return NULL;
+    }
+    if (sp != -1) {
+        int rc = chute_batch_use_stream(a->ref->b, (void *)(intptr_t)sp);
+        if (rc != CHUTE_OK)
+            return raise_status(rc, "chute_batch_use_stream failed (a CUDA error on the "
+                                    "consumer's stream)");
+    }
+    int versioned = 0;
+    if (max_version != Py_None) {
+        unsigned int major = 0, minor = 0;
+        if (!PyArg_ParseTuple(max_version, "II:max_version", &major, &minor))
+            return NULL;
+        versioned = major >= 1;
+    }
+    export_ctx *x = calloc(1, sizeof *x);
+    if (!x)
+        return PyErr_NoMemory();
+    batch_ref_incref(a->ref);
+    x->ref = a->ref;
+    memcpy(x->shape, a->shape, sizeof x->shape);
+    memcpy(x->strides, a->strides, sizeof x->strides);
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = a->data;
+    t.device.device_type = CHUTE_DL_CUDA;
+    t.device.device_id = a->dev_id;
+    t.ndim = a->ndim;
+    t.dtype.code = (uint8_t)arr_types[a->type].code;
+    t.dtype.bits = (uint8_t)arr_types[a->type].bits;
+    t.dtype.lanes = 1;
+    t.shape = x->shape;
+    t.strides = x->strides;
+    PyObject *cap;
+    if (versioned) {
+        x->m.versioned.version.major = CHUTE_DLPACK_MAJOR;
+        x->m.versioned.version.minor = CHUTE_DLPACK_MINOR;
+        x->m.versioned.manager_ctx = x;
+        x->m.versioned.deleter = versioned_deleter;
+        x->m.versioned.dl_tensor = t;
+        cap = PyCapsule_New(&x->m.versioned, "dltensor_versioned", versioned_capsule_destructor);
+    } else {
+        x->m.legacy.dl_tensor = t;
+        x->m.legacy.manager_ctx = x;
+        x->m.legacy.deleter = legacy_deleter;
+        cap = PyCapsule_New(&x->m.legacy, "dltensor", legacy_capsule_destructor);
+    }
+    if (!cap)
+        export_free(x);
+    return cap;
+}
+
 static PyObject *Array_dlpack(ArrayObject *a, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
@@ -384,6 +498,8 @@ static PyObject *Array_dlpack(ArrayObject *a, PyObject *args, PyObject *kw)
                                      &dl_device, &copy))
         return NULL;
     /* stream is meaningless for CPU memory; consumers pass None or -1. */
+    if (a->dev_type == CHUTE_DL_CUDA)
+        return cuda_dlpack(a, stream, max_version, dl_device, copy);
     if (dl_device != Py_None) {
         int dt = 0, di = 0;
         if (!PyArg_ParseTuple(dl_device, "ii:dl_device", &dt, &di))
@@ -461,6 +577,10 @@ static PyObject *Array_dlpack(ArrayObject *a, PyObject *args, PyObject *kw)
 
 static int Array_getbuffer(ArrayObject *a, Py_buffer *view, int flags)
 {
+    if (host_only(a, PyExc_BufferError)) {
+        view->obj = NULL;
+        return -1;
+    }
     if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && a->ndim > 1) {
         PyErr_SetString(PyExc_BufferError, "chute arrays are C-contiguous, not Fortran-contiguous");
         view->obj = NULL;
@@ -533,10 +653,15 @@ static PyObject *tolist_rec(const ArrayObject *a, int dim, int64_t off)
     return l;
 }
 
-static PyObject *Array_tolist(ArrayObject *a, PyObject *unused) { return tolist_rec(a, 0, 0); }
+static PyObject *Array_tolist(ArrayObject *a, PyObject *unused)
+{
+    return host_only(a, PyExc_TypeError) ? NULL : tolist_rec(a, 0, 0);
+}
 
 static PyObject *Array_numpy(ArrayObject *a, PyObject *unused)
 {
+    if (host_only(a, PyExc_TypeError))
+        return NULL;
     PyObject *np = PyImport_ImportModule("numpy");
     if (!np)
         return NULL;
@@ -581,6 +706,8 @@ static PyGetSetDef Array_getset[] = {
      "Address of the first element (inside the loader's ring unless copied).", NULL},
     {"copied", (getter)Array_get_copied, NULL,
      "True if the batch was copied out of the ring (hold limit reached).", NULL},
+    {"device", (getter)Array_get_device, NULL, "'cpu', or 'cuda:N' for a CUDA loader's images.",
+     NULL},
     {"__array_interface__", (getter)Array_get_array_interface, NULL,
      "NumPy array interface (version 3); numpy.asarray() views the memory without copying.",
      NULL},
@@ -1152,12 +1279,12 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
 #undef CH_LOADER_OPT
                              "transform", "dtype", "layout", "shuffle", "remainder", "on_corrupt",
                              "normalize", "mean", "std", "dct_scale", "copy_on_hold_limit",
-                             "crop_pct", "shuffle_mode", "fields", NULL};
+                             "crop_pct", "shuffle_mode", "fields", "device", NULL};
     static const char fmt[] = "O!|$"
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) "O"
 #include "common/loader_options.def"
 #undef CH_LOADER_OPT
-                              "iiipiipOOppfiO:_Loader";
+                              "iiipiipOOppfiOz:_Loader";
     PyObject *vals[CH_LOPT_COUNT] = {0};
     PyObject *dataset = NULL, *mean = Py_None, *std = Py_None, *fields = Py_None;
     chute_loader_options o;
@@ -1166,14 +1293,21 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     int shuffle = 1, normalize = 1, dct_scale = 1, copy_on_limit = 1;
     int shuffle_mode = 0; /* chute_shuffle */
     float crop_pct = 0;
+    const char *device = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &DatasetType, &dataset,
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) &vals[CH_LOPT_##name],
 #include "common/loader_options.def"
 #undef CH_LOADER_OPT
                                      &transform, &dtype, &layout, &shuffle, &remainder,
                                      &on_corrupt, &normalize, &mean, &std, &dct_scale,
-                                     &copy_on_limit, &crop_pct, &shuffle_mode, &fields))
+                                     &copy_on_limit, &crop_pct, &shuffle_mode, &fields,
+                                     &device))
         return -1;
+    /* A CUDA batch cannot be copied out of its slot on the host: the hold
+     * limit raises BusyError instead (hold_policy "raise"). */
+    if (device && strncmp(device, "cuda", 4) == 0)
+        copy_on_limit = 0;
+    o.device = device;
     if (self->core) {
         PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
         return -1;

@@ -14,12 +14,19 @@ int chute_version_number(void) { return CHUTE_VERSION_NUMBER; }
 
 /* Compile-time truth, so the CLI's `version` and Python's chute.features()
  * report what this binary can decode instead of guessing from the system. */
+/* "cuda": the CUDA module was built beside this library (CMake option
+ * CHUTE_CUDA); it is loaded only when a loader asks for a CUDA device. */
+#ifdef CHUTE_HAVE_CUDA_MODULE
+#define CH_FEATURE_CUDA " cuda"
+#else
+#define CH_FEATURE_CUDA ""
+#endif
 const char *chute_features(void)
 {
 #ifdef CHUTE_HAVE_SPNG
-    return "jpeg png";
+    return "jpeg png" CH_FEATURE_CUDA;
 #else
-    return "jpeg";
+    return "jpeg" CH_FEATURE_CUDA;
 #endif
 }
 

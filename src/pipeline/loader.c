@@ -66,6 +66,7 @@
 #include "../stats/hist.h"
 #include "../stats/stats.h"
 #include "../common/loader_options.h"
+#include "../cuda/cuda_loader.h"
 #include "sampler.h"
 #include "dcache.h"
 
@@ -182,6 +183,7 @@ struct chute_loader {
     uint32_t nlf;             /* typed fields delivered (immutable after create) */
     lfield lf[CH_FIELD_MAX];
     ch_dcache *dc;            /* decoded-sample cache, NULL when off (lock-free; dcache.c) */
+    ch_cuda_loader *gpu;      /* device "cuda[:N]": the device side (src/cuda/), else NULL */
 };
 
 /* ------------------------------------------------------------------ */
@@ -490,9 +492,15 @@ static slot *acquire_slot(chute_loader *ld, uint64_t seq, uint64_t gen)
     return s;
 }
 
+static void fail_slot(chute_loader *ld, slot *s, int code, const char *where, const char *reason,
+                      const char *extra);
+
 static void finish_task(chute_loader *ld, slot *s)
 {
     if (atomic_fetch_sub_explicit(&s->remaining, 1, memory_order_acq_rel) == 1) {
+        chute_error gerr = {0};
+        if (ld->gpu && ch_cuda_loader_submit(ld->gpu, s->handle.index, s->count, &gerr))
+            fail_slot(ld, s, gerr.code, "copying the batch to the device", gerr.message, NULL);
         pthread_mutex_lock(&ld->mu);
         s->state = SLOT_READY;
         pthread_cond_broadcast(&ld->ready_cv);
@@ -655,6 +663,8 @@ static void *worker_main(void *arg)
                 s = acquire_slot(ld, seq, gen);
                 if (!s)
                     break;
+                if (ld->gpu) /* the slot's last copy to the device has read it */
+                    ch_cuda_loader_host_wait(ld->gpu, s->handle.index);
                 cur_seq = seq;
             }
             run_task(ld, w, s, seq, t % B, gen);
@@ -881,6 +891,13 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
             ld->out.add[c] = -o->mean[c] / o->std[c];
         }
     }
+    /* device "cuda[:N]": the workers make uint8 NHWC, the GPU the rest. */
+    rc = ch_cuda_loader_open(o, &ld->out, &ld->gpu, err);
+    if (rc) {
+        ch_sampler_free(&ld->sampler);
+        free(ld);
+        return rc;
+    }
     size_t esz = o->dtype == CHUTE_DTYPE_FLOAT32 ? 4 : o->dtype == CHUTE_DTYPE_FLOAT16 ? 2 : 1;
     ld->sample_bytes = (size_t)o->size * o->size * 3 * esz;
     /* Slot layout: pixels | labels | indices, each on a BATCH_ALIGN
@@ -950,6 +967,11 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         s->indices = (uint64_t *)(void *)(s->data + ld->indices_off);
         s->handle.ld = ld;
         s->handle.index = i;
+    }
+    if (ld->gpu && (rc = ch_cuda_loader_attach(ld->gpu, ring, ld->ring_len, ld->nslots,
+                                               ld->batch_bytes, err)) != CHUTE_OK) {
+        chute_loader_destroy(ld);
+        return rc;
     }
 
     if (o->decoded_cache_bytes) {
@@ -1038,6 +1060,7 @@ static void free_worker(worker *w)
  * gone with a fork). */
 static void free_memory(chute_loader *ld)
 {
+    ch_cuda_loader_close(ld->gpu); /* unpins the ring: before the munmap */
     for (uint32_t i = 0; ld->workers && i < ld->nworkers; i++)
         free_worker(&ld->workers[i]);
     free(ld->workers);
@@ -1255,6 +1278,9 @@ void chute_batch_view_get(const chute_batch *b, chute_batch_view *v)
     v->indices = s->indices;
     v->epoch = s->epoch;
     v->batch_index = s->seq;
+    v->device_type = 1; /* kDLCPU */
+    if (ld->gpu)
+        ch_cuda_loader_view(ld->gpu, b->index, s->count, v);
 }
 
 int chute_batch_field(const chute_batch *b, const char *name, chute_field_view *v)
@@ -1301,6 +1327,8 @@ void chute_batch_release(chute_batch *b)
     chute_loader *ld = b->ld;
     if (in_forked_child(ld))
         return; /* the slot is the parent's; this process's copy goes with destroy */
+    if (ld->gpu)
+        ch_cuda_loader_release(ld->gpu, b->index);
     pthread_mutex_lock(&ld->mu);
     slot *s = &ld->slots[b->index];
     if (s->state == SLOT_HELD) {
@@ -1366,4 +1394,20 @@ void chute_loader_stats(const chute_loader *ld, chute_stats *out)
         out->read_lat_max_ns = ch_hist_quantile(h, 1.0);
         free(h);
     }
+}
+
+int chute_batch_use_stream(chute_batch *b, void *cuda_stream)
+{
+    if (!b)
+        return CHUTE_EINVAL;
+    chute_loader *ld = b->ld;
+    if (!ld->gpu)
+        return CHUTE_OK;
+    if (in_forked_child(ld))
+        return refuse_in_child(ld, "chute_batch_use_stream");
+    chute_error err = {0};
+    int rc = ch_cuda_loader_stream_wait(ld->gpu, b->index, cuda_stream, &err);
+    if (rc == CHUTE_OK)
+        ch_cuda_loader_set_release_stream(ld->gpu, b->index, cuda_stream);
+    return rc;
 }

@@ -14,7 +14,7 @@ import pytest
 
 import chute
 
-FEATURE_NAMES = {"jpeg", "png", "io_uring", "nvml", "s3", "hdf5", "kafka"}
+FEATURE_NAMES = {"jpeg", "png", "io_uring", "nvml", "s3", "hdf5", "kafka", "cuda"}
 
 
 def _png_bytes():
@@ -55,7 +55,7 @@ def test_python_m_chute_runs_the_bundled_cli():
     listed = set(lines[1].split()[1:])
     assert lines[1].startswith("features: ")
     f = chute.features()
-    assert {k for k in ("jpeg", "png", "io_uring", "nvml") if f[k]} == listed
+    assert {k for k in ("jpeg", "png", "io_uring", "nvml", "cuda") if f[k]} == listed
     p = _run([sys.executable, "-m", "chute", "no-such-command"])
     assert p.returncode == 2 and "unknown command" in p.stderr
 

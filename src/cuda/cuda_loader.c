@@ -1,0 +1,307 @@
+/*
+ * cuda_loader.c — libchute's side of the optional CUDA backend: finding
+ * and dlopening libchute_cuda.so, and the loader's device bookkeeping.
+ *
+ * Why dlopen.  One libchute must run on hosts with and without a GPU, and
+ * must not fail to load where there is no driver; so it links nothing of
+ * CUDA and opens the module only when a loader asks for device
+ * "cuda[:N]".  The search: $CHUTE_CUDA_MODULE when set (that file and no
+ * other: a test or a user pointing at a missing file gets a message, not
+ * a different module); else libchute_cuda.so in the directory of the
+ * binary holding this code (libchute.so, or the CLI / Python extension
+ * that link it statically) and its lib/ subdirectory (the Python package's
+ * layout); else the dynamic loader's path.  It is opened RTLD_NODELETE:
+ * the module carries a static CUDA runtime whose exit handlers must not
+ * point into unmapped code, so a dlclose keeps it mapped.
+ *
+ * The messages name what is missing, in the order a user can fix it:
+ * the module ("not built" or "not found"), the driver (libcuda.so.1),
+ * then the device.  Each is CHUTE_EUNSUPPORTED, and nothing else about the
+ * loader or the library changes.
+ *
+ * What the loader delegates here: the options the user asked for (dtype,
+ * layout, normalize) are kept for the GPU kernel while the CPU workers
+ * make uint8 NHWC (a quarter of float32's bytes cross PCIe); the pinned
+ * ring; the submit when a batch's last sample is done; the per-slot
+ * release stream.  Per-slot state is written only by whoever owns the
+ * slot at that moment (the worker finishing it, the consumer holding it),
+ * so nothing here needs a lock.  No global state: each loader opens its
+ * own module handle (dlopen counts references).
+ */
+#define _GNU_SOURCE
+#include "cuda_loader.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct ch_cuda_loader {
+    const ch_cuda_module *m;
+    void *handle;
+    ch_cuda_ctx *ctx;
+    int device;
+    pid_t pid;                /* a fork() child must not touch the parent's context */
+    chute_dtype dtype;        /* what the device batch is */
+    chute_layout layout;
+    float mul[3], add[3];
+    uint32_t size, batch;
+    uint32_t nslots;
+    void **release_stream;    /* per slot; written by the slot's holder */
+};
+
+int ch_cuda_parse_device(const char *device, int *out_dev, chute_error *err)
+{
+    *out_dev = -1;
+    if (!device || !device[0] || strcmp(device, "cpu") == 0)
+        return CHUTE_OK;
+    if (strcmp(device, "cuda") == 0) {
+        *out_dev = 0;
+        return CHUTE_OK;
+    }
+    if (strncmp(device, "cuda:", 5) == 0 && device[5] >= '0' && device[5] <= '9') {
+        char *end = NULL;
+        unsigned long n = strtoul(device + 5, &end, 10);
+        if (*end == '\0' && n < 1024) {
+            *out_dev = (int)n;
+            return CHUTE_OK;
+        }
+    }
+    return ch_err(err, CHUTE_EINVAL,
+                  "device \"%.64s\" is not one of \"cpu\", \"cuda\", \"cuda:N\"", device);
+}
+
+static void *try_open(const char *path, char *why, size_t n)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(why, n, "%s", e ? e : "dlopen failed");
+    }
+    return h;
+}
+
+int ch_cuda_module_load(const char *who, const ch_cuda_module **out_mod, void **out_handle,
+                        chute_error *err)
+{
+    *out_mod = NULL;
+    *out_handle = NULL;
+    char why[512] = "", path[4096];
+    void *h = NULL;
+    const char *env = getenv("CHUTE_CUDA_MODULE");
+    if (env && env[0]) {
+        h = try_open(env, why, sizeof why);
+        if (!h)
+            return ch_err(err, CHUTE_EUNSUPPORTED,
+                          "%s: CUDA module not found (CHUTE_CUDA_MODULE=%s: %s)", who, env, why);
+    } else {
+        Dl_info info;
+        char dir[4096] = "";
+        if (dladdr((void *)ch_cuda_module_load, &info) && info.dli_fname) {
+            snprintf(dir, sizeof dir, "%s", info.dli_fname);
+            char *slash = strrchr(dir, '/');
+            if (slash)
+                *slash = '\0';
+            else
+                dir[0] = '\0';
+        }
+        const char *subs[] = {"", "/lib"};
+        for (int i = 0; i < 2 && !h && dir[0]; i++) {
+            snprintf(path, sizeof path, "%s%s/libchute_cuda.so", dir, subs[i]);
+            if (access(path, F_OK) == 0)
+                h = try_open(path, why, sizeof why);
+        }
+        if (!h && !why[0])
+            h = try_open("libchute_cuda.so", why, sizeof why);
+        if (!h) {
+#ifdef CHUTE_HAVE_CUDA_MODULE
+            return ch_err(err, CHUTE_EUNSUPPORTED,
+                          "%s: CUDA module libchute_cuda.so not found beside %s or on the "
+                          "loader path (%s); set CHUTE_CUDA_MODULE to its path",
+                          who, dir[0] ? dir : "libchute", why);
+#else
+            return ch_err(err, CHUTE_EUNSUPPORTED,
+                          "%s: CUDA module not built (this libchute was configured without "
+                          "nvcc or with -DCHUTE_CUDA=OFF; %s)",
+                          who, why);
+#endif
+        }
+    }
+    ch_cuda_module_fn fn = (ch_cuda_module_fn)dlsym(h, CH_CUDA_SYMBOL);
+    const ch_cuda_module *m = fn ? fn() : NULL;
+    if (!m || m->abi_version != CH_CUDA_ABI_VERSION || m->size < sizeof *m) {
+        dlclose(h);
+        return ch_err(err, CHUTE_EUNSUPPORTED,
+                      "%s: the CUDA module has no %s of ABI version %u (a module from another "
+                      "chute version?)",
+                      who, CH_CUDA_SYMBOL, CH_CUDA_ABI_VERSION);
+    }
+    /* The driver: the module's static runtime loads libcuda.so.1 lazily and
+     * would only say "insufficient driver"; name the file instead. */
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!drv) {
+        dlclose(h);
+        return ch_err(err, CHUTE_EUNSUPPORTED, "%s: no CUDA driver (libcuda.so.1 not found)",
+                      who);
+    }
+    dlclose(drv);
+    *out_mod = m;
+    *out_handle = h;
+    return CHUTE_OK;
+}
+
+int ch_cuda_loader_open(chute_loader_options *o, ch_out_spec *spec, ch_cuda_loader **out,
+                        chute_error *err)
+{
+    *out = NULL;
+    int dev = -1;
+    int rc = ch_cuda_parse_device(o->device, &dev, err);
+    if (rc != CHUTE_OK || dev < 0)
+        return rc;
+    char who[32];
+    snprintf(who, sizeof who, "device cuda:%d", dev);
+    ch_cuda_loader *g = calloc(1, sizeof *g);
+    if (!g)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    rc = ch_cuda_module_load(who, &g->m, &g->handle, err);
+    if (rc != CHUTE_OK) {
+        free(g);
+        return rc;
+    }
+    int n = 0;
+    char msg[512] = "";
+    rc = g->m->device_count(&n, msg, sizeof msg);
+    if (rc == CHUTE_OK && dev >= n) {
+        rc = CHUTE_EINVAL;
+        snprintf(msg, sizeof msg, "no such device (%d CUDA device%s)", n, n == 1 ? "" : "s");
+    }
+    if (rc != CHUTE_OK) {
+        dlclose(g->handle);
+        free(g);
+        return ch_err(err, rc, "%s: %s", who, msg);
+    }
+    g->device = dev;
+    g->pid = getpid();
+    g->dtype = spec->dtype;
+    g->layout = spec->layout;
+    memcpy(g->mul, spec->mul, sizeof g->mul);
+    memcpy(g->add, spec->add, sizeof g->add);
+    g->size = spec->size;
+    g->batch = o->batch_size;
+    /* The CPU workers make what crosses PCIe: uint8 NHWC. */
+    o->dtype = CHUTE_DTYPE_UINT8;
+    o->layout = CHUTE_LAYOUT_NHWC;
+    spec->dtype = CHUTE_DTYPE_UINT8;
+    spec->layout = CHUTE_LAYOUT_NHWC;
+    *out = g;
+    return CHUTE_OK;
+}
+
+int ch_cuda_loader_attach(ch_cuda_loader *g, void *ring, size_t ring_len, uint32_t nslots,
+                          size_t slot_stride, chute_error *err)
+{
+    g->release_stream = calloc(nslots, sizeof *g->release_stream);
+    if (!g->release_stream)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    g->nslots = nslots;
+    ch_cuda_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.device = g->device;
+    cfg.host = ring;
+    cfg.host_len = ring_len;
+    cfg.nslots = nslots;
+    cfg.slot_stride = slot_stride;
+    cfg.batch_size = g->batch;
+    cfg.size = g->size;
+    cfg.dtype = (int)g->dtype;
+    cfg.layout = (int)g->layout;
+    memcpy(cfg.mul, g->mul, sizeof cfg.mul);
+    memcpy(cfg.add, g->add, sizeof cfg.add);
+    char msg[512] = "";
+    int rc = g->m->open(&cfg, &g->ctx, msg, sizeof msg);
+    if (rc != CHUTE_OK)
+        return ch_err(err, rc, "%s", msg);
+    return CHUTE_OK;
+}
+
+int ch_cuda_loader_submit(ch_cuda_loader *g, uint32_t slot, uint32_t count, chute_error *err)
+{
+    char msg[512] = "";
+    int rc = g->m->submit(g->ctx, slot, count, msg, sizeof msg);
+    return rc == CHUTE_OK ? CHUTE_OK : ch_err(err, rc, "%s", msg);
+}
+
+void ch_cuda_loader_host_wait(ch_cuda_loader *g, uint32_t slot)
+{
+    /* An error here is the device's (a sticky CUDA error): the next submit
+     * reports it with the batch. */
+    char msg[256];
+    g->m->host_wait(g->ctx, slot, msg, sizeof msg);
+}
+
+void ch_cuda_loader_view(const ch_cuda_loader *g, uint32_t slot, uint32_t count,
+                         chute_batch_view *v)
+{
+    void *dev = NULL, *stream = NULL, *event = NULL;
+    g->m->slot_info(g->ctx, slot, &dev, &stream, &event);
+    const int64_t S = g->size;
+    size_t esz = g->dtype == CHUTE_DTYPE_FLOAT32 ? 4 : g->dtype == CHUTE_DTYPE_FLOAT16 ? 2 : 1;
+    v->host_data = v->data;
+    v->data = dev;
+    v->dtype = g->dtype;
+    v->layout = g->layout;
+    v->shape[0] = count;
+    if (g->layout == CHUTE_LAYOUT_NCHW) {
+        v->shape[1] = 3;
+        v->shape[2] = S;
+        v->shape[3] = S;
+    } else {
+        v->shape[1] = S;
+        v->shape[2] = S;
+        v->shape[3] = 3;
+    }
+    v->strides[3] = 1;
+    v->strides[2] = v->shape[3];
+    v->strides[1] = v->shape[2] * v->shape[3];
+    v->strides[0] = v->shape[1] * v->strides[1];
+    v->nbytes = (size_t)count * (size_t)(S * S * 3) * esz;
+    v->device_type = 2; /* kDLCUDA */
+    v->device_id = g->device;
+    v->cuda_stream = stream;
+    v->cuda_event = event;
+}
+
+int ch_cuda_loader_stream_wait(ch_cuda_loader *g, uint32_t slot, void *stream, chute_error *err)
+{
+    char msg[512] = "";
+    int rc = g->m->stream_wait(g->ctx, slot, stream, msg, sizeof msg);
+    return rc == CHUTE_OK ? CHUTE_OK : ch_err(err, rc, "%s", msg);
+}
+
+void ch_cuda_loader_set_release_stream(ch_cuda_loader *g, uint32_t slot, void *stream)
+{
+    if (slot < g->nslots)
+        g->release_stream[slot] = stream;
+}
+
+void ch_cuda_loader_release(ch_cuda_loader *g, uint32_t slot)
+{
+    if (slot >= g->nslots || getpid() != g->pid)
+        return;
+    char msg[256];
+    g->m->release(g->ctx, slot, g->release_stream[slot], msg, sizeof msg);
+    g->release_stream[slot] = NULL;
+}
+
+void ch_cuda_loader_close(ch_cuda_loader *g)
+{
+    if (!g)
+        return;
+    if (getpid() == g->pid) {
+        g->m->close(g->ctx);
+        dlclose(g->handle);
+    }
+    free(g->release_stream);
+    free(g);
+}
