@@ -16,8 +16,12 @@ int chute_version_number(void) { return CHUTE_VERSION_NUMBER; }
  * report what this binary can decode instead of guessing from the system. */
 const char *chute_features(void)
 {
-#ifdef CHUTE_HAVE_SPNG
+#if defined(CHUTE_HAVE_SPNG) && defined(CHUTE_HAVE_CURL)
+    return "jpeg png s3 http";
+#elif defined(CHUTE_HAVE_SPNG)
     return "jpeg png";
+#elif defined(CHUTE_HAVE_CURL)
+    return "jpeg s3 http";
 #else
     return "jpeg";
 #endif
