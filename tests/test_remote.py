@@ -13,6 +13,7 @@ and restarting the server.  HTTP: tests/tools/range_http.py.
 Cases: s3_ops s3_paging s3_shard s3_errors s3_faults s3_restart http
 """
 import fcntl
+import shutil
 import os
 import random
 import signal
@@ -92,14 +93,15 @@ class Weed:
                 "-filer.port=%d" % (b + 3), "-s3.port=%d" % (b + 4), "-admin.port=%d" % (b + 5),
                 "-webdav.port=%d" % (b + 6), "-debug.port=%d" % (b + 7),
                 "-s3.port.iceberg=%d" % (b + 8), "-s3.debug.port=%d" % (b + 9),
-                "-metricsPort=%d" % (b + 10), "-s3.metricsPort=%d" % (b + 11)]
+                "-metricsPort=%d" % (b + 10), "-s3.metricsPort=%d" % (b + 11),
+                "-s3.port.lance=%d" % (b + 12)]
         env = dict(os.environ, AWS_ACCESS_KEY_ID=AK, AWS_SECRET_ACCESS_KEY=SK)
         self.log = open(os.path.join(self.dir, "weed.log"), "ab")
         self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      cwd=self.dir, start_new_session=True)
         with open("/proc/%d/cmdline" % self.proc.pid, "rb") as f:
             self.ctx.check(SK.encode() not in f.read(), "the secret is on weed's command line")
-        deadline = time.time() + 90
+        deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("weed exited with %s; log in %s" % (self.proc.returncode, self.dir))
@@ -109,7 +111,7 @@ class Weed:
                 return
             except Exception:
                 time.sleep(0.5)
-        raise RuntimeError("weed did not start within 90 s; log in %s" % self.dir)
+        raise RuntimeError("weed did not start within 60 s; log in %s" % self.dir)
 
     def stop(self, hard=False):
         if not self.proc or self.proc.poll() is not None:
@@ -391,7 +393,7 @@ def http(ctx):
     work = ctx.scratch("http")
     shard = sorted(f for f in os.listdir(ctx.shards) if f.endswith(".chute"))[0]
     os.makedirs(os.path.join(work, "root", "a b"))
-    os.symlink(os.path.join(ctx.shards, shard), os.path.join(work, "root", shard))
+    shutil.copy(os.path.join(ctx.shards, shard), os.path.join(work, "root", shard))
     blob = os.urandom(300000)
     with open(os.path.join(work, "root", "a b", "\u00fc.bin"), "wb") as f:
         f.write(blob)
