@@ -29,7 +29,9 @@ def test_features_names_and_types():
     assert set(f) == FEATURE_NAMES
     assert all(isinstance(v, bool) for v in f.values())
     assert f["jpeg"] is True
-    assert not (f["s3"] or f["hdf5"] or f["kafka"])  # not part of any build yet
+    assert not (f["hdf5"] or f["kafka"])  # not part of any build yet
+    from chute._chute import features as lib_features
+    assert f["s3"] == ("s3" in lib_features().split())  # libcurl at build time
 
 
 def test_features_png_agrees_with_decoding_a_png():
