@@ -171,10 +171,14 @@ static int creds_from_file(rconf *c, chute_error *err)
                       "%s: profile [%s] lacks aws_access_key_id or aws_secret_access_key", file,
                       profile);
     }
-    if (tok[0])
-        snprintf(c->token_hdr, sizeof c->token_hdr, "x-amz-security-token: %s", tok);
+    int rc = CHUTE_OK;
+    if (strlen(tok) + 32 >= sizeof c->token_hdr)
+        rc = ch_err(err, CHUTE_EINVAL, "%s: profile [%s]: aws_session_token is too long", file,
+                    profile);
+    else if (tok[0])
+        snprintf(c->token_hdr, sizeof c->token_hdr, "x-amz-security-token: %.4000s", tok);
     wipe(tok, sizeof tok);
-    return CHUTE_OK;
+    return rc;
 }
 
 static int conf_load(rconf *c, int s3, chute_error *err)
@@ -722,6 +726,16 @@ static int head(client *cl, const char *url, const char *path, uint64_t *size, i
             *size = (uint64_t)cl_len;
         if (mtime_ns)
             *mtime_ns = ft > 0 ? (int64_t)ft * 1000000000 : 0;
+    } else if (rc == CHUTE_EIO && r.status >= 400 && r.status < 500 && cl->c.s3) {
+        /* A HEAD answer has no body, so no <Code>: ask for one byte to learn
+         * why (SignatureDoesNotMatch, AccessDenied, ...).  That GET fails
+         * too and its message replaces this one. */
+        uint8_t one;
+        req g = {.method = REQ_GET, .url = url, .range = "0-0", .buf = &one, .cap = 1};
+        chute_error e2;
+        if (req_run(cl, x, &g, path, "HEAD", 0, 0, 0, &e2) != CHUTE_OK && g.status == r.status &&
+            err)
+            *err = e2;
     }
     easy_put(cl, x);
     return rc;
