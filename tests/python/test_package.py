@@ -57,7 +57,8 @@ def test_python_m_chute_runs_the_bundled_cli():
     listed = set(lines[1].split()[1:])
     assert lines[1].startswith("features: ")
     f = chute.features()
-    assert {k for k in ("jpeg", "png", "io_uring", "nvml") if f[k]} == listed
+    want = {k for k in ("jpeg", "png", "io_uring", "nvml", "s3") if f[k]}
+    assert want | ({"http"} if f["s3"] else set()) == listed  # libcurl brings both
     p = _run([sys.executable, "-m", "chute", "no-such-command"])
     assert p.returncode == 2 and "unknown command" in p.stderr
 
