@@ -71,7 +71,7 @@ def get_lib() -> str:
     return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "lib")
 
 
-_FUTURE = ("s3", "hdf5", "kafka")
+_FUTURE = ("hdf5", "kafka")
 
 
 def features() -> _Dict[str, bool]:
@@ -82,13 +82,14 @@ def features() -> _Dict[str, bool]:
     samples fail with UnsupportedError).  ``io_uring`` is whether the bundled
     ``chute`` command was built with liburing (``chute iobench``); ``nvml``
     whether the NVIDIA management library can be loaded now (``chute doctor``'s
-    GPU utilisation).  s3, hdf5 and kafka sources are not part of this build.
+    GPU utilisation).  ``s3`` is whether libchute was built with libcurl (the
+    s3:// and http(s):// sources); hdf5 and kafka are not part of this build.
     Never raises: what cannot be determined is reported as False.
     """
     from ._chute import features as _lib_features
 
     have = set(_lib_features().split())
-    out = {"jpeg": "jpeg" in have, "png": "png" in have}
+    out = {"jpeg": "jpeg" in have, "png": "png" in have, "s3": "s3" in have}
     cli = set()
     from .__main__ import cli_path
 

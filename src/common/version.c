@@ -21,13 +21,20 @@ int chute_version_number(void) { return CHUTE_VERSION_NUMBER; }
 #else
 #define CH_FEATURE_CUDA ""
 #endif
+#ifdef CHUTE_HAVE_SPNG
+#define CH_FEATURE_PNG " png"
+#else
+#define CH_FEATURE_PNG ""
+#endif
+/* "s3 http": built with libcurl (src/io/s3.c). */
+#ifdef CHUTE_HAVE_CURL
+#define CH_FEATURE_CURL " s3 http"
+#else
+#define CH_FEATURE_CURL ""
+#endif
 const char *chute_features(void)
 {
-#ifdef CHUTE_HAVE_SPNG
-    return "jpeg png" CH_FEATURE_CUDA;
-#else
-    return "jpeg" CH_FEATURE_CUDA;
-#endif
+    return "jpeg" CH_FEATURE_PNG CH_FEATURE_CURL CH_FEATURE_CUDA;
 }
 
 const char *chute_status_name(int status)

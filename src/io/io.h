@@ -72,6 +72,11 @@ typedef struct ch_source_ops {
 /* Local files through open/pread. */
 extern const ch_source_ops ch_source_local;
 
+/* S3 (s3://bucket/key) and HTTP (http://, https://) through libcurl
+ * (src/io/s3.c); present when built with CHUTE_HAVE_CURL. */
+extern const ch_source_ops ch_source_s3;
+extern const ch_source_ops ch_source_http;
+
 /* The registry of sources (src/io/sources.c), NULL-terminated. */
 extern const ch_source_ops *const ch_sources[];
 /* The source that serves `path`: the first whose scheme prefixes it, else

@@ -29,7 +29,9 @@ def test_features_names_and_types():
     assert set(f) == FEATURE_NAMES
     assert all(isinstance(v, bool) for v in f.values())
     assert f["jpeg"] is True
-    assert not (f["s3"] or f["hdf5"] or f["kafka"])  # not part of any build yet
+    assert not (f["hdf5"] or f["kafka"])  # not part of any build yet
+    from chute._chute import features as lib_features
+    assert f["s3"] == ("s3" in lib_features().split())  # libcurl at build time
 
 
 def test_features_png_agrees_with_decoding_a_png():
@@ -55,7 +57,8 @@ def test_python_m_chute_runs_the_bundled_cli():
     listed = set(lines[1].split()[1:])
     assert lines[1].startswith("features: ")
     f = chute.features()
-    assert {k for k in ("jpeg", "png", "io_uring", "nvml", "cuda") if f[k]} == listed
+    want = {k for k in ("jpeg", "png", "io_uring", "nvml", "s3", "cuda") if f[k]}
+    assert want | ({"http"} if f["s3"] else set()) == listed  # libcurl brings both
     p = _run([sys.executable, "-m", "chute", "no-such-command"])
     assert p.returncode == 2 and "unknown command" in p.stderr
 

@@ -1,0 +1,44 @@
+/*
+ * remote.h — the parts of the S3/HTTP sources that do not need libcurl:
+ * the ListObjectsV2 / error-document parser and the key encoder.  They
+ * live apart from s3.c so that the fuzz target and the unit tests build
+ * even when libcurl is absent, and so that the one piece of remote input
+ * we parse ourselves (XML written by a server we do not control) has one
+ * small, strict entry point.
+ */
+#ifndef CHUTE_IO_REMOTE_H
+#define CHUTE_IO_REMOTE_H
+
+#include "io.h"
+
+/* One entry of a ListObjectsV2 page, relative to the listed prefix:
+ * `name` has no '/', is not empty; is_dir for a CommonPrefixes entry. */
+typedef int (*ch_s3_entry_fn)(void *user, const char *name, int is_dir, uint64_t size);
+
+typedef struct ch_s3_page {
+    int truncated;          /* IsTruncated was "true" */
+    char next_token[1024];  /* NextContinuationToken when truncated */
+    int stopped;            /* the callback asked to stop */
+} ch_s3_page;
+
+/* Parse one ListBucketResult (ListObjectsV2 with delimiter "/") of n
+ * bytes.  Every key must start with `prefix`; each entry is handed to fn
+ * with the prefix (and a common prefix's trailing '/') taken off; a key
+ * equal to the prefix (a "folder marker" object) is left out.  Strict: a
+ * malformed document, an unknown entity, a Size that is not a decimal
+ * number, a key outside the prefix or a truncated page without a token is
+ * CHUTE_EFORMAT naming `what` and the reason. */
+int ch_s3_parse_list(const char *doc, size_t n, const char *prefix, ch_s3_entry_fn fn, void *user,
+                     ch_s3_page *out, const char *what, chute_error *err);
+
+/* The <Code> of an S3 <Error> document, as printable ASCII of at most
+ * cap-1 bytes; "" when the body is not such a document. */
+void ch_s3_error_code(const char *doc, size_t n, char *code, size_t cap);
+
+/* Percent-encode src into dst[cap] the way S3's SigV4 canonical form
+ * wants it: unreserved bytes (A-Z a-z 0-9 - _ . ~) as they are, '/' as
+ * it is when keep_slash, everything else %XX.  Returns the length, or
+ * (size_t)-1 when it does not fit. */
+size_t ch_s3_encode(const char *src, int keep_slash, char *dst, size_t cap);
+
+#endif

@@ -1,0 +1,1043 @@
+/*
+ * s3.c — sources for objects behind HTTP: "s3://bucket/key" (S3 and
+ * S3-compatible servers) and "http://", "https://" URLs, through libcurl.
+ *
+ * Why libcurl, and why this shape:
+ *  - Signing is curl's CURLOPT_AWS_SIGV4; we never hand-write SigV4.  We
+ *    only build the canonical URL curl signs: keys percent-encoded byte by
+ *    byte (unreserved and '/' kept, so "a b/ü+x" becomes "a%20b/%C3%BC%2Bx"),
+ *    query parameters encoded and already in sorted order, and
+ *    CURLOPT_PATH_AS_IS so curl never folds a key's ".." or "//" (a key is
+ *    not a path: "a/../b" is its own object).
+ *  - An opened object owns a small pool of curl easy handles and one
+ *    curl share handle (DNS cache and connection cache, with lock
+ *    callbacks) so the loader's many worker threads each take a handle,
+ *    reuse a kept-alive connection, and put it back: after warm-up a read
+ *    allocates nothing of ours (curl itself may, per request).  The pool
+ *    and share are per opened object, not process-wide, because chute
+ *    keeps no global mutable state; the formats keep their shards open for
+ *    the whole run, so in steady state the pool is warm.  stat, list and
+ *    read_file have no handle to hang a pool on and make a short-lived one
+ *    per call (one connection each): fine for listing and manifests,
+ *    the cost a tree of small remote files pays until the read-ahead stage
+ *    owns the connections.
+ *  - The read-ahead stage (curl multi) plugs in at the same place: it
+ *    would add a CURLM to rfile that shares rfile->share, so its requests
+ *    reuse the same DNS entries and connections; one request is built by
+ *    req_setup() whichever way it is driven.
+ *  - Faults.  Transient failures (connection refused/reset, timeouts, a
+ *    short or cut body, HTTP 5xx and 429, S3's SlowDown / InternalError /
+ *    RequestTimeout codes) are retried with capped exponential backoff and
+ *    full jitter, bounded both in attempts and total time; permanent ones
+ *    (403, 404, 400, a bad key or signature) fail at once.  A body that is
+ *    not exactly the bytes asked for is CHUTE_EIO, never part of a sample.
+ *    404 is CHUTE_ENOTFOUND, everything else CHUTE_EIO, so the loader's I/O
+ *    policy (retry, then fail, never skip) applies.
+ *  - Credentials live only in the easy handles' options (CURLOPT_USERNAME,
+ *    CURLOPT_PASSWORD, the x-amz-security-token header) and are wiped when
+ *    freed.  Messages name the path the user gave (s3://bucket/key), the
+ *    HTTP status and S3's error <Code>, never the server's free-text
+ *    message, a header or a credential.
+ *
+ * Settings come from the environment the AWS tools use (AWS_REGION,
+ * AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS_PROFILE,
+ * AWS_SHARED_CREDENTIALS_FILE, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+ * AWS_SESSION_TOKEN) and a few of ours (CHUTE_REMOTE_*), listed in
+ * docs/REMOTE.md; they are read when an object is opened (or stat/list
+ * called), never cached process-wide.
+ */
+#define _GNU_SOURCE
+#include "remote.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define POOL_MAX 64
+#define URL_MAX 4096
+#define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+/* ---- configuration ---------------------------------------------------------- */
+
+typedef struct rconf {
+    int s3;
+    char region[64];
+    char endpoint[512];      /* S3: "" = AWS virtual-hosted */
+    char sigv4[96];          /* "aws:amz:REGION:s3"; "" = anonymous */
+    char user[256];          /* access key id */
+    char secret[256];
+    char token_hdr[4096];    /* "x-amz-security-token: ..." or "" */
+    unsigned retries;        /* retries after the first attempt */
+    uint64_t retry_total_ns; /* give up once this much time has passed */
+    uint64_t backoff_ns, backoff_cap_ns;
+    long connect_ms, stall_s;
+} rconf;
+
+static void wipe(void *p, size_t n)
+{
+    volatile unsigned char *v = p;
+    while (n--)
+        *v++ = 0;
+}
+
+static uint64_t env_u64(const char *name, uint64_t dflt, uint64_t max)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return dflt;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end || v > max)
+        return dflt;
+    return v;
+}
+
+static void trim(char *s)
+{
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
+        s[--n] = '\0';
+    size_t k = 0;
+    while (s[k] == ' ' || s[k] == '\t')
+        k++;
+    memmove(s, s + k, n - k + 1);
+}
+
+/* The shared credentials file (INI): [profile] then key = value lines. */
+static int creds_from_file(rconf *c, chute_error *err)
+{
+    const char *file = getenv("AWS_SHARED_CREDENTIALS_FILE");
+    char path[1024];
+    if (!file || !*file) {
+        const char *home = getenv("HOME");
+        if (!home)
+            return CHUTE_OK;
+        snprintf(path, sizeof path, "%s/.aws/credentials", home);
+        file = path;
+    }
+    const char *profile = getenv("AWS_PROFILE");
+    int named = profile && *profile;
+    if (!named)
+        profile = "default";
+    FILE *f = fopen(file, "re");
+    if (!f) {
+        if (named)
+            return ch_err(err, CHUTE_EINVAL,
+                          "AWS_PROFILE=%s is set but the credentials file %s cannot be read",
+                          profile, file);
+        return CHUTE_OK; /* no file: anonymous */
+    }
+    char line[4096], tok[4096] = "";
+    int in = 0, found = 0;
+    while (fgets(line, sizeof line, f)) {
+        trim(line);
+        if (line[0] == '#' || line[0] == ';' || !line[0])
+            continue;
+        if (line[0] == '[') {
+            char *close = strchr(line, ']');
+            if (close)
+                *close = '\0';
+            char *name = line + 1;
+            trim(name);
+            in = !strcmp(name, profile);
+            found |= in;
+            continue;
+        }
+        char *eq = strchr(line, '=');
+        if (!in || !eq)
+            continue;
+        *eq = '\0';
+        char *k = line, *v = eq + 1;
+        trim(k);
+        trim(v);
+        if (!strcasecmp(k, "aws_access_key_id"))
+            snprintf(c->user, sizeof c->user, "%s", v);
+        else if (!strcasecmp(k, "aws_secret_access_key"))
+            snprintf(c->secret, sizeof c->secret, "%s", v);
+        else if (!strcasecmp(k, "aws_session_token"))
+            snprintf(tok, sizeof tok, "%s", v);
+    }
+    fclose(f);
+    wipe(line, sizeof line);
+    if (named && !found)
+        return ch_err(err, CHUTE_EINVAL, "AWS_PROFILE=%s: no such profile in %s", profile, file);
+    if (found && (!c->user[0] || !c->secret[0])) {
+        wipe(c->secret, sizeof c->secret);
+        wipe(tok, sizeof tok);
+        return ch_err(err, CHUTE_EINVAL,
+                      "%s: profile [%s] lacks aws_access_key_id or aws_secret_access_key", file,
+                      profile);
+    }
+    int rc = CHUTE_OK;
+    if (strlen(tok) + 32 >= sizeof c->token_hdr)
+        rc = ch_err(err, CHUTE_EINVAL, "%s: profile [%s]: aws_session_token is too long", file,
+                    profile);
+    else if (tok[0])
+        snprintf(c->token_hdr, sizeof c->token_hdr, "x-amz-security-token: %.4000s", tok);
+    wipe(tok, sizeof tok);
+    return rc;
+}
+
+static int conf_load(rconf *c, int s3, chute_error *err)
+{
+    memset(c, 0, sizeof *c);
+    c->s3 = s3;
+    c->retries = (unsigned)env_u64("CHUTE_REMOTE_RETRIES", 10, 1000);
+    c->retry_total_ns = env_u64("CHUTE_REMOTE_RETRY_TOTAL_MS", 60000, 86400000) * 1000000ull;
+    c->backoff_ns = env_u64("CHUTE_REMOTE_BACKOFF_MS", 100, 60000) * 1000000ull;
+    c->backoff_cap_ns = env_u64("CHUTE_REMOTE_BACKOFF_CAP_MS", 5000, 600000) * 1000000ull;
+    c->connect_ms = (long)env_u64("CHUTE_REMOTE_CONNECT_TIMEOUT_MS", 5000, 600000);
+    c->stall_s = (long)env_u64("CHUTE_REMOTE_STALL_S", 30, 3600);
+    if (!s3)
+        return CHUTE_OK;
+    const char *r = getenv("AWS_REGION");
+    if (!r || !*r)
+        r = getenv("AWS_DEFAULT_REGION");
+    if (!r || !*r)
+        r = "us-east-1";
+    for (const char *q = r; *q; q++)
+        if (!((*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '-'))
+            return ch_err(err, CHUTE_EINVAL, "AWS_REGION \"%s\" is not a region name", r);
+    snprintf(c->region, sizeof c->region, "%s", r);
+    const char *ep = getenv("AWS_ENDPOINT_URL_S3");
+    if (!ep || !*ep)
+        ep = getenv("AWS_ENDPOINT_URL");
+    if (ep && *ep) {
+        if (strncmp(ep, "http://", 7) && strncmp(ep, "https://", 8))
+            return ch_err(err, CHUTE_EINVAL, "S3 endpoint \"%s\" is not an http(s):// URL", ep);
+        if (strlen(ep) >= sizeof c->endpoint)
+            return ch_err(err, CHUTE_EINVAL, "S3 endpoint URL is too long");
+        snprintf(c->endpoint, sizeof c->endpoint, "%s", ep);
+        size_t n = strlen(c->endpoint);
+        while (n && c->endpoint[n - 1] == '/')
+            c->endpoint[--n] = '\0';
+    }
+    const char *ak = getenv("AWS_ACCESS_KEY_ID"), *sk = getenv("AWS_SECRET_ACCESS_KEY");
+    if (ak && *ak && sk && *sk) {
+        if (strlen(ak) >= sizeof c->user || strlen(sk) >= sizeof c->secret)
+            return ch_err(err, CHUTE_EINVAL, "AWS credentials in the environment are too long");
+        snprintf(c->user, sizeof c->user, "%s", ak);
+        snprintf(c->secret, sizeof c->secret, "%s", sk);
+        const char *tok = getenv("AWS_SESSION_TOKEN");
+        if (tok && *tok) {
+            if (strlen(tok) + 32 >= sizeof c->token_hdr)
+                return ch_err(err, CHUTE_EINVAL, "AWS_SESSION_TOKEN is too long");
+            snprintf(c->token_hdr, sizeof c->token_hdr, "x-amz-security-token: %s", tok);
+        }
+    } else {
+        int rc = creds_from_file(c, err);
+        if (rc != CHUTE_OK)
+            return rc;
+    }
+    if (c->user[0])
+        snprintf(c->sigv4, sizeof c->sigv4, "aws:amz:%s:s3", c->region);
+    return CHUTE_OK;
+}
+
+static void conf_wipe(rconf *c) { wipe(c, sizeof *c); }
+
+/* ---- names ------------------------------------------------------------------- */
+
+/* "s3://bucket/key" -> bucket and key (key may be ""). */
+static int s3_split(const char *path, char *bucket, size_t bcap, const char **key,
+                    chute_error *err)
+{
+    const char *b = path + 5, *slash = strchr(b, '/');
+    size_t bl = slash ? (size_t)(slash - b) : strlen(b);
+    if (bl < 3 || bl > 63 || bl >= bcap)
+        return ch_err(err, CHUTE_EINVAL, "%s: a bucket name has 3 to 63 characters", path);
+    for (size_t i = 0; i < bl; i++)
+        if (!((b[i] >= 'a' && b[i] <= 'z') || (b[i] >= '0' && b[i] <= '9') || b[i] == '-' ||
+              b[i] == '.'))
+            return ch_err(err, CHUTE_EINVAL,
+                          "%s: a bucket name has only lower-case letters, digits, '-' and '.'",
+                          path);
+    memcpy(bucket, b, bl);
+    bucket[bl] = '\0';
+    *key = slash ? slash + 1 : "";
+    return CHUTE_OK;
+}
+
+/* The URL of bucket (+ encoded key, + query) for this configuration. */
+static int s3_url(const rconf *c, const char *path, const char *bucket, const char *key,
+                  const char *query, char *url, size_t cap, chute_error *err)
+{
+    char ek[URL_MAX];
+    if (ch_s3_encode(key, 1, ek, sizeof ek) == (size_t)-1)
+        return ch_err(err, CHUTE_EINVAL, "%s: the key is too long", path);
+    int n;
+    if (c->endpoint[0])
+        n = snprintf(url, cap, "%s/%s%s%s%s", c->endpoint, bucket, key[0] || !query ? "/" : "", ek,
+                     query ? query : "");
+    else
+        n = snprintf(url, cap, "https://%s.s3.%s.amazonaws.com/%s%s", bucket, c->region, ek,
+                     query ? query : "");
+    if (n < 0 || (size_t)n >= cap)
+        return ch_err(err, CHUTE_EINVAL, "%s: the URL is too long", path);
+    return CHUTE_OK;
+}
+
+/* An http(s) URL as given, with the bytes a URL cannot hold (space,
+ * controls, non-ASCII, quotes and brackets) percent-encoded. */
+static int http_url(const char *path, char *url, size_t cap, chute_error *err)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t k = 0;
+    for (const unsigned char *s = (const unsigned char *)path; *s; s++) {
+        int esc = *s <= 0x20 || *s >= 0x7f || strchr("\"<>\\^`{|}", *s);
+        if (k + 4 >= cap)
+            return ch_err(err, CHUTE_EINVAL, "%s: the URL is too long", path);
+        if (esc) {
+            url[k++] = '%';
+            url[k++] = hex[*s >> 4];
+            url[k++] = hex[*s & 15];
+        } else {
+            url[k++] = (char)*s;
+        }
+    }
+    url[k] = '\0';
+    return CHUTE_OK;
+}
+
+/* ---- one client: share handle + pool of easy handles ------------------------- */
+
+static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT; /* curl_global_init, once */
+static CURLcode g_curl_init_rc = CURLE_FAILED_INIT;
+static void curl_init_once(void) { g_curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+typedef struct easy {
+    CURL *e;
+    char errbuf[CURL_ERROR_SIZE];
+} easy;
+
+typedef struct client {
+    rconf c;
+    CURLSH *share;
+    pthread_mutex_t locks[CURL_LOCK_DATA_LAST];
+    struct curl_slist *hdrs;
+    pthread_mutex_t pool_mu; /* protects pool[], npool */
+    easy *pool[POOL_MAX];
+    int npool;
+} client;
+
+static void share_lock(CURL *h, curl_lock_data d, curl_lock_access a, void *u)
+{
+    pthread_mutex_lock(&((client *)u)->locks[d]);
+}
+static void share_unlock(CURL *h, curl_lock_data d, void *u)
+{
+    pthread_mutex_unlock(&((client *)u)->locks[d]);
+}
+
+static void client_free(client *cl)
+{
+    if (!cl)
+        return;
+    for (int i = 0; i < cl->npool; i++) {
+        curl_easy_cleanup(cl->pool[i]->e);
+        free(cl->pool[i]);
+    }
+    if (cl->share)
+        curl_share_cleanup(cl->share);
+    for (struct curl_slist *h = cl->hdrs; h; h = h->next)
+        wipe(h->data, strlen(h->data)); /* the token header */
+    curl_slist_free_all(cl->hdrs);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_destroy(&cl->locks[i]);
+    pthread_mutex_destroy(&cl->pool_mu);
+    conf_wipe(&cl->c);
+    free(cl);
+}
+
+static int client_new(const rconf *c, const char *path, client **out, chute_error *err)
+{
+    pthread_once(&g_curl_once, curl_init_once);
+    if (g_curl_init_rc != CURLE_OK)
+        return ch_err(err, CHUTE_EIO, "%s: libcurl failed to initialise (%s)", path,
+                      curl_easy_strerror(g_curl_init_rc));
+    client *cl = calloc(1, sizeof *cl);
+    if (!cl)
+        return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+    cl->c = *c;
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&cl->locks[i], NULL);
+    pthread_mutex_init(&cl->pool_mu, NULL);
+    cl->share = curl_share_init();
+    if (!cl->share)
+        goto oom;
+    curl_share_setopt(cl->share, CURLSHOPT_LOCKFUNC, share_lock);
+    curl_share_setopt(cl->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+    curl_share_setopt(cl->share, CURLSHOPT_USERDATA, cl);
+    curl_share_setopt(cl->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_share_setopt(cl->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+    curl_share_setopt(cl->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+    if (c->s3) {
+        struct curl_slist *h = curl_slist_append(NULL, "x-amz-content-sha256: " EMPTY_SHA256);
+        if (!h)
+            goto oom;
+        cl->hdrs = h;
+        if (c->token_hdr[0]) {
+            h = curl_slist_append(cl->hdrs, c->token_hdr);
+            if (!h)
+                goto oom;
+            cl->hdrs = h;
+        }
+    }
+    *out = cl;
+    return CHUTE_OK;
+oom:
+    client_free(cl);
+    return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+}
+
+static easy *easy_get(client *cl)
+{
+    pthread_mutex_lock(&cl->pool_mu);
+    easy *x = cl->npool ? cl->pool[--cl->npool] : NULL;
+    pthread_mutex_unlock(&cl->pool_mu);
+    if (x)
+        return x;
+    x = calloc(1, sizeof *x);
+    if (!x)
+        return NULL;
+    x->e = curl_easy_init();
+    if (!x->e) {
+        free(x);
+        return NULL;
+    }
+    CURL *e = x->e;
+    const rconf *c = &cl->c;
+    curl_easy_setopt(e, CURLOPT_SHARE, cl->share);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L); /* threads: no SIGALRM for timeouts */
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
+    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, c->connect_ms);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, c->stall_s);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_FILETIME, 1L);
+    if (!c->s3) {
+        curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+        curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
+        curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    }
+    if (cl->hdrs)
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, cl->hdrs);
+    if (c->sigv4[0]) {
+        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, c->sigv4);
+        curl_easy_setopt(e, CURLOPT_USERNAME, c->user);
+        curl_easy_setopt(e, CURLOPT_PASSWORD, c->secret);
+    }
+    return x;
+}
+
+static void easy_put(client *cl, easy *x)
+{
+    if (!x)
+        return;
+    pthread_mutex_lock(&cl->pool_mu);
+    int kept = cl->npool < POOL_MAX;
+    if (kept)
+        cl->pool[cl->npool++] = x;
+    pthread_mutex_unlock(&cl->pool_mu);
+    if (!kept) {
+        curl_easy_cleanup(x->e);
+        free(x);
+    }
+}
+
+/* ---- one request, with retries ---------------------------------------------- */
+
+enum { REQ_GET, REQ_HEAD };
+
+typedef struct req {
+    int method;
+    const char *url;
+    const char *range;       /* "a-b" or NULL */
+    /* body: into buf[cap] (fixed), or growing in dyn (listing) */
+    uint8_t *buf;
+    size_t cap;
+    int grow;
+    uint8_t *dyn;
+    size_t dcap;
+    uint64_t got;            /* body bytes received (counted past cap) */
+    int overflow;            /* more than cap arrived (fixed buffer) */
+    long status;
+    char ebody[2048];        /* an error's body, for its <Code> */
+    size_t elen;
+    char crange[128];        /* Content-Range header */
+    int have_crange;
+} req;
+
+static size_t on_body(char *p, size_t sz, size_t nm, void *u)
+{
+    req *r = u;
+    size_t n = sz * nm;
+    if (r->status >= 300 || r->status < 200) {
+        size_t k = CH_MIN(n, sizeof r->ebody - 1 - r->elen);
+        memcpy(r->ebody + r->elen, p, k);
+        r->elen += k;
+        return n;
+    }
+    if (r->grow) {
+        if (r->got + n > (64u << 20))
+            return 0; /* a listing page is a few hundred KiB at most */
+        if (r->got + n > r->dcap) {
+            size_t nc = CH_MAX((size_t)r->got + n, r->dcap * 2 + 4096);
+            uint8_t *d = realloc(r->dyn, nc);
+            if (!d)
+                return 0;
+            r->dyn = d;
+            r->dcap = nc;
+        }
+        memcpy(r->dyn + r->got, p, n);
+    } else if (r->got + n <= r->cap) {
+        memcpy(r->buf + r->got, p, n);
+    } else {
+        r->overflow = 1;
+    }
+    r->got += n;
+    return n;
+}
+
+static size_t on_header(char *p, size_t sz, size_t nm, void *u)
+{
+    req *r = u;
+    size_t n = sz * nm;
+    if (n > 9 && !strncmp(p, "HTTP/", 5)) { /* a new response (redirect, 100) */
+        r->status = 0;
+        r->have_crange = 0;
+        r->got = 0;
+        r->elen = 0;
+        r->overflow = 0;
+        const char *sp = memchr(p, ' ', n);
+        if (sp)
+            r->status = strtol(sp + 1, NULL, 10);
+    } else if (n > 14 && !strncasecmp(p, "content-range:", 14)) {
+        size_t k = CH_MIN(n - 14, sizeof r->crange - 1);
+        memcpy(r->crange, p + 14, k);
+        r->crange[k] = '\0';
+        trim(r->crange);
+        r->have_crange = 1;
+    }
+    return n;
+}
+
+static int code_transient(const char *code)
+{
+    return !strcmp(code, "SlowDown") || !strcmp(code, "InternalError") ||
+           !strcmp(code, "RequestTimeout") || !strcmp(code, "ServiceUnavailable") ||
+           !strcmp(code, "RequestTimeTooSkewed");
+}
+
+static int curl_transient(CURLcode cc)
+{
+    switch (cc) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void backoff(const rconf *c, unsigned attempt, uint64_t deadline, const void *salt)
+{
+    uint64_t ceil = c->backoff_ns;
+    for (unsigned i = 0; i < attempt && ceil < c->backoff_cap_ns; i++)
+        ceil *= 2;
+    ceil = CH_MIN(ceil, c->backoff_cap_ns);
+    /* full jitter: uniform in [0, ceil) */
+    uint64_t now = ch_now_ns();
+    uint64_t d = ceil ? ch_mix64(now ^ (uint64_t)(uintptr_t)salt ^ attempt) % ceil : 0;
+    if (now + d > deadline)
+        d = deadline > now ? deadline - now : 0;
+    struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* One try: 0 done (r->status says what came back), or the CURLcode. */
+static CURLcode req_setup_and_run(easy *x, req *r)
+{
+    CURL *e = x->e;
+    x->errbuf[0] = '\0';
+    r->status = 0;
+    r->got = 0;
+    r->elen = 0;
+    r->overflow = 0;
+    r->have_crange = 0;
+    curl_easy_setopt(e, CURLOPT_URL, r->url);
+    curl_easy_setopt(e, CURLOPT_NOBODY, r->method == REQ_HEAD ? 1L : 0L);
+    if (r->method == REQ_GET)
+        curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(e, CURLOPT_RANGE, r->range);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+    CURLcode cc = curl_easy_perform(e);
+    long st = 0;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &st);
+    if (st)
+        r->status = st;
+    return cc;
+}
+
+/* Check a successful ranged GET: exactly [off, off+len) came back.
+ * 1 yes, 0 no (worth asking again), -1 never (the server ignores Range). */
+static int range_ok(const req *r, uint64_t off, size_t len, uint64_t *total, char *why,
+                    size_t wl)
+{
+    if (r->status == 200 && (off != 0 || r->overflow)) {
+        snprintf(why, wl, "the server ignored the Range request (HTTP 200)");
+        return -1;
+    }
+    if (r->overflow || r->got != len) {
+        snprintf(why, wl, "the body has %llu bytes where %zu were asked for",
+                 (unsigned long long)r->got, len);
+        return 0;
+    }
+    if (r->status == 200)
+        return 1; /* the whole object, and it is exactly len long */
+    unsigned long long a, b, t;
+    char tail;
+    if (!r->have_crange || sscanf(r->crange, "bytes %llu-%llu/%llu%c", &a, &b, &t, &tail) != 3 ||
+        a != off || b + 1 - a != len) {
+        snprintf(why, wl, "Content-Range \"%s\" does not match bytes %llu-%llu",
+                 r->have_crange ? r->crange : "(none)", (unsigned long long)off,
+                 (unsigned long long)(off + len - 1));
+        return 0;
+    }
+    if (total)
+        *total = t;
+    return 1;
+}
+
+/* Run r with retries; classifies the outcome.  `what` names the request
+ * for messages ("GET bytes=0-99"), `path` the object. */
+static int req_run(client *cl, easy *x, req *r, const char *path, const char *what,
+                   uint64_t off, size_t len, int ranged, chute_error *err)
+{
+    const rconf *c = &cl->c;
+    uint64_t start = ch_now_ns(), deadline = start + c->retry_total_ns;
+    char why[256], code[64];
+    for (unsigned attempt = 0;; attempt++) {
+        CURLcode cc = req_setup_and_run(x, r);
+        int transient = 0;
+        code[0] = '\0';
+        if (cc == CURLE_WRITE_ERROR && r->grow)
+            return ch_err(err, CHUTE_ENOMEM, "%s: %s: the answer is too large or memory ran out",
+                          path, what);
+        if (cc != CURLE_OK) {
+            transient = curl_transient(cc);
+            snprintf(why, sizeof why, "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc));
+            size_t wl = strlen(why);
+            while (wl && why[wl - 1] == '\n')
+                why[--wl] = '\0';
+        } else if (r->status >= 200 && r->status < 300) {
+            int ok = ranged ? range_ok(r, off, len, NULL, why, sizeof why) : 1;
+            if (ok > 0)
+                return CHUTE_OK;
+            transient = ok == 0; /* a cut or mismatched body: ask again */
+        } else {
+            if (c->s3)
+                ch_s3_error_code(r->ebody, r->elen, code, sizeof code);
+            snprintf(why, sizeof why, "HTTP %ld%s%s%s", r->status, code[0] ? " (" : "", code,
+                     code[0] ? ")" : "");
+            if (r->status == 404)
+                return ch_err(err, CHUTE_ENOTFOUND, "%s: %s: not found (%s)", path, what, why);
+            if (r->status == 416)
+                return ch_err(err, CHUTE_EIO, "%s: %s: range not satisfiable (%s)", path, what,
+                              why);
+            transient = r->status >= 500 || r->status == 429 || code_transient(code);
+            if (!transient) {
+                const char *hint = r->status == 403 || r->status == 401
+                                       ? ": check the credentials, the region and the bucket's policy"
+                                       : "";
+                return ch_err(err, CHUTE_EIO, "%s: %s: refused (%s)%s", path, what, why, hint);
+            }
+        }
+        uint64_t now = ch_now_ns();
+        if (!transient || attempt >= c->retries || now >= deadline)
+            return ch_err(err, CHUTE_EIO, "%s: %s: %s%s (after %u attempt%s in %.1f s)", path,
+                          what, transient ? "failed: " : "", why, attempt + 1,
+                          attempt ? "s" : "", (double)(now - start) / 1e9);
+        backoff(c, attempt, deadline, r);
+    }
+}
+
+/* ---- the source ops ------------------------------------------------------------ */
+
+typedef struct rfile {
+    client *cl;
+    char url[URL_MAX];
+    uint64_t size;
+} rfile;
+
+/* Configuration + URL of an object path (s3:// or http(s)://). */
+static int resolve(const char *path, rconf *c, char *url, size_t cap, chute_error *err)
+{
+    int s3 = !strncmp(path, "s3://", 5);
+    int rc = conf_load(c, s3, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    if (!s3)
+        return http_url(path, url, cap, err);
+    char bucket[64];
+    const char *key;
+    rc = s3_split(path, bucket, sizeof bucket, &key, err);
+    if (rc == CHUTE_OK && !key[0])
+        rc = ch_err(err, CHUTE_EINVAL, "%s: names a bucket, not an object", path);
+    if (rc == CHUTE_OK)
+        rc = s3_url(c, path, bucket, key, NULL, url, cap, err);
+    return rc;
+}
+
+/* HEAD: size and modification time. */
+static int head(client *cl, const char *url, const char *path, uint64_t *size, int64_t *mtime_ns,
+                chute_error *err)
+{
+    easy *x = easy_get(cl);
+    if (!x)
+        return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+    req r = {.method = REQ_HEAD, .url = url};
+    int rc = req_run(cl, x, &r, path, "HEAD", 0, 0, 0, err);
+    if (rc == CHUTE_OK) {
+        curl_off_t cl_len = -1, ft = -1;
+        curl_easy_getinfo(x->e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl_len);
+        curl_easy_getinfo(x->e, CURLINFO_FILETIME_T, &ft);
+        if (cl_len < 0)
+            rc = ch_err(err, CHUTE_EIO, "%s: HEAD: the server gave no Content-Length", path);
+        else
+            *size = (uint64_t)cl_len;
+        if (mtime_ns)
+            *mtime_ns = ft > 0 ? (int64_t)ft * 1000000000 : 0;
+    } else if (rc == CHUTE_EIO && r.status >= 400 && r.status < 500 && cl->c.s3) {
+        /* A HEAD answer has no body, so no <Code>: ask for one byte to learn
+         * why (SignatureDoesNotMatch, AccessDenied, ...).  That GET fails
+         * too and its message replaces this one. */
+        uint8_t one;
+        req g = {.method = REQ_GET, .url = url, .range = "0-0", .buf = &one, .cap = 1};
+        chute_error e2;
+        if (req_run(cl, x, &g, path, "HEAD", 0, 0, 0, &e2) != CHUTE_OK && g.status == r.status &&
+            err)
+            *err = e2;
+    }
+    easy_put(cl, x);
+    return rc;
+}
+
+static int remote_open(const char *path, void **out, uint64_t *out_size, chute_error *err)
+{
+    rfile *f = calloc(1, sizeof *f);
+    if (!f)
+        return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+    rconf c;
+    int rc = resolve(path, &c, f->url, sizeof f->url, err);
+    if (rc == CHUTE_OK)
+        rc = client_new(&c, path, &f->cl, err);
+    conf_wipe(&c);
+    if (rc == CHUTE_OK)
+        rc = head(f->cl, f->url, path, &f->size, NULL, err);
+    if (rc != CHUTE_OK) {
+        client_free(f->cl);
+        free(f);
+        return rc;
+    }
+    *out = f;
+    if (out_size)
+        *out_size = f->size;
+    return CHUTE_OK;
+}
+
+static int remote_read_at(void *h, const char *path, uint64_t off, void *buf, size_t len,
+                          chute_error *err)
+{
+    rfile *f = h;
+    if (len == 0)
+        return CHUTE_OK;
+    if (off > f->size || len > f->size - off)
+        return ch_err(err, CHUTE_EIO, "%s@%llu: read of %zu bytes past the end (%llu bytes)",
+                      path, (unsigned long long)off, len, (unsigned long long)f->size);
+    easy *x = easy_get(f->cl);
+    if (!x)
+        return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+    char range[64], what[96];
+    snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)off,
+             (unsigned long long)(off + len - 1));
+    snprintf(what, sizeof what, "GET bytes=%s", range);
+    req r = {.method = REQ_GET, .url = f->url, .range = range, .buf = buf, .cap = len};
+    int rc = req_run(f->cl, x, &r, path, what, off, len, 1, err);
+    easy_put(f->cl, x);
+    return rc;
+}
+
+static void remote_close(void *h)
+{
+    rfile *f = h;
+    if (!f)
+        return;
+    client_free(f->cl);
+    free(f);
+}
+
+static int remote_read_file(const char *path, void *buf, size_t cap, size_t *out_len,
+                            chute_error *err)
+{
+    rconf c;
+    char url[URL_MAX];
+    client *cl = NULL;
+    int rc = resolve(path, &c, url, sizeof url, err);
+    if (rc == CHUTE_OK)
+        rc = client_new(&c, path, &cl, err);
+    conf_wipe(&c);
+    if (rc != CHUTE_OK)
+        return rc;
+    easy *x = easy_get(cl);
+    if (!x) {
+        client_free(cl);
+        return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+    }
+    req r = {.method = REQ_GET, .url = url, .buf = buf, .cap = cap};
+    rc = req_run(cl, x, &r, path, "GET", 0, 0, 0, err);
+    if (rc == CHUTE_OK) {
+        curl_off_t clen = -1;
+        curl_easy_getinfo(x->e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &clen);
+        if (clen >= 0 && (uint64_t)clen != r.got)
+            rc = ch_err(err, CHUTE_EIO, "%s: GET: %llu bytes arrived of %lld", path,
+                        (unsigned long long)r.got, (long long)clen);
+        else if (r.got > SIZE_MAX)
+            rc = ch_err(err, CHUTE_ELIMIT, "%s: too large", path);
+        else {
+            *out_len = (size_t)r.got;
+            if (r.overflow)
+                rc = CH_ESMALL;
+        }
+    }
+    easy_put(cl, x);
+    client_free(cl);
+    return rc;
+}
+
+/* ---- S3 listing ---------------------------------------------------------------- */
+
+typedef struct list_fwd {
+    ch_list_fn fn;
+    void *user;
+    uint64_t n;
+} list_fwd;
+
+static int fwd_entry(void *u, const char *name, int is_dir, uint64_t size)
+{
+    list_fwd *l = u;
+    ch_stat st = {.type = is_dir ? CH_ENT_DIR : CH_ENT_FILE, .size = size};
+    l->n++;
+    return l->fn(l->user, name, &st);
+}
+
+/* ListObjectsV2 of "prefix" with delimiter '/', every page.  max_keys 0 =
+ * the server's default (1000). */
+static int s3_list_prefix(client *cl, const char *path, const char *bucket, const char *prefix,
+                          unsigned max_keys, ch_s3_entry_fn fn, void *user, chute_error *err)
+{
+    char eprefix[URL_MAX], etoken[3 * 1024 + 1], query[URL_MAX + 3200], url[URL_MAX + 4096];
+    if (ch_s3_encode(prefix, 0, eprefix, sizeof eprefix) == (size_t)-1)
+        return ch_err(err, CHUTE_EINVAL, "%s: the prefix is too long", path);
+    easy *x = easy_get(cl);
+    if (!x)
+        return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+    ch_s3_page page;
+    page.next_token[0] = '\0';
+    req r = {.method = REQ_GET, .grow = 1};
+    int rc = CHUTE_OK;
+    for (unsigned pageno = 0;; pageno++) {
+        char mk[32] = "";
+        if (max_keys)
+            snprintf(mk, sizeof mk, "&max-keys=%u", max_keys);
+        etoken[0] = '\0';
+        if (page.next_token[0] &&
+            ch_s3_encode(page.next_token, 0, etoken, sizeof etoken) == (size_t)-1) {
+            rc = ch_err(err, CHUTE_EFORMAT, "%s: continuation token too long", path);
+            break;
+        }
+        /* sorted by name: SigV4's canonical query is the sorted one */
+        snprintf(query, sizeof query, "?%s%s%sdelimiter=%%2F&list-type=2%s&prefix=%s",
+                 etoken[0] ? "continuation-token=" : "", etoken, etoken[0] ? "&" : "", mk,
+                 eprefix);
+        rc = s3_url(&cl->c, path, bucket, "", query, url, sizeof url, err);
+        if (rc != CHUTE_OK)
+            break;
+        r.url = url;
+        char what[64];
+        snprintf(what, sizeof what, "ListObjectsV2 page %u", pageno + 1);
+        rc = req_run(cl, x, &r, path, what, 0, 0, 0, err);
+        if (rc != CHUTE_OK)
+            break;
+        rc = ch_s3_parse_list((const char *)r.dyn, (size_t)r.got, prefix, fn, user, &page, path,
+                              err);
+        if (rc != CHUTE_OK || page.stopped || !page.truncated)
+            break;
+    }
+    free(r.dyn);
+    easy_put(cl, x);
+    return rc;
+}
+
+static int s3_session(const char *path, client **cl, char *bucket, const char **key,
+                      chute_error *err)
+{
+    rconf c;
+    int rc = conf_load(&c, 1, err);
+    if (rc == CHUTE_OK)
+        rc = s3_split(path, bucket, 64, key, err);
+    if (rc == CHUTE_OK)
+        rc = client_new(&c, path, cl, err);
+    conf_wipe(&c);
+    return rc;
+}
+
+/* "dir" as a key prefix: "" for the bucket, else the key with one '/'. */
+static int dir_prefix(const char *path, const char *key, char *out, size_t cap, chute_error *err)
+{
+    size_t n = strlen(key);
+    while (n && key[n - 1] == '/')
+        n--;
+    if (n + 2 > cap)
+        return ch_err(err, CHUTE_EINVAL, "%s: the key is too long", path);
+    memcpy(out, key, n);
+    if (n)
+        out[n++] = '/';
+    out[n] = '\0';
+    return CHUTE_OK;
+}
+
+static int s3_list(const char *dir, ch_list_fn fn, void *user, chute_error *err)
+{
+    client *cl = NULL;
+    char bucket[64], prefix[URL_MAX];
+    const char *key;
+    int rc = s3_session(dir, &cl, bucket, &key, err);
+    if (rc == CHUTE_OK)
+        rc = dir_prefix(dir, key, prefix, sizeof prefix, err);
+    list_fwd l = {fn, user, 0};
+    if (rc == CHUTE_OK)
+        rc = s3_list_prefix(cl, dir, bucket, prefix, 0, fwd_entry, &l, err);
+    if (rc == CHUTE_OK && l.n == 0 && prefix[0])
+        rc = ch_err(err, CHUTE_ENOTFOUND, "%s: no objects under s3://%s/%s", dir, bucket, prefix);
+    client_free(cl);
+    return rc;
+}
+
+static int any_entry(void *u, const char *name, int is_dir, uint64_t size)
+{
+    *(int *)u = 1;
+    return 1;
+}
+
+static int s3_stat(const char *path, ch_stat *out, chute_error *err)
+{
+    client *cl = NULL;
+    char bucket[64], prefix[URL_MAX], url[URL_MAX];
+    const char *key;
+    memset(out, 0, sizeof *out);
+    int rc = s3_session(path, &cl, bucket, &key, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    size_t kl = strlen(key);
+    if (kl && key[kl - 1] != '/') {
+        rc = s3_url(&cl->c, path, bucket, key, NULL, url, sizeof url, err);
+        if (rc == CHUTE_OK)
+            rc = head(cl, url, path, &out->size, &out->mtime_ns, err);
+        if (rc == CHUTE_OK) {
+            out->type = CH_ENT_FILE;
+            client_free(cl);
+            return CHUTE_OK;
+        }
+        if (rc != CHUTE_ENOTFOUND) {
+            client_free(cl);
+            return rc;
+        }
+    }
+    /* not an object: a "directory" when some key lies below it */
+    chute_error e2;
+    int any = 0;
+    rc = dir_prefix(path, key, prefix, sizeof prefix, err);
+    if (rc == CHUTE_OK)
+        rc = s3_list_prefix(cl, path, bucket, prefix, 1, any_entry, &any, &e2);
+    if (rc != CHUTE_OK)
+        ch_err(err, rc, "%s", e2.message);
+    else if (any || !prefix[0])
+        out->type = CH_ENT_DIR;
+    else
+        rc = ch_err(err, CHUTE_ENOTFOUND, "%s: no such key or prefix in bucket %s", path, bucket);
+    client_free(cl);
+    return rc;
+}
+
+static int http_stat(const char *path, ch_stat *out, chute_error *err)
+{
+    rconf c;
+    char url[URL_MAX];
+    client *cl = NULL;
+    memset(out, 0, sizeof *out);
+    int rc = resolve(path, &c, url, sizeof url, err);
+    if (rc == CHUTE_OK)
+        rc = client_new(&c, path, &cl, err);
+    conf_wipe(&c);
+    if (rc == CHUTE_OK)
+        rc = head(cl, url, path, &out->size, &out->mtime_ns, err);
+    if (rc == CHUTE_OK)
+        out->type = path[strlen(path) - 1] == '/' ? CH_ENT_DIR : CH_ENT_FILE;
+    client_free(cl);
+    return rc;
+}
+
+static int http_list(const char *dir, ch_list_fn fn, void *user, chute_error *err)
+{
+    return ch_err(err, CHUTE_EUNSUPPORTED,
+                  "%s: HTTP has no directory listing; name the files (a manifest) or use s3://",
+                  dir);
+}
+
+static const char *const s3_schemes[] = {"s3://", NULL};
+static const char *const http_schemes[] = {"http://", "https://", NULL};
+
+const ch_source_ops ch_source_s3 = {
+    .version = CH_SOURCE_OPS_VERSION,
+    .caps = CH_SOURCE_CAP_PREAD,
+    .name = "s3",
+    .open = remote_open,
+    .read_at = remote_read_at,
+    .close = remote_close,
+    .read_file = remote_read_file,
+    .schemes = s3_schemes,
+    .stat = s3_stat,
+    .list = s3_list,
+};
+
+const ch_source_ops ch_source_http = {
+    .version = CH_SOURCE_OPS_VERSION,
+    .caps = CH_SOURCE_CAP_PREAD,
+    .name = "http",
+    .open = remote_open,
+    .read_at = remote_read_at,
+    .close = remote_close,
+    .read_file = remote_read_file,
+    .schemes = http_schemes,
+    .stat = http_stat,
+    .list = http_list,
+};

