@@ -16,7 +16,8 @@ max_side_jpeg     every image whose shorter side is over N is re-encoded as a
                   others are stored byte for byte; the
                   manifest is version 2 with the pack line and `inspect`
                   shows it; a lower --quality gives smaller files and is
-                  recorded; bad --quality/--max-side values are refused.
+                  recorded; bad --quality/--max-side values, and --quality
+                  without --max-side or with --raw, are refused.
 raw_exact         --raw --max-side N: every record is a CHRAW record whose
                   pixels equal Pillow's LANCZOS resize of the original
                   exactly (images over N) or Pillow's own decode (the
@@ -166,8 +167,14 @@ def max_side_jpeg(ctx):
     ctx.check(big(r50) < 0.8 * big(recs), "quality 50: %d bytes vs %d at 90" % (big(r50), big(recs)))
     ctx.check("pack max_side=%d quality=50 raw=0" % MAX_SIDE in open(os.path.join(q50, "chute.manifest")).read(),
               "quality 50 not recorded")
-    for bad in (["--quality", 0], ["--quality", 101], ["--max-side", 0], ["--max-side", 70000]):
+    for bad in (["--quality", 0], ["--quality", 101], ["--max-side", 0], ["--max-side", 70000],
+                ["--raw", "--quality", 80]):
         p = pack(ctx, os.path.join(work, "bad"), "--max-side", 64, *bad, expect="nonzero")
+    p = ctx.run([ctx.chute, "pack", ctx.tree, os.path.join(work, "bad"), "--quality", 80],
+                expect="nonzero")
+    ctx.check("applies only" in p.err, "--quality without --max-side: %s" % p.err[-300:])
+    ctx.check(not os.path.exists(os.path.join(work, "bad", "chute.manifest")),
+              "a refused pack wrote a manifest")
     # A plain pack still writes version 1 (what every reader reads).
     ctx.check(open(os.path.join(ctx.shards, "chute.manifest")).readline() == "chute-dataset 1\n",
               "plain pack no longer writes a version-1 manifest")

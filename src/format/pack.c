@@ -798,7 +798,9 @@ static int pack_shards(const char *root, const char *out_dir, const ch_tree_list
                        chute_error *err)
 {
     int rc = CHUTE_OK;
-    const uint64_t window = (uint64_t)o->threads * 32;
+    /* Items keep their buffers from window to window; raw records can be
+     * tens of MB each (w*h*3), so a raw pack keeps fewer of them. */
+    const uint64_t window = (uint64_t)o->threads * (o->raw ? 4 : 32);
     pack_job job;
     memset(&job, 0, sizeof job);
     job.list = list;
@@ -971,6 +973,11 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
         o.max_pixels = CHUTE_DEFAULT_MAX_PIXELS;
     if (!o.max_sample_bytes)
         o.max_sample_bytes = CHUTE_DEFAULT_MAX_SAMPLE_BYTES;
+    if (o.quality && (!o.max_side || o.raw))
+        return ch_err(err, CHUTE_EINVAL,
+                      "--quality %u: the quality applies only to the JPEGs --max-side "
+                      "re-encodes (not to --raw records, nor without --max-side)",
+                      o.quality);
     if (!o.quality)
         o.quality = CHUTE_PACK_DEFAULT_QUALITY;
     if (o.quality > 100)
