@@ -27,6 +27,8 @@ raw_exact         --raw --max-side N: every record is a CHRAW record whose
                   transforms.  CMYK JPEGs are compared within 1 level
                   (Pillow's and chute's inverted-CMYK arithmetic round
                   differently).
+raw_over_limit    --raw records over --max-sample-bytes are skipped as over
+                  the limit (count from Pillow's sizes), named; --strict fails.
 raw_lying_header  a raw record whose header lies about its size (CRC fixed
                   up, so only the CHRAW parser can notice) is corrupt: the
                   loader fails under --strict naming shard@offset and the
@@ -257,7 +259,35 @@ def raw_lying_header(ctx):
                   "%s lie, default policy: %s %s" % (what, p.out, p.err[-300:]))
 
 
+def raw_over_limit(ctx):
+    """--raw under --max-sample-bytes L: a raw record over L (16 + w*h*3,
+    w and h from Pillow) is left out as over the limit, named, counted apart
+    from undecodable files; --strict fails on it."""
+    ctx.need_data()
+    ctx.need_modules("PIL")
+    from PIL import Image
+    work = ctx.scratch("raw_over_limit")
+    lim = 150000
+    want_over = 0
+    total = 0
+    for path in glob.glob(os.path.join(ctx.tree, "*", "*")):
+        try:
+            w, h = Image.open(path).size
+        except Exception:
+            continue  # the fixture's undecodable files
+        total += 1
+        want_over += os.path.getsize(path) > lim or 16 + w * h * 3 > lim
+    p = pack(ctx, os.path.join(work, "r"), "--raw", "--max-sample-bytes", lim)
+    ctx.check("%d over the loader's limits" % want_over in p.out,
+              "want %d over the limit (of %d): %s" % (want_over, total, p.out))
+    ctx.check("raw record would be" in p.err, "no reason names the raw record: %s" % p.err[-400:])
+    ctx.check(0 < want_over < total, "fixture should have both: %d of %d over" % (want_over, total))
+    pack(ctx, os.path.join(work, "s"), "--raw", "--max-sample-bytes", lim, "--strict",
+         expect="nonzero")
+
+
 cases = {
+    "raw_over_limit": raw_over_limit,
     "max_side_jpeg": max_side_jpeg,
     "raw_exact": raw_exact,
     "raw_lying_header": raw_lying_header,
