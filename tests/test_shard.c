@@ -11,6 +11,7 @@
 #include "unit.h"
 
 #include "format/format.h"
+#include "format/pack_resize.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -943,6 +944,41 @@ TEST(manifest_v2_pack_line)
               "case %zu: %s (%s), want %s with '%s'", i, chute_status_name(rc), err.message,
               chute_status_name(bad[i].want), bad[i].in_msg);
     }
+    return 0;
+}
+
+/* pack --raw / --max-side sizes: the record size is computed in 64 bits
+ * and checked before anything is allocated (2^32-1 squared would wrap a
+ * size_t product); torchvision's Resize arithmetic for the new size. */
+TEST(pack_raw_record_and_target_sizes)
+{
+    chute_error err = {0};
+    ch_buf b = {0};
+    size_t len = 0;
+    uint8_t px[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    CHECK(ch_pr_raw_record(px, 6, 0xFFFFFFFFu, 0xFFFFFFFFu, UINT64_MAX, &b, &len, &err) ==
+                  CHUTE_ELIMIT &&
+              b.data == NULL,
+          "4G x 4G: %s", err.message);
+    CHECK(ch_pr_raw_record(px, 6, 2, 2, 16 + 11, &b, &len, &err) == CHUTE_ELIMIT &&
+              strstr(err.message, "28 bytes") && b.data == NULL,
+          "one byte over: %s", err.message);
+    CHECK(ch_pr_raw_record(px, 6, 2, 2, 16 + 12, &b, &len, &err) == CHUTE_OK && len == 28 &&
+              memcmp(b.data, "CHRAW\x01\x03\x00\x02\x00\x00\x00\x02\x00\x00\x00", 16) == 0 &&
+              memcmp(b.data + 16, px, 12) == 0,
+          "exact fit: %s", err.message);
+    ch_buf_free(&b);
+    uint32_t w, h;
+    /* torchvision.transforms.Resize(256) on (W, H): (256, int(256 * H / W)) */
+    CHECK(ch_pr_target(500, 375, 256, &w, &h) == 1 && w == 341 && h == 256, "500x375 -> %ux%u",
+          w, h);
+    CHECK(ch_pr_target(375, 500, 256, &w, &h) == 1 && w == 256 && h == 341, "375x500 -> %ux%u",
+          w, h);
+    CHECK(ch_pr_target(256, 4000, 256, &w, &h) == 0 && w == 256 && h == 4000, "kept: %ux%u", w,
+          h);
+    CHECK(ch_pr_target(100000, 257, 256, &w, &h) == 1 && w == 99610 && h == 256,
+          "panorama -> %ux%u", w, h);
+    CHECK(ch_pr_target(640, 480, 0, &w, &h) == 0 && w == 640 && h == 480, "no max side");
     return 0;
 }
 
