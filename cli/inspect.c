@@ -246,6 +246,10 @@ int cmd_inspect(int argc, char **argv)
                                        "1024-2047", "2048-4095", ">=4096"};
     static const char *cs_names[] = {"grey", "grey+alpha", "rgb", "4-channel (rgba/cmyk)", "other"};
     const char *kind = chute_dataset_format_name(ds);
+    /* How pack transformed a shard directory's images (manifest v2). */
+    chute_pack_info pinfo = {0};
+    chute_error perr = {0};
+    int have_pinfo = chute_pack_info_read(pos[0], &pinfo, &perr) == CHUTE_OK;
     if (json) {
         printf("{\"source\":");
         cli_json_str(stdout, pos[0]);
@@ -310,6 +314,11 @@ int cmd_inspect(int argc, char **argv)
         printf("]");
         if (verify)
             printf(",\"verify_ok\":%s", s.bad || nskipped ? "false" : "true");
+        if (have_pinfo)
+            printf(",\"pack\":{\"manifest_version\":%u,\"max_side\":%u,\"quality\":%u,"
+                   "\"raw\":%s}",
+                   pinfo.manifest_version, pinfo.max_side, pinfo.quality,
+                   pinfo.raw ? "true" : "false");
         printf("}\n");
     } else {
         printf("%s: %s, %llu samples in %u classes, %.1f MB (mean %.1f KB)\n", pos[0], kind,
@@ -320,6 +329,17 @@ int cmd_inspect(int argc, char **argv)
             printf("%llu BMP, %llu CHRAW, ", (unsigned long long)s.fmt[3],
                    (unsigned long long)s.fmt[4]);
         printf("%llu undecodable\n", (unsigned long long)s.fmt[0]);
+        if (have_pinfo && (pinfo.max_side || pinfo.raw)) {
+            printf("packed: ");
+            if (pinfo.max_side)
+                printf("shorter side capped at %u px (Lanczos)%s", pinfo.max_side,
+                       pinfo.raw ? ", " : "");
+            if (pinfo.raw)
+                printf("raw RGB pixels (CHRAW)");
+            else
+                printf(", re-encoded as JPEG quality %u", pinfo.quality);
+            printf("\n");
+        }
         printf("colour: ");
         for (unsigned b = 0; b < 5; b++)
             if (s.cs[b])

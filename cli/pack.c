@@ -58,6 +58,7 @@ int cmd_pack(int argc, char **argv)
     chute_pack_options o = {0};
     int strict = 0, no_validate = 0, no_wait = 0;
     const char *format = NULL;
+    int raw = 0;
     const cli_opt opts[] = {
         {"--shard-size", CLI_SIZE, &o.shard_size, NULL, 1 << 16, 1ull << 40,
          "target bytes per shard (default 256M)"},
@@ -75,6 +76,12 @@ int cmd_pack(int argc, char **argv)
          "fail at once if another process is packing into OUT_DIR (default: wait)"},
         {"--format", CLI_STR, &format, NULL, 0, 0,
          "output format: chute (default), tfrecord or wds (see chute convert)"},
+        {"--max-side", CLI_U32, &o.max_side, NULL, 1, 65500,
+         "resize images whose shorter side is over N to N (Lanczos) and store them as JPEG"},
+        {"--quality", CLI_U32, &o.quality, NULL, 1, 100,
+         "JPEG quality of --max-side's re-encoded images (default 90)"},
+        {"--raw", CLI_FLAG, &raw, NULL, 0, 0,
+         "store decoded RGB pixels (CHRAW records; after --max-side's resize if given)"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
     const char *pos[2];
@@ -84,6 +91,11 @@ int cmd_pack(int argc, char **argv)
         return rc == 1 ? 0 : 2;
     if (np != 2) {
         fprintf(stderr, "chute pack: need ROOT and OUT_DIR (see --help)\n");
+        return 2;
+    }
+    if (format && strcmp(format, "chute") != 0 && (o.max_side || o.quality || raw)) {
+        fprintf(stderr, "chute pack: --max-side, --quality and --raw are for --format chute "
+                        "only\n");
         return 2;
     }
     if (format && strcmp(format, "chute") != 0) {
@@ -103,6 +115,7 @@ int cmd_pack(int argc, char **argv)
     pack_ui ui = {isatty(2), -1};
     o.strict = strict;
     o.no_validate = no_validate;
+    o.raw = raw;
     o.progress = on_progress;
     o.on_skip = on_skip;
     o.no_wait = no_wait;

@@ -614,7 +614,24 @@ typedef struct chute_pack_options {
     int no_wait;               /* nonzero: fail with CHUTE_EBUSY at once if another process
                                   is packing into out_dir, instead of waiting for it */
     chute_pack_wait_fn on_wait;
+    /* Pre-resized and raw datasets (docs/FORMAT.md, "Pre-resized and raw
+     * datasets").  max_side: images whose SHORTER side exceeds it are
+     * resized once, shorter side to max_side (Pillow's LANCZOS, longer side
+     * int(max_side * long / short) as torchvision's Resize), and re-encoded
+     * as JPEG at `quality` (PNGs too); smaller ones are stored as they are.
+     * 0: no resize.  quality: 1..100, 0 = CHUTE_PACK_DEFAULT_QUALITY.
+     * raw: nonzero stores every image as decoded RGB8 pixels (a CHRAW
+     * record; after the max_side resize if one is set): no decode at load
+     * time, about w*h*3 bytes each on disk.  The manifest records all
+     * three (chute_pack_info). */
+    uint32_t max_side;
+    uint32_t quality;
+    int raw;
 } chute_pack_options;
+
+/* Default JPEG quality of pack --max-side (chosen by measurement:
+ * docs/DESIGN.md, "Pre-resized shards"). */
+#define CHUTE_PACK_DEFAULT_QUALITY 90
 
 typedef struct chute_pack_result {
     uint64_t files;            /* samples written */
@@ -656,6 +673,22 @@ typedef struct chute_pack_result {
  * that did not have to wait always packs afresh.                          */
 CHUTE_API int chute_pack(const char *root, const char *out_dir, const chute_pack_options *opt,
                          chute_pack_result *out_result, chute_error *err);
+
+/* How a shard directory's images were transformed at pack time, from its
+ * manifest: all zero for a dataset stored as its files were (version-1
+ * manifest).  max_side/quality/raw as in chute_pack_options (quality is
+ * 0 unless images were re-encoded).                                      */
+typedef struct chute_pack_info {
+    uint32_t manifest_version; /* 1 or 2 */
+    uint32_t max_side;
+    uint32_t quality;
+    int raw;
+} chute_pack_info;
+
+/* Read dir/chute.manifest (a shard directory written by chute_pack) and
+ * fill *out.  Errors as chute_dataset_open's for a bad manifest.
+ * Thread-safe; allocates nothing the caller owns. */
+CHUTE_API int chute_pack_info_read(const char *dir, chute_pack_info *out, chute_error *err);
 
 /* Header-only look at one encoded image in memory: size, channels and
  * format (1 = JPEG, 2 = PNG, 3 = BMP, 4 = CHRAW raw pixel record, one id

@@ -11,6 +11,7 @@
 #include "unit.h"
 
 #include "format/format.h"
+#include "format/pack_resize.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -540,7 +541,7 @@ TEST(manifest_and_directory_errors)
     } cases[] = {
         {"missing manifest", NULL, CHUTE_EFORMAT, "manifest"},
         {"empty manifest", "", CHUTE_EFORMAT, "manifest"},
-        {"wrong version", "chute-dataset 2\nend 0 0\n", CHUTE_EFORMAT, "manifest"},
+        {"wrong version", "chute-dataset 3\nend 0 0\n", CHUTE_EFORMAT, "manifest"},
         {"no end line", "chute-dataset 1\nshard shard-00000.chute 1 1\n", CHUTE_ECORRUPT, "end"},
         {"end disagrees", "chute-dataset 1\nend 3 3\n", CHUTE_ECORRUPT, "end"},
         {"unknown line", "chute-dataset 1\nfoo bar\nend 0 0\n", CHUTE_ECORRUPT, ":2"},
@@ -884,6 +885,103 @@ TEST(manifest_parser_exact)
 
 /* pack deletes "stale" shards by this test, so it must match only the
  * names pack writes. */
+/* Version 2 (pack --max-side/--raw): the "pack" line is read, keys this
+ * reader does not know are skipped, bad values and misplaced lines are
+ * refused with their line, and a newer version is refused by its number. */
+TEST(manifest_v2_pack_line)
+{
+    ch_manifest m;
+    chute_error err = {0};
+    const char *ok = "chute-dataset 2\npack max_side=256 quality=90 raw=0 future=x\n"
+                     "shard a 2 10\nend 1 2\n";
+    CHECK(ch_manifest_parse("M", ok, strlen(ok), &m, &err) == CHUTE_OK, "v2: %s", err.message);
+    CHECK(m.version == 2 && m.max_side == 256 && m.quality == 90 && m.raw == 0 &&
+              m.nshards == 1 && m.total == 2,
+          "v2 parsed as version %u max_side %u quality %u raw %d", m.version, m.max_side,
+          m.quality, m.raw);
+    ch_manifest_free(&m);
+    const char *raw = "chute-dataset 2\npack raw=1\nshard a 1 1\nend 1 1\n";
+    CHECK(ch_manifest_parse("M", raw, strlen(raw), &m, &err) == CHUTE_OK && m.raw == 1 &&
+              m.max_side == 0,
+          "v2 raw: %s", err.message);
+    ch_manifest_free(&m);
+    const char *v1 = "chute-dataset 1\nshard a 1 1\nend 1 1\n";
+    CHECK(ch_manifest_parse("M", v1, strlen(v1), &m, &err) == CHUTE_OK && m.version == 1 &&
+              m.max_side == 0 && m.quality == 0 && m.raw == 0,
+          "v1: %s", err.message);
+    ch_manifest_free(&m);
+    struct {
+        const char *text;
+        int want;
+        const char *in_msg;
+    } bad[] = {
+        {"chute-dataset 1\npack max_side=256\nshard a 1 1\nend 1 1\n", CHUTE_ECORRUPT,
+         "M:2: unrecognised line"},
+        {"chute-dataset 2\nshard a 1 1\npack raw=1\nend 1 1\n", CHUTE_ECORRUPT,
+         "M:3: the pack line must come once"},
+        {"chute-dataset 2\npack raw=1\npack raw=1\nshard a 1 1\nend 1 1\n", CHUTE_ECORRUPT,
+         "M:3: the pack line must come once"},
+        {"chute-dataset 2\npack raw=2\nshard a 1 1\nend 1 1\n", CHUTE_ECORRUPT,
+         "M:2: pack line: value '2' is out of range"},
+        {"chute-dataset 2\npack max_side=-1\nshard a 1 1\nend 1 1\n", CHUTE_ECORRUPT,
+         "M:2: pack line: value '-1' is a negative"},
+        {"chute-dataset 2\npack max_side=4294967296\nshard a 1 1\nend 1 1\n", CHUTE_ECORRUPT,
+         "out of range"},
+        {"chute-dataset 2\npack  raw=1\nshard a 1 1\nend 1 1\n", CHUTE_ECORRUPT,
+         "M:2: pack line: '' is not KEY=VALUE"},
+        {"chute-dataset 2\npack raw\nshard a 1 1\nend 1 1\n", CHUTE_ECORRUPT,
+         "M:2: pack line: 'raw' is not KEY=VALUE"},
+        {"chute-dataset 2\npack =1\nshard a 1 1\nend 1 1\n", CHUTE_ECORRUPT,
+         "is not KEY=VALUE"},
+        {"chute-dataset 3\nshard a 1 1\nend 1 1\n", CHUTE_EFORMAT,
+         "M:1: manifest version 3 is newer than this reader"},
+        {"chute-dataset 2x\nshard a 1 1\nend 1 1\n", CHUTE_EFORMAT, "not a chute manifest"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&err, 0, sizeof err);
+        int rc = ch_manifest_parse("M", bad[i].text, strlen(bad[i].text), &m, &err);
+        CHECK(rc == bad[i].want && strstr(err.message, bad[i].in_msg) != NULL,
+              "case %zu: %s (%s), want %s with '%s'", i, chute_status_name(rc), err.message,
+              chute_status_name(bad[i].want), bad[i].in_msg);
+    }
+    return 0;
+}
+
+/* pack --raw / --max-side sizes: the record size is computed in 64 bits
+ * and checked before anything is allocated (2^32-1 squared would wrap a
+ * size_t product); torchvision's Resize arithmetic for the new size. */
+TEST(pack_raw_record_and_target_sizes)
+{
+    chute_error err = {0};
+    ch_buf b = {0};
+    size_t len = 0;
+    uint8_t px[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    CHECK(ch_pr_raw_record(px, 6, 0xFFFFFFFFu, 0xFFFFFFFFu, UINT64_MAX, &b, &len, &err) ==
+                  CHUTE_ELIMIT &&
+              b.data == NULL,
+          "4G x 4G: %s", err.message);
+    CHECK(ch_pr_raw_record(px, 6, 2, 2, 16 + 11, &b, &len, &err) == CHUTE_ELIMIT &&
+              strstr(err.message, "28 bytes") && b.data == NULL,
+          "one byte over: %s", err.message);
+    CHECK(ch_pr_raw_record(px, 6, 2, 2, 16 + 12, &b, &len, &err) == CHUTE_OK && len == 28 &&
+              memcmp(b.data, "CHRAW\x01\x03\x00\x02\x00\x00\x00\x02\x00\x00\x00", 16) == 0 &&
+              memcmp(b.data + 16, px, 12) == 0,
+          "exact fit: %s", err.message);
+    ch_buf_free(&b);
+    uint32_t w, h;
+    /* torchvision.transforms.Resize(256) on (W, H): (256, int(256 * H / W)) */
+    CHECK(ch_pr_target(500, 375, 256, &w, &h) == 1 && w == 341 && h == 256, "500x375 -> %ux%u",
+          w, h);
+    CHECK(ch_pr_target(375, 500, 256, &w, &h) == 1 && w == 256 && h == 341, "375x500 -> %ux%u",
+          w, h);
+    CHECK(ch_pr_target(256, 4000, 256, &w, &h) == 0 && w == 256 && h == 4000, "kept: %ux%u", w,
+          h);
+    CHECK(ch_pr_target(100000, 257, 256, &w, &h) == 1 && w == 99610 && h == 256,
+          "panorama -> %ux%u", w, h);
+    CHECK(ch_pr_target(640, 480, 0, &w, &h) == 0 && w == 640 && h == 480, "no max side");
+    return 0;
+}
+
 TEST(packfile_names_are_strict)
 {
     struct {

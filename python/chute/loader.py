@@ -768,6 +768,9 @@ def pack(
     progress: Optional[Callable[[Dict[str, Any]], Any]] = None,
     max_sample_bytes: Optional[int] = None,
     wait: bool = True,
+    max_side: Optional[int] = None,
+    quality: Optional[int] = None,
+    raw: bool = False,
 ) -> Dict[str, Any]:
     """Pack the ImageFolder tree at ``root`` into a shard directory ``out_dir``.
 
@@ -787,6 +790,10 @@ def pack(
         (default; Ctrl-C stops waiting) or raise chute.ChuteError at once.
         After waiting, a complete dataset of the same tree is reported with
         already_packed=True; another tree's dataset is not overwritten.
+    max_side: resize images whose shorter side is over this to it, once,
+        with Pillow's LANCZOS, and store them as JPEG (``quality``, default
+        90); smaller images are stored as they are.
+    raw: store decoded RGB8 pixels (CHRAW records), after max_side's resize.
 
     Returns a dict: files, bytes, skipped, shards, classes, seconds,
     skipped_files (a list of (path, reason)), skipped_over_limit (of
@@ -806,5 +813,8 @@ def pack(
         max_sample_bytes=0 if max_sample_bytes is None else _uint("max_sample_bytes",
                                                                   max_sample_bytes, 1, 2 ** 32 - 1),
         wait=bool(wait),
+        max_side=0 if max_side is None else _uint("max_side", max_side, 1, 65500),
+        quality=0 if quality is None else _uint("quality", quality, 1, 100),
+        raw=bool(raw),
     )
 

@@ -1856,15 +1856,16 @@ static PyObject *mod_pack(PyObject *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"root",     "out_dir",    "shard_size", "threads", "strict",
                              "validate", "align",      "max_pixels", "progress",
-                             "max_sample_bytes", "wait", NULL};
+                             "max_sample_bytes", "wait", "max_side", "quality", "raw", NULL};
     PyObject *root = NULL, *out = NULL, *progress = Py_None;
     unsigned long long shard_size = 0, max_pixels = 0, max_sample_bytes = 0;
-    unsigned int threads = 0, align = 0;
-    int strict = 0, validate = 1, wait = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|$KIppIKOKp:pack", kwlist,
+    unsigned int threads = 0, align = 0, max_side = 0, quality = 0;
+    int strict = 0, validate = 1, wait = 1, raw = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|$KIppIKOKpIIp:pack", kwlist,
                                      PyUnicode_FSConverter, &root, PyUnicode_FSConverter, &out,
                                      &shard_size, &threads, &strict, &validate, &align,
-                                     &max_pixels, &progress, &max_sample_bytes, &wait))
+                                     &max_pixels, &progress, &max_sample_bytes, &wait, &max_side,
+                                     &quality, &raw))
         return NULL; /* the converters clean up after themselves (Py_CLEANUP_SUPPORTED) */
     if (progress != Py_None && !PyCallable_Check(progress)) {
         Py_DECREF(root);
@@ -1896,6 +1897,9 @@ static PyObject *mod_pack(PyObject *m, PyObject *args, PyObject *kw)
     o.max_sample_bytes = max_sample_bytes;
     o.no_wait = !wait;
     o.on_wait = pack_wait_cb;
+    o.max_side = max_side;
+    o.quality = quality;
+    o.raw = raw;
     chute_pack_result res;
     memset(&res, 0, sizeof res);
     chute_error err;
@@ -2067,7 +2071,7 @@ static PyObject *mod_resolve_loader_options(PyObject *m, PyObject *args, PyObjec
 static PyMethodDef module_methods[] = {
     {"pack", (PyCFunction)(void (*)(void))mod_pack, METH_VARARGS | METH_KEYWORDS,
      "pack(root, out_dir, *, shard_size=0, threads=0, strict=False, validate=True, align=0,\n"
-     "     max_pixels=0, progress=None, max_sample_bytes=0, wait=True)\n--\n\n"
+     "     max_pixels=0, progress=None, max_sample_bytes=0, wait=True, max_side=0, quality=0, raw=False)\n--\n\n"
      "Low-level chute_pack; see chute.pack."},
     {"probe_image", (PyCFunction)(void (*)(void))mod_probe_image, METH_VARARGS | METH_KEYWORDS,
      "probe_image(data, max_pixels=0)\n--\n\n"

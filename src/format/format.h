@@ -271,6 +271,11 @@ typedef struct ch_manifest {
     uint32_t nshards;
     ch_manifest_shard *shards;
     uint64_t total;           /* sum of samples, overflow-checked */
+    /* Version 2 (docs/FORMAT.md): the optional "pack" line, how pack
+     * transformed the images; all 0 in a version-1 manifest. */
+    uint32_t version;
+    uint32_t max_side, quality;
+    int raw;
 } ch_manifest;
 int ch_manifest_parse(const char *path, const char *text, size_t len, ch_manifest *out,
                       chute_error *err);

@@ -46,6 +46,7 @@
 #define _GNU_SOURCE
 #include "../codec/codec.h"
 #include "format.h"
+#include "pack_resize.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -84,6 +85,9 @@ typedef struct pack_job {
     uint64_t max_pixels;
     uint64_t max_sample_bytes;
     int validate;
+    uint32_t max_side;        /* pack --max-side (0: none) */
+    int quality;              /* re-encoding quality */
+    int raw;                  /* pack --raw */
     /* thread pool handshake */
     pthread_mutex_t mu;
     pthread_cond_t cv_start, cv_done;
@@ -154,7 +158,49 @@ static int read_item(pack_job *j, pack_item *it, const char *path)
     return it->code;
 }
 
-static void check_one(pack_job *j, ch_decoder *dec, ch_buf *pix, uint64_t i)
+/* pack --max-side / --raw: decode the whole image, resize it if its
+ * shorter side is over max_side, and replace the item's bytes with the
+ * re-encoded JPEG or the CHRAW record.  An image that needs neither keeps
+ * its bytes (and was validated by the caller). */
+static int transform_one(pack_job *j, ch_decoder *dec, ch_buf *pix, ch_pr_scratch *prs,
+                         const ch_image_info *info, pack_item *it, chute_error *err)
+{
+    uint32_t ow, oh;
+    int resize = ch_pr_target(info->width, info->height, j->max_side, &ow, &oh);
+    if (!resize && !j->raw)
+        return CHUTE_OK;
+    ch_image img;
+    int rc = ch_decoder_finish(dec, 1, 0, 0, info->width, info->height, pix, &img, err);
+    if (rc)
+        return rc;
+    if (img.x != 0 || img.y != 0 || img.w < info->width || img.h < info->height)
+        return ch_err(err, CHUTE_EINVAL, "decoder delivered %ux%u+%u+%u for a whole %ux%u image",
+                      img.w, img.h, img.x, img.y, info->width, info->height);
+    const uint8_t *src = img.pixels;
+    size_t stride = img.stride;
+    if (resize) {
+        rc = ch_pr_resize(src, stride, info->width, info->height, ow, oh, prs, &src, err);
+        if (rc)
+            return rc;
+        stride = (size_t)ow * 3;
+    }
+    /* The new bytes go into the scratch buffer first: the decoded pixels may
+     * point into it->data (a zero-copy CHRAW input). */
+    size_t len = 0;
+    rc = j->raw ? ch_pr_raw_record(src, stride, ow, oh, j->max_sample_bytes, &prs->enc, &len, err)
+                : ch_pr_jpeg(src, stride, ow, oh, j->quality, j->max_sample_bytes, &prs->enc,
+                             &len, err);
+    if (rc)
+        return rc;
+    ch_buf t = it->data;
+    it->data = prs->enc;
+    prs->enc = t;
+    it->len = len;
+    it->kind = j->raw ? CH_IMG_RAW : CH_IMG_JPEG;
+    return CHUTE_OK;
+}
+
+static void check_one(pack_job *j, ch_decoder *dec, ch_buf *pix, ch_pr_scratch *prs, uint64_t i)
 {
     pack_item *it = &j->items[i - j->base];
     char path[4096];
@@ -178,7 +224,18 @@ static void check_one(pack_job *j, ch_decoder *dec, ch_buf *pix, uint64_t i)
     chute_error err = {0};
     ch_image_info info;
     int rc = ch_decoder_begin(dec, it->data.data, it->len, j->max_pixels, &info, &err);
-    if (rc == CHUTE_OK && j->validate) {
+    uint32_t tw, th;
+    if (rc == CHUTE_OK &&
+        (j->raw || ch_pr_target(info.width, info.height, j->max_side, &tw, &th))) {
+        /* The full decode the transform needs validates the file too. */
+        rc = transform_one(j, dec, pix, prs, &info, it, &err);
+        if (rc == CHUTE_ELIMIT) {
+            item_set(it, ITEM_OVER_LIMIT, rc, "%s", err.message);
+            return;
+        }
+        if (rc == CHUTE_EUNSUPPORTED) /* a file this build cannot decode cannot be resized */
+            rc = CHUTE_EFORMAT;
+    } else if (rc == CHUTE_OK && j->validate) {
         uint32_t denom = info.caps & CH_DEC_DCT_SCALE ? 8 : 1, sw, sh;
         ch_decoder_scaled_size(dec, denom, &sw, &sh);
         ch_image img;
@@ -187,8 +244,9 @@ static void check_one(pack_job *j, ch_decoder *dec, ch_buf *pix, uint64_t i)
         ch_decoder_abort(dec);
     }
     /* Without validation only the limit counts: a header this build cannot
-     * read or parse is packed unchecked, as asked. */
-    if (!j->validate && (rc == CHUTE_EUNSUPPORTED || rc == CHUTE_ECORRUPT || rc == CHUTE_EFORMAT))
+     * read or parse is packed unchecked, as asked -- unless it was to be
+     * resized or stored raw, which needs its pixels. */
+    if (!j->validate && !j->raw && !j->max_side && (rc == CHUTE_EUNSUPPORTED || rc == CHUTE_ECORRUPT || rc == CHUTE_EFORMAT))
         rc = CHUTE_OK;
     if (rc == CHUTE_ECORRUPT || rc == CHUTE_EFORMAT)
         item_set(it, ITEM_UNDECODABLE, rc, "%s", err.message);
@@ -203,6 +261,8 @@ static void *pack_thread(void *arg)
     pack_job *j = arg;
     ch_decoder *dec = NULL;
     ch_buf pix = {0};
+    ch_pr_scratch prs;
+    memset(&prs, 0, sizeof prs);
     int have_dec = ch_decoder_create(&dec) == CHUTE_OK;
     uint64_t seen = 0;
     pthread_mutex_lock(&j->mu);
@@ -218,7 +278,7 @@ static void *pack_thread(void *arg)
             if (k >= j->count)
                 break;
             if (have_dec)
-                check_one(j, dec, &pix, j->base + k);
+                check_one(j, dec, &pix, &prs, j->base + k);
             else
                 item_set(&j->items[k], ITEM_FAIL, CHUTE_ENOMEM,
                          "out of memory creating a decoder");
@@ -230,6 +290,7 @@ static void *pack_thread(void *arg)
     pthread_mutex_unlock(&j->mu);
     ch_decoder_destroy(dec);
     ch_buf_free(&pix);
+    ch_pr_scratch_free(&prs);
     return NULL;
 }
 
@@ -462,7 +523,12 @@ typedef struct shard_rec {
     uint64_t samples, bytes;
 } shard_rec;
 
-static int write_manifest(const char *dir, const shard_rec *recs, uint32_t n, chute_error *err)
+/* Version 1 for a dataset stored as its files were (what every reader
+ * reads); version 2 with a "pack" line once pack changed the images, so a
+ * version-1 reader refuses by version instead of describing pixels it
+ * never saw as the originals' (docs/FORMAT.md). */
+static int write_manifest(const char *dir, const shard_rec *recs, uint32_t n,
+                          const chute_pack_options *o, chute_error *err)
 {
     char tmp[4096], fin[4096];
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, CH_MANIFEST_NAME);
@@ -470,7 +536,7 @@ static int write_manifest(const char *dir, const shard_rec *recs, uint32_t n, ch
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot create", tmp);
-    size_t cap = 64 + (size_t)n * 80, len = 0;
+    size_t cap = 160 + (size_t)n * 80, len = 0;
     char *txt = malloc(cap);
     if (!txt) {
         close(fd);
@@ -478,7 +544,12 @@ static int write_manifest(const char *dir, const shard_rec *recs, uint32_t n, ch
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     }
     uint64_t total = 0;
-    len += (size_t)snprintf(txt + len, cap - len, "chute-dataset 1\n");
+    if (o && (o->max_side || o->raw))
+        len += (size_t)snprintf(txt + len, cap - len,
+                                "chute-dataset 2\npack max_side=%u quality=%u raw=%d\n",
+                                o->max_side, o->raw ? 0u : o->quality, o->raw ? 1 : 0);
+    else
+        len += (size_t)snprintf(txt + len, cap - len, "chute-dataset 1\n");
     for (uint32_t k = 0; k < n; k++) {
         len += (size_t)snprintf(txt + len, cap - len, "shard shard-%05u.chute %llu %llu\n", k,
                                 (unsigned long long)recs[k].samples,
@@ -552,11 +623,11 @@ static uint32_t manifest_shard_count(const char *dir)
 /* Would this pack leave file j out too?  1: yes (its content is
  * undecodable or over a limit), 0: no (it packs), <0: checking it failed
  * (an I/O error), or `strict` would fail on it: err says why. */
-static int would_skip(pack_job *j, ch_decoder *dec, ch_buf *pix, uint64_t i, int strict,
-                      chute_error *err)
+static int would_skip(pack_job *j, ch_decoder *dec, ch_buf *pix, ch_pr_scratch *prs, uint64_t i,
+                      int strict, chute_error *err)
 {
     j->base = i;
-    check_one(j, dec, pix, i);
+    check_one(j, dec, pix, prs, i);
     const pack_item *it = &j->items[0];
     if (it->status == ITEM_OK)
         return 0;
@@ -591,6 +662,11 @@ static int dataset_is_tree(const chute_dataset *ds, const char *root, const ch_t
     job.max_pixels = o->max_pixels;
     job.max_sample_bytes = o->max_sample_bytes;
     job.validate = !o->no_validate;
+    job.max_side = o->max_side;
+    job.quality = (int)o->quality;
+    job.raw = o->raw;
+    ch_pr_scratch prs;
+    memset(&prs, 0, sizeof prs);
     ch_decoder *dec = NULL;
     ch_buf pix = {0};
     if (ch_decoder_create(&dec) != CHUTE_OK)
@@ -621,7 +697,7 @@ static int dataset_is_tree(const chute_dataset *ds, const char *root, const ch_t
                 memcmp(where + wl - 1 - pl, list->paths[j], pl) == 0 &&
                 memcmp(where + wl - 3 - pl, " (", 2) == 0)
                 break;
-            int sk = would_skip(&job, dec, &pix, j, o->strict, err);
+            int sk = would_skip(&job, dec, &pix, &prs, j, o->strict, err);
             rc = sk < 0 ? sk : sk == 1 ? 1 : 0;
             *over_limit += sk == 1 && item.status == ITEM_OVER_LIMIT;
         }
@@ -629,12 +705,14 @@ static int dataset_is_tree(const chute_dataset *ds, const char *root, const ch_t
             break;
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", root, list->paths[j]);
-        if (stat(path, &st) != 0 || (uint64_t)st.st_size != chute_dataset_sample_size(ds, i))
+        if (stat(path, &st) != 0 ||
+            (!o->max_side && !o->raw && (uint64_t)st.st_size != chute_dataset_sample_size(ds, i)))
             rc = 0;
         j++;
     }
     ch_decoder_destroy(dec);
     ch_buf_free(&pix);
+    ch_pr_scratch_free(&prs);
     ch_buf_free(&item.data);
     return rc;
 }
@@ -654,7 +732,15 @@ static int check_existing(const char *root, const char *out_dir, const ch_tree_l
     if (chute_dataset_open(out_dir, CHUTE_SOURCE_SHARDS, &ds, &e2) != CHUTE_OK)
         return CHUTE_OK;
     uint64_t over_limit = 0;
-    int rc = dataset_is_tree(ds, root, list, o, &over_limit, err);
+    chute_pack_info pi;
+    int rc = chute_pack_info_read(out_dir, &pi, &e2);
+    if (rc == CHUTE_OK && (pi.max_side != o->max_side || pi.raw != o->raw ||
+                           (pi.quality && pi.quality != o->quality)))
+        rc = 0; /* the same tree packed another way is another dataset */
+    else if (rc == CHUTE_OK)
+        rc = dataset_is_tree(ds, root, list, o, &over_limit, err);
+    else
+        rc = 0;
     if (rc < 0) {
         /* packing would hit the same error */
     } else if (rc == 0) {
@@ -712,7 +798,9 @@ static int pack_shards(const char *root, const char *out_dir, const ch_tree_list
                        chute_error *err)
 {
     int rc = CHUTE_OK;
-    const uint64_t window = (uint64_t)o->threads * 32;
+    /* Items keep their buffers from window to window; raw records can be
+     * tens of MB each (w*h*3), so a raw pack keeps fewer of them. */
+    const uint64_t window = (uint64_t)o->threads * (o->raw ? 4 : 32);
     pack_job job;
     memset(&job, 0, sizeof job);
     job.list = list;
@@ -720,6 +808,9 @@ static int pack_shards(const char *root, const char *out_dir, const ch_tree_list
     job.max_pixels = o->max_pixels;
     job.max_sample_bytes = o->max_sample_bytes;
     job.validate = !o->no_validate;
+    job.max_side = o->max_side;
+    job.quality = (int)o->quality;
+    job.raw = o->raw;
     job.items = calloc(window, sizeof *job.items);
     pthread_mutex_init(&job.mu, NULL);
     pthread_cond_init(&job.cv_start, NULL);
@@ -836,7 +927,7 @@ static int pack_shards(const char *root, const char *out_dir, const ch_tree_list
                     root, (unsigned long long)skipped, (unsigned long long)(skipped - over_limit),
                     (unsigned long long)over_limit);
     if (rc == CHUTE_OK)
-        rc = write_manifest(out_dir, recs, nrecs, err);
+        rc = write_manifest(out_dir, recs, nrecs, o, err);
     if (rc == CHUTE_OK)
         rc = remove_stale(out_dir, nrecs, err);
     if (rc == CHUTE_OK)
@@ -882,6 +973,19 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
         o.max_pixels = CHUTE_DEFAULT_MAX_PIXELS;
     if (!o.max_sample_bytes)
         o.max_sample_bytes = CHUTE_DEFAULT_MAX_SAMPLE_BYTES;
+    if (o.quality && (!o.max_side || o.raw))
+        return ch_err(err, CHUTE_EINVAL,
+                      "--quality %u: the quality applies only to the JPEGs --max-side "
+                      "re-encodes (not to --raw records, nor without --max-side)",
+                      o.quality);
+    if (!o.quality)
+        o.quality = CHUTE_PACK_DEFAULT_QUALITY;
+    if (o.quality > 100)
+        return ch_err(err, CHUTE_EINVAL, "--quality %u is not in 1..100", o.quality);
+    if (o.max_side > 65500) /* JPEG's side limit */
+        return ch_err(err, CHUTE_EINVAL, "--max-side %u is over JPEG's side limit of 65500",
+                      o.max_side);
+    o.raw = o.raw != 0;
     if (o.align < 64 || (o.align & (o.align - 1)))
         return ch_err(err, CHUTE_EINVAL, "--align %u is not a power of two >= 64", o.align);
     if (o.max_sample_bytes > 0xFFFFFFFFull)
@@ -976,7 +1080,44 @@ int ch_pack_write_manifest(const char *dir, const uint64_t *samples, const uint6
         recs[k].samples = samples[k];
         recs[k].bytes = bytes[k];
     }
-    int rc = write_manifest(dir, recs, n, err);
+    int rc = write_manifest(dir, recs, n, NULL, err); /* files as they were: version 1 */
     free(recs);
+    return rc;
+}
+
+int chute_pack_info_read(const char *dir, chute_pack_info *out, chute_error *err)
+{
+    if (!dir || !out)
+        return ch_err(err, CHUTE_EINVAL, "chute_pack_info_read: dir and out are required");
+    memset(out, 0, sizeof *out);
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, CH_MANIFEST_NAME) >= sizeof path)
+        return ch_err(err, CHUTE_EINVAL, "%s: path too long", dir);
+    ch_buf b = {0};
+    size_t len = 0;
+    int rc = ch_source_local.read_file(path, NULL, 0, &len, err);
+    if (rc == CH_ESMALL) {
+        if (len > CH_MANIFEST_MAX_BYTES)
+            rc = ch_err(err, CHUTE_ELIMIT, "%s: %zu bytes is larger than a manifest may be",
+                        path, len);
+        else if (ch_buf_reserve(&b, len ? len : 1) != CHUTE_OK)
+            rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+        else
+            rc = ch_source_local.read_file(path, b.data, b.cap, &len, err);
+        if (rc == CH_ESMALL)
+            rc = ch_err(err, CHUTE_EIO, "%s: file changed size while being read", path);
+    }
+    if (rc == CHUTE_OK) {
+        ch_manifest m;
+        rc = ch_manifest_parse(path, (const char *)b.data, len, &m, err);
+        if (rc == CHUTE_OK) {
+            out->manifest_version = m.version;
+            out->max_side = m.max_side;
+            out->quality = m.quality;
+            out->raw = m.raw;
+            ch_manifest_free(&m);
+        }
+    }
+    ch_buf_free(&b);
     return rc;
 }

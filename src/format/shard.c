@@ -589,16 +589,81 @@ static int manifest_no_duplicates(const char *path, const ch_manifest *m, chute_
     return rc;
 }
 
+/* The first line is not "chute-dataset 1" or "2": a newer writer's
+ * manifest is refused by its version, anything else as not a manifest. */
+static int manifest_bad_head(const char *path, const char *text, size_t len, chute_error *err)
+{
+    static const char pre[] = "chute-dataset ";
+    size_t n = sizeof pre - 1, d = n;
+    if (len > n && memcmp(text, pre, n) == 0) {
+        while (d < len && d < n + 9 && text[d] >= '0' && text[d] <= '9')
+            d++;
+        if (d > n && d < len && text[d] == '\n')
+            return ch_err(err, CHUTE_EFORMAT,
+                          "%s:1: manifest version %.*s is newer than this reader (it reads "
+                          "versions 1 and 2): upgrade chute to read this dataset",
+                          path, (int)(d - n), text + n);
+    }
+    return ch_err(err, CHUTE_EFORMAT, "%s:1: not a chute manifest (version 1 or 2)", path);
+}
+
+/* "pack KEY=VALUE ..." (version 2): max_side, quality, raw as decimal
+ * numbers; keys this reader does not know are skipped (the line only
+ * describes what pack did, it never changes how records are read). */
+static int manifest_pack_line(const char *path, uint32_t lineno, const char *line, size_t n,
+                              ch_manifest *out, chute_error *err)
+{
+    char q[64];
+    size_t at = 4;
+    while (at < n) {
+        size_t start = ++at, end = start;
+        while (end < n && line[end] != ' ')
+            end++;
+        const char *eq = memchr(line + start, '=', end - start);
+        if (end == start || !eq || eq == line + start)
+            return ch_err(err, CHUTE_ECORRUPT, "%s:%u: pack line: '%s' is not KEY=VALUE", path,
+                          lineno, quote_field(line + start, end - start, q, sizeof q));
+        size_t kl = (size_t)(eq - (line + start));
+        const char *v = eq + 1;
+        size_t vl = (size_t)(line + end - v);
+        uint64_t val = 0;
+        uint32_t *dst = NULL;
+        int is_raw = kl == 3 && memcmp(line + start, "raw", 3) == 0;
+        if (kl == 8 && memcmp(line + start, "max_side", 8) == 0)
+            dst = &out->max_side;
+        else if (kl == 7 && memcmp(line + start, "quality", 7) == 0)
+            dst = &out->quality;
+        if (is_raw || dst) {
+            const char *why = parse_u64(v, vl, &val);
+            if (!why && val > (dst ? UINT32_MAX : 1))
+                why = "out of range";
+            if (why)
+                return ch_err(err, CHUTE_ECORRUPT, "%s:%u: pack line: value '%s' is %s", path,
+                              lineno, quote_field(v, vl, q, sizeof q), why);
+            if (dst)
+                *dst = (uint32_t)val;
+            else
+                out->raw = (int)val;
+        }
+        at = end;
+    }
+    return CHUTE_OK;
+}
+
 int ch_manifest_parse(const char *path, const char *text, size_t len, ch_manifest *out,
                       chute_error *err)
 {
     memset(out, 0, sizeof *out);
     static const char k_head[] = "chute-dataset 1\n";
-    if (len < sizeof k_head - 1 || memcmp(text, k_head, sizeof k_head - 1) != 0)
-        return ch_err(err, CHUTE_EFORMAT, "%s:1: not a chute manifest (version 1)", path);
+    if (len < sizeof k_head - 1 || memcmp(text, k_head, sizeof k_head - 3) != 0 ||
+        text[sizeof k_head - 2] != '\n')
+        return manifest_bad_head(path, text, len, err);
+    out->version = (uint32_t)(text[sizeof k_head - 3] - '0');
+    if (out->version != 1 && out->version != 2)
+        return manifest_bad_head(path, text, len, err);
     size_t at = sizeof k_head - 1;
     uint32_t lineno = 1, cap = 0;
-    int rc = CHUTE_OK, ended = 0;
+    int rc = CHUTE_OK, ended = 0, packed = 0;
     char q[64];
     while (rc == CHUTE_OK && at < len) {
         lineno++;
@@ -615,6 +680,15 @@ int ch_manifest_parse(const char *path, const char *text, size_t len, ch_manifes
         int nf = split_fields(line, n, f, 4);
         if (ended) {
             rc = ch_err(err, CHUTE_ECORRUPT, "%s:%u: text after the end line", path, lineno);
+        } else if (out->version >= 2 && n >= 4 && memcmp(line, "pack", 4) == 0 &&
+                   (n == 4 || line[4] == ' ')) {
+            if (packed || out->nshards)
+                rc = ch_err(err, CHUTE_ECORRUPT,
+                            "%s:%u: the pack line must come once, before the shard lines", path,
+                            lineno);
+            else
+                rc = manifest_pack_line(path, lineno, line, n, out, err);
+            packed = 1;
         } else if (nf < 1) {
             rc = ch_err(err, CHUTE_ECORRUPT,
                         "%s:%u: unrecognised line (fields are separated by one space)", path,

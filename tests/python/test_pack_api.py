@@ -65,3 +65,35 @@ def test_pack_no_wait_fails_while_another_pack_holds_out_dir(tree, tmp_path):
         os.close(fd)
     res = chute.pack(tree, str(out), threads=2)
     assert res["files"] == TREE_IMAGES and not os.path.exists(str(out / "chute.lock"))
+
+
+def test_pack_max_side_and_raw_kwargs(tree, tmp_path):
+    """max_side/quality/raw reach chute_pack: Pillow reads the records at the
+    requested size (torchvision's Resize arithmetic), the manifest records
+    the options, and out-of-range values raise before anything is packed."""
+    import io
+    import struct
+    from PIL import Image
+    import torchvision.transforms as TV
+    ref = torchvision.datasets.ImageFolder(tree)
+    res = chute.pack(tree, str(tmp_path / "m"), threads=2, max_side=96, quality=80)
+    assert res["files"] == TREE_IMAGES
+    with open(tmp_path / "m" / "chute.manifest") as f:
+        assert f.read().splitlines()[:2] == ["chute-dataset 2", "pack max_side=96 quality=80 raw=0"]
+    res = chute.pack(tree, str(tmp_path / "r"), threads=2, max_side=96, raw=True)
+    with open(tmp_path / "r" / "chute.manifest") as f:
+        assert f.read().splitlines()[1] == "pack max_side=96 quality=0 raw=1"
+    dm, dr = chute.Dataset(str(tmp_path / "m")), chute.Dataset(str(tmp_path / "r"))
+    for i in range(0, TREE_IMAGES, 7):
+        orig = Image.open(ref.samples[i][0]).convert("RGB")
+        want = TV.Resize(96)(orig).size if min(orig.size) > 96 else orig.size
+        rec = dr.read(i)
+        assert rec[:5] == b"CHRAW" and struct.unpack_from("<II", rec, 8) == want
+        blob = dm.read(i)
+        assert Image.open(io.BytesIO(blob)).size == want
+        if min(orig.size) <= 96:
+            with open(ref.samples[i][0], "rb") as f:
+                assert blob == f.read()
+    for bad in ({"quality": 0}, {"quality": 101}, {"max_side": 0}, {"max_side": 70000}):
+        with pytest.raises(ValueError):
+            chute.pack(tree, str(tmp_path / "bad"), **{"max_side": 64, **bad})
