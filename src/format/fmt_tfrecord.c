@@ -94,17 +94,17 @@ static int tfr_name(const char *name)
 
 /* 1 if the file at path starts with a TFRecord header whose length CRC
  * holds (an empty file is not evidence of anything: 0). */
-static int header_ok(const char *path)
+static int header_ok(const ch_source_ops *src, const char *path)
 {
     void *h = NULL;
     uint64_t size = 0;
     chute_error e = {0};
-    if (ch_source_local.open(path, &h, &size, &e) != CHUTE_OK)
+    if (src->open(path, &h, &size, &e) != CHUTE_OK)
         return 0;
     uint8_t hdr[FMT_TFR_HEADER];
     int ok = size >= FMT_TFR_OVERHEAD &&
-             ch_source_local.read_at(h, path, 0, hdr, sizeof hdr, &e) == CHUTE_OK;
-    ch_source_local.close(h);
+             src->read_at(h, path, 0, hdr, sizeof hdr, &e) == CHUTE_OK;
+    src->close(h);
     if (!ok)
         return 0;
     uint64_t len = 0;
@@ -112,20 +112,21 @@ static int header_ok(const char *path)
     return fmt_tfr_check_header(hdr, len, path, 0, &e) == CHUTE_OK;
 }
 
-static int tfr_probe(const char *path, int is_dir, char *why, size_t n)
+static int tfr_probe(const ch_source_ops *src, const char *path, int is_dir, char *why,
+                     size_t n)
 {
     char **v = NULL;
     size_t nv = 0;
     chute_error e = {0};
     if (!is_dir)
-        return header_ok(path) ? CH_PROBE_LIKELY
+        return header_ok(src, path) ? CH_PROBE_LIKELY
                                : (snprintf(why, n, "no TFRecord header"), CH_PROBE_NO);
-    if (ch_path_list(path, tfr_name, &v, &nv, &e) != CHUTE_OK || nv == 0) {
+    if (ch_path_list(src, path, tfr_name, &v, &nv, &e) != CHUTE_OK || nv == 0) {
         ch_path_list_free(v, nv);
         snprintf(why, n, "no *.tfrecord, *.tfrecords or NAME-N-of-M files");
         return CH_PROBE_NO;
     }
-    int ok = header_ok(v[0]);
+    int ok = header_ok(src, v[0]);
     if (!ok)
         snprintf(why, n, "%s: no TFRecord header", v[0]);
     ch_path_list_free(v, nv);
@@ -219,7 +220,7 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
     t->keys[1] = strdup(opt->label_key ? opt->label_key : TFR_DEFAULT_LABEL);
     if (!t->keys[0] || !t->keys[1])
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
-    int rc = ch_ds_files_list(path, tfr_name,
+    int rc = ch_ds_files_list(ds->src, path, tfr_name,
                               "TFRecord files (*.tfrecord, *.tfrecords, NAME-N-of-M)", &t->files,
                               &t->nfiles, err);
     if (rc != CHUTE_OK)

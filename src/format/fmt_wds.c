@@ -59,17 +59,17 @@ static int wds_name(const char *name)
     return n > 4 && strcasecmp(name + n - 4, ".tar") == 0;
 }
 
-static int tar_header_ok(const char *path)
+static int tar_header_ok(const ch_source_ops *src, const char *path)
 {
     void *h = NULL;
     uint64_t size = 0;
     chute_error e = {0};
-    if (ch_source_local.open(path, &h, &size, &e) != CHUTE_OK)
+    if (src->open(path, &h, &size, &e) != CHUTE_OK)
         return 0;
     uint8_t blk[512];
     int ok = size >= sizeof blk &&
-             ch_source_local.read_at(h, path, 0, blk, sizeof blk, &e) == CHUTE_OK;
-    ch_source_local.close(h);
+             src->read_at(h, path, 0, blk, sizeof blk, &e) == CHUTE_OK;
+    src->close(h);
     if (!ok)
         return 0;
     fmt_reader r;
@@ -82,20 +82,21 @@ static int tar_header_ok(const char *path)
     return rc != CHUTE_EFORMAT && !(rc == CHUTE_OK && ix.count == 0 && blk[0] == 0);
 }
 
-static int wds_probe(const char *path, int is_dir, char *why, size_t n)
+static int wds_probe(const ch_source_ops *src, const char *path, int is_dir, char *why,
+                     size_t n)
 {
     if (!is_dir)
-        return tar_header_ok(path) ? CH_PROBE_LIKELY
+        return tar_header_ok(src, path) ? CH_PROBE_LIKELY
                                    : (snprintf(why, n, "not a tar file"), CH_PROBE_NO);
     char **v = NULL;
     size_t nv = 0;
     chute_error e = {0};
-    if (ch_path_list(path, wds_name, &v, &nv, &e) != CHUTE_OK || nv == 0) {
+    if (ch_path_list(src, path, wds_name, &v, &nv, &e) != CHUTE_OK || nv == 0) {
         ch_path_list_free(v, nv);
         snprintf(why, n, "no *.tar files");
         return CH_PROBE_NO;
     }
-    int ok = tar_header_ok(v[0]);
+    int ok = tar_header_ok(src, v[0]);
     if (!ok)
         snprintf(why, n, "%s: not a tar file", v[0]);
     ch_path_list_free(v, nv);
@@ -254,7 +255,7 @@ static int wds_open(chute_dataset *ds, const char *path, const chute_dataset_opt
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     ds->impl = t;
     t->src = ds->src;
-    int rc = ch_ds_files_list(path, wds_name, "WebDataset shards (*.tar)", &t->files, &t->nfiles, err);
+    int rc = ch_ds_files_list(ds->src, path, wds_name, "WebDataset shards (*.tar)", &t->files, &t->nfiles, err);
     if (rc != CHUTE_OK)
         return rc;
     uint64_t cap = 0;

@@ -1049,8 +1049,8 @@ static void shards_close(void *impl)
 
 
 typedef struct file_id {
-    dev_t dev;
-    ino_t ino;
+    uint64_t dev;
+    uint64_t ino;
     uint32_t k;
 } file_id;
 
@@ -1076,20 +1076,21 @@ static int check_shard_files(const char *mpath, const ch_manifest *m, shards_imp
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     int rc = CHUTE_OK;
     for (uint32_t k = 0; k < s->nshards && rc == CHUTE_OK; k++) {
-        struct stat st;
+        ch_stat st;
+        chute_error e2;
         const char *p = s->shards[k].path;
-        if (lstat(p, &st) != 0)
-            rc = ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno,
-                              "%s: cannot open (listed on %s:%u)", p, mpath, m->shards[k].line);
-        else if (S_ISLNK(st.st_mode))
+        int src = s->src->stat(p, &st, &e2);
+        if (src != CHUTE_OK)
+            rc = ch_err(err, src, "%s (listed on %s:%u)", e2.message, mpath, m->shards[k].line);
+        else if (st.is_link)
             rc = ch_err(err, CHUTE_EFORMAT,
                         "%s: is a symbolic link; a manifest may only list regular files in its "
                         "own directory (%s:%u)",
                         p, mpath, m->shards[k].line);
-        else if (!S_ISREG(st.st_mode))
+        else if (st.type != CH_ENT_FILE)
             rc = ch_err(err, CHUTE_EFORMAT, "%s: not a regular file (%s:%u)", p, mpath,
                         m->shards[k].line);
-        ids[k] = (file_id){st.st_dev, st.st_ino, k};
+        ids[k] = (file_id){rc == CHUTE_OK ? st.dev : 0, rc == CHUTE_OK ? st.ino : 0, k};
     }
     if (rc == CHUTE_OK && s->nshards > 1) {
         qsort(ids, s->nshards, sizeof *ids, cmp_file_id);
@@ -1256,15 +1257,18 @@ static int shards_open(chute_dataset *ds, const char *dir, const chute_dataset_o
 }
 
 /* A directory with a manifest is a shard directory: only pack writes one. */
-static int shards_probe(const char *path, int is_dir, char *why, size_t n)
+static int shards_probe(const ch_source_ops *src, const char *path, int is_dir, char *why,
+                        size_t n)
 {
     char m[4096];
+    ch_stat st;
+    chute_error e;
     if (!is_dir) {
         snprintf(why, n, "not a directory");
         return CH_PROBE_NO;
     }
     if ((size_t)snprintf(m, sizeof m, "%s/%s", path, CH_MANIFEST_NAME) >= sizeof m ||
-        access(m, F_OK) != 0) {
+        src->stat(m, &st, &e) != CHUTE_OK || (st.is_link && st.type == CH_ENT_OTHER)) {
         snprintf(why, n, "no %s", CH_MANIFEST_NAME);
         return CH_PROBE_NO;
     }

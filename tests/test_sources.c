@@ -1,0 +1,339 @@
+/*
+ * test_sources.c — every format reads through the dataset's source.
+ *
+ * Why this test exists: a remote source (S3, HTTP) must serve every format
+ * without touching one, so no format may stat, list, open or read a file
+ * behind the source's back.  The proof here needs no syscall tracing: a
+ * test-only source serves paths of the form "wrap://<local path>" by
+ * stripping the prefix and forwarding to the local source, counting every
+ * call.  A format that went to the file system directly would hand it
+ * "wrap:///..." which names nothing there, and the open (or read) would
+ * fail; a source operation given a path without the prefix is counted as
+ * a bypass.  Each dataset opened through the wrapper must also read back
+ * byte-identical samples, labels and skipped-entry reasons to the same
+ * dataset opened locally.
+ *
+ * The wrapper is passed with ch_dataset_open_src (format.h): nothing is
+ * registered globally.
+ */
+#include "unit.h"
+
+#include "format/format.h"
+
+#include <fcntl.h>
+#include <stdatomic.h>
+
+#define WRAP "wrap://"
+
+static _Atomic unsigned long long n_stat, n_list, n_open, n_read_at, n_read_file, n_bad,
+    bytes_read;
+
+static const char *unwrap(const char *path)
+{
+    if (!path || strncmp(path, WRAP, strlen(WRAP)) != 0) {
+        atomic_fetch_add(&n_bad, 1);
+        fprintf(stderr, "source bypassed: a path without %s: '%s'\n", WRAP, path ? path : "");
+        return NULL;
+    }
+    return path + strlen(WRAP);
+}
+
+static int w_open(const char *path, void **out, uint64_t *out_size, chute_error *err)
+{
+    atomic_fetch_add(&n_open, 1);
+    const char *p = unwrap(path);
+    if (!p)
+        return ch_err(err, CHUTE_EIO, "%s: not a wrap:// path", path);
+    return ch_source_local.open(p, out, out_size, err);
+}
+
+static int w_read_at(void *h, const char *path, uint64_t off, void *buf, size_t len,
+                     chute_error *err)
+{
+    atomic_fetch_add(&n_read_at, 1);
+    atomic_fetch_add(&bytes_read, len);
+    if (!unwrap(path))
+        return ch_err(err, CHUTE_EIO, "%s: not a wrap:// path", path);
+    return ch_source_local.read_at(h, path, off, buf, len, err);
+}
+
+static void w_close(void *h) { ch_source_local.close(h); }
+
+static int w_read_file(const char *path, void *buf, size_t cap, size_t *out_len,
+                       chute_error *err)
+{
+    atomic_fetch_add(&n_read_file, 1);
+    const char *p = unwrap(path);
+    if (!p)
+        return ch_err(err, CHUTE_EIO, "%s: not a wrap:// path", path);
+    int rc = ch_source_local.read_file(p, buf, cap, out_len, err);
+    if (rc == CHUTE_OK)
+        atomic_fetch_add(&bytes_read, *out_len);
+    return rc;
+}
+
+static int w_stat(const char *path, ch_stat *out, chute_error *err)
+{
+    atomic_fetch_add(&n_stat, 1);
+    const char *p = unwrap(path);
+    if (!p)
+        return ch_err(err, CHUTE_EIO, "%s: not a wrap:// path", path);
+    return ch_source_local.stat(p, out, err);
+}
+
+static int w_list(const char *dir, ch_list_fn fn, void *user, chute_error *err)
+{
+    atomic_fetch_add(&n_list, 1);
+    const char *p = unwrap(dir);
+    if (!p)
+        return ch_err(err, CHUTE_EIO, "%s: not a wrap:// path", dir);
+    return ch_source_local.list(p, fn, user, err);
+}
+
+static const char *const k_wrap_schemes[] = {WRAP, NULL};
+static const ch_source_ops k_wrap = {
+    .version = CH_SOURCE_OPS_VERSION,
+    .caps = CH_SOURCE_CAP_PREAD,
+    .name = "wrap (test)",
+    .open = w_open,
+    .read_at = w_read_at,
+    .close = w_close,
+    .read_file = w_read_file,
+    .schemes = k_wrap_schemes,
+    .stat = w_stat,
+    .list = w_list,
+};
+
+static void counters_reset(void)
+{
+    n_stat = n_list = n_open = n_read_at = n_read_file = n_bad = bytes_read = 0;
+}
+
+static int copy_file(const char *from, const char *to)
+{
+    size_t n = 0;
+    uint8_t *b = unit_read_file(from, &n);
+    if (!b)
+        return -1;
+    int rc = unit_write_file(to, b, n);
+    free(b);
+    return rc;
+}
+
+static char g_fixtures[4096];
+
+static int fixtures_dir(void)
+{
+    /* tests/fixtures beside this file (CMake compiles it by absolute path). */
+    snprintf(g_fixtures, sizeof g_fixtures, "%s", __FILE__);
+    char *slash = strrchr(g_fixtures, '/');
+    if (!slash)
+        return -1;
+    snprintf(slash, sizeof g_fixtures - (size_t)(slash - g_fixtures), "/fixtures");
+    struct stat st;
+    return stat(g_fixtures, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
+}
+
+/* Open `path` locally and as wrap://path with the same options; the two
+ * must agree on format, size, labels, class names, skipped entries and
+ * every sample's bytes (or failure status), and the wrapped one must have
+ * used the source only. */
+static int same_through_wrapper(const char *path, const chute_dataset_options *opt,
+                                const char *want_format)
+{
+    chute_error err = {0};
+    chute_dataset *a = NULL, *b = NULL;
+    int rc = chute_dataset_open_ex(path, opt, &a, &err);
+    CHECK(rc == CHUTE_OK, "local open %s: %s", path, err.message);
+    char wpath[4200];
+    snprintf(wpath, sizeof wpath, "%s%s", WRAP, path);
+    counters_reset();
+    rc = ch_dataset_open_src(&k_wrap, wpath, opt, &b, &err);
+    CHECK(rc == CHUTE_OK, "open through the wrapper %s: %s", wpath, err.message);
+    CHECK(n_bad == 0, "%llu source calls without the wrap:// prefix", n_bad);
+    CHECK(n_stat > 0 && (n_list > 0 || n_open > 0), "source not used? stat %llu list %llu open %llu",
+          n_stat, n_list, n_open);
+    CHECK(strcmp(chute_dataset_format_name(b), want_format) == 0, "format %s, want %s",
+          chute_dataset_format_name(b), want_format);
+    CHECK(strcmp(chute_dataset_format_name(a), chute_dataset_format_name(b)) == 0, "formats differ");
+    uint64_t n = chute_dataset_size(a);
+    CHECK(n > 0 && n == chute_dataset_size(b), "sizes %llu vs %llu", (unsigned long long)n,
+          (unsigned long long)chute_dataset_size(b));
+    CHECK(chute_dataset_num_classes(a) == chute_dataset_num_classes(b), "class counts differ");
+    for (uint32_t c = 0; c < chute_dataset_num_classes(a); c++)
+        CHECK(strcmp(chute_dataset_class_name(a, c), chute_dataset_class_name(b, c)) == 0,
+              "class %u differs", c);
+    char sa[512], sb[512];
+    uint64_t ka = chute_dataset_skipped(a, 0, sa, sizeof sa);
+    uint64_t kb = chute_dataset_skipped(b, 0, sb, sizeof sb);
+    CHECK(ka == kb, "skipped %llu vs %llu", (unsigned long long)ka, (unsigned long long)kb);
+    for (uint64_t k = 0; k < ka && k < 16; k++) {
+        chute_dataset_skipped(a, k, sa, sizeof sa);
+        chute_dataset_skipped(b, k, sb, sizeof sb);
+        /* the wrapped message names wrap://ROOT/...: compare past the root */
+        CHECK(strlen(sb) == strlen(sa) + strlen(WRAP) && strcmp(sb + strlen(WRAP), sa) == 0,
+              "skipped %llu: '%s' vs '%s'", (unsigned long long)k, sa, sb);
+    }
+    size_t cap = 64 << 20;
+    uint8_t *ba = malloc(cap), *bb = malloc(cap);
+    CHECK(ba && bb, "oom");
+    uint64_t good = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        CHECK(chute_dataset_label(a, i) == chute_dataset_label(b, i), "label %llu differs",
+              (unsigned long long)i);
+        CHECK(chute_dataset_sample_size(a, i) == chute_dataset_sample_size(b, i),
+              "sample_size %llu differs", (unsigned long long)i);
+        size_t la = 0, lb = 0;
+        chute_error ea = {0}, eb = {0};
+        int ra = chute_dataset_read(a, i, ba, cap, &la, &ea);
+        int rb = chute_dataset_read(b, i, bb, cap, &lb, &eb);
+        CHECK(ra == rb, "sample %llu: local %s (%s), wrapped %s (%s)", (unsigned long long)i,
+              chute_status_name(ra), ea.message, chute_status_name(rb), eb.message);
+        if (ra == CHUTE_OK) {
+            CHECK(la == lb && memcmp(ba, bb, la) == 0, "sample %llu bytes differ",
+                  (unsigned long long)i);
+            good++;
+        }
+    }
+    CHECK(good > 0, "no sample read");
+    CHECK(n_bad == 0, "%llu source calls without the wrap:// prefix while reading", n_bad);
+    free(ba);
+    free(bb);
+    chute_dataset_close(a);
+    chute_dataset_close(b);
+    return 0;
+}
+
+TEST(tree_through_source)
+{
+    if (!g_data)
+        SKIP("no --data");
+    char root[4096];
+    snprintf(root, sizeof root, "%s/tree", g_data);
+    struct stat st;
+    if (stat(root, &st) != 0)
+        SKIP("no %s (data_setup did not run)", root);
+    /* Resolve to an absolute path: wrap:// takes one. */
+    char abs[4096];
+    CHECK(realpath(root, abs) != NULL, "realpath %s", root);
+    return same_through_wrapper(abs, NULL, "tree");
+}
+
+/* A small tree with entries the listing leaves out (a FIFO and a dangling
+ * link named like images): the reasons come from the source's list. */
+TEST(tree_skipped_through_source)
+{
+    char dir[4096], p[4300];
+    unit_scratch("skipped", dir, sizeof dir);
+    if (fixtures_dir() != 0)
+        SKIP("no fixtures");
+    /* Any bytes do: this test reads files, it does not decode them. */
+    snprintf(p, sizeof p, "%s/b", dir);
+    unit_mkdirs(p);
+    snprintf(p, sizeof p, "%s/a/sub", dir);
+    unit_mkdirs(p);
+    snprintf(p, sizeof p, "%s/a/x.jpg", dir);
+    CHECK(unit_write_file(p, "jpeg?", 5) == 0, "write");
+    snprintf(p, sizeof p, "%s/a/sub/y.png", dir);
+    CHECK(unit_write_file(p, "png?", 4) == 0, "write");
+    snprintf(p, sizeof p, "%s/b/z.JPG", dir);
+    CHECK(unit_write_file(p, "jpg!", 4) == 0, "write");
+    snprintf(p, sizeof p, "%s/a/fifo.jpg", dir);
+    CHECK(mkfifo(p, 0644) == 0, "mkfifo");
+    snprintf(p, sizeof p, "%s/b/dangling.jpg", dir);
+    CHECK(symlink("nowhere.jpg", p) == 0, "symlink");
+    CHECK_OK(same_through_wrapper(dir, NULL, "tree"));
+    /* And the reasons are the local source's words. */
+    chute_error err = {0};
+    chute_dataset *ds = NULL;
+    char w[4200], m[512];
+    snprintf(w, sizeof w, "%s%s", WRAP, dir);
+    CHECK(ch_dataset_open_src(&k_wrap, w, NULL, &ds, &err) == CHUTE_OK, "%s", err.message);
+    CHECK(chute_dataset_size(ds) == 3, "size %llu", (unsigned long long)chute_dataset_size(ds));
+    CHECK(chute_dataset_skipped(ds, 0, m, sizeof m) == 2, "skipped count");
+    CHECK(strstr(m, "a/fifo.jpg: a FIFO, left out"), "first skipped: %s", m);
+    chute_dataset_skipped(ds, 1, m, sizeof m);
+    CHECK(strstr(m, "b/dangling.jpg: a dangling symbolic link, left out"), "second: %s", m);
+    chute_dataset_close(ds);
+    return 0;
+}
+
+TEST(shards_through_source)
+{
+    if (!g_data)
+        SKIP("no --data");
+    char root[4096], abs[4096];
+    snprintf(root, sizeof root, "%s/shards", g_data);
+    struct stat st;
+    if (stat(root, &st) != 0)
+        SKIP("no %s (data_setup did not run)", root);
+    CHECK(realpath(root, abs) != NULL, "realpath %s", root);
+    return same_through_wrapper(abs, NULL, "shards");
+}
+
+/* A shard listed by the manifest that is a symbolic link is refused
+ * through the source too (the source's stat says is_link). */
+TEST(shards_symlink_refused_through_source)
+{
+    if (!g_data)
+        SKIP("no --data");
+    char root[4096], abs[4096], dir[4096];
+    snprintf(root, sizeof root, "%s/shards", g_data);
+    struct stat st;
+    if (stat(root, &st) != 0)
+        SKIP("no %s (data_setup did not run)", root);
+    CHECK(realpath(root, abs) != NULL, "realpath %s", root);
+    unit_scratch("shardlink", dir, sizeof dir);
+    char from[4300], to[4300], cmd[9000];
+    snprintf(cmd, sizeof cmd, "cp '%s'/* '%s'/", abs, dir);
+    CHECK(system(cmd) == 0, "copy shards");
+    snprintf(from, sizeof from, "%s/shard-00000.chute", dir);
+    snprintf(to, sizeof to, "%s/elsewhere.bin", dir);
+    CHECK(rename(from, to) == 0, "rename");
+    CHECK(symlink("elsewhere.bin", from) == 0, "symlink");
+    chute_error err = {0};
+    chute_dataset *ds = NULL;
+    char w[4200];
+    snprintf(w, sizeof w, "%s%s", WRAP, dir);
+    int rc = ch_dataset_open_src(&k_wrap, w, NULL, &ds, &err);
+    CHECK(rc == CHUTE_EFORMAT && strstr(err.message, "is a symbolic link"), "%s: %s",
+          chute_status_name(rc), err.message);
+    return 0;
+}
+
+TEST(tfrecord_through_source)
+{
+    if (fixtures_dir() != 0)
+        SKIP("no fixtures");
+    char dir[4096], from[4300], to[4300];
+    unit_scratch("tfr", dir, sizeof dir);
+    const char *names[] = {"plain.tfrecord", "plain.idx", "unpacked.tfrecord"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(from, sizeof from, "%s/%s", g_fixtures, names[k]);
+        snprintf(to, sizeof to, "%s/%s", dir, names[k]);
+        CHECK(copy_file(from, to) == 0, "copy %s", from);
+    }
+    /* The fixtures' keys and labels (make_fixtures.py: -30..; offset 30). */
+    chute_dataset_options o = {0};
+    o.image_key = "image";
+    o.label_key = "label";
+    o.label_offset = 30;
+    return same_through_wrapper(dir, &o, "tfrecord");
+}
+
+TEST(wds_through_source)
+{
+    if (fixtures_dir() != 0)
+        SKIP("no fixtures");
+    char dir[4096], from[4300], to[4300];
+    unit_scratch("wds", dir, sizeof dir);
+    const char *names[] = {"wds-000000.tar", "wds-000001.tar", "wds_pax.tar"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(from, sizeof from, "%s/%s", g_fixtures, names[k]);
+        snprintf(to, sizeof to, "%s/%s", dir, names[k]);
+        CHECK(copy_file(from, to) == 0, "copy %s", from);
+    }
+    return same_through_wrapper(dir, NULL, "wds");
+}
+
+UNIT_MAIN
