@@ -19,6 +19,7 @@
 #include "unit.h"
 
 #include "format/format.h"
+#include "format/tfr_saved.h"
 
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -66,10 +67,7 @@ static int w_read_file(const char *path, void *buf, size_t cap, size_t *out_len,
     const char *p = unwrap(path);
     if (!p)
         return ch_err(err, CHUTE_EIO, "%s: not a wrap:// path", path);
-    int rc = ch_source_local.read_file(p, buf, cap, out_len, err);
-    if (rc == CHUTE_OK)
-        atomic_fetch_add(&bytes_read, *out_len);
-    return rc;
+    return ch_source_local.read_file(p, buf, cap, out_len, err); /* not in bytes_read */
 }
 
 static int w_stat(const char *path, ch_stat *out, chute_error *err)
@@ -334,6 +332,165 @@ TEST(wds_through_source)
         CHECK(copy_file(from, to) == 0, "copy %s", from);
     }
     return same_through_wrapper(dir, NULL, "wds");
+}
+
+/* ---- the saved TFRecord index (src/format/tfr_saved.h) ---- */
+
+typedef struct opened {
+    uint64_t n;
+    int32_t labels[256];
+    unsigned long long read_at_bytes, read_files;
+} opened;
+
+/* Open dir (wrapped or local) with the fixtures' keys; labels and the
+ * bytes the source read (wrapped only) into *o; every sample is read back
+ * and must equal the one from `ref` (when given). */
+static int open_tfr(const char *dir, int wrapped, const char *index_dir, opened *o,
+                    const opened *ref)
+{
+    chute_dataset_options opt = {0};
+    opt.image_key = "image";
+    opt.label_key = "label";
+    opt.label_offset = 30;
+    opt.index_dir = index_dir;
+    chute_error err = {0};
+    chute_dataset *ds = NULL;
+    char w[4200];
+    snprintf(w, sizeof w, "%s%s", WRAP, dir);
+    counters_reset();
+    int rc = wrapped ? ch_dataset_open_src(&k_wrap, w, &opt, &ds, &err)
+                     : chute_dataset_open_ex(dir, &opt, &ds, &err);
+    CHECK(rc == CHUTE_OK, "open %s: %s", dir, err.message);
+    o->read_at_bytes = bytes_read;
+    o->read_files = n_read_file;
+    o->n = chute_dataset_size(ds);
+    CHECK(o->n > 0 && o->n <= 256, "n = %llu", (unsigned long long)o->n);
+    for (uint64_t i = 0; i < o->n; i++)
+        o->labels[i] = (int32_t)chute_dataset_label(ds, i);
+    if (ref) {
+        CHECK(ref->n == o->n, "%llu samples, want %llu", (unsigned long long)o->n,
+              (unsigned long long)ref->n);
+        CHECK(memcmp(ref->labels, o->labels, o->n * sizeof *o->labels) == 0, "labels differ");
+    }
+    static uint8_t buf[1 << 20];
+    for (uint64_t i = 0; i < o->n; i++) {
+        size_t len = 0;
+        rc = chute_dataset_read(ds, i, buf, sizeof buf, &len, &err);
+        CHECK(rc == CHUTE_OK, "read %llu: %s", (unsigned long long)i, err.message);
+    }
+    chute_dataset_close(ds);
+    return 0;
+}
+
+static uint64_t file_size(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+TEST(tfrecord_saved_index)
+{
+    if (fixtures_dir() != 0)
+        SKIP("no fixtures");
+    char dir[4096], p[4300], from[4300], idx[4300], cache[4300];
+    unit_scratch("tfx", dir, sizeof dir);
+    snprintf(cache, sizeof cache, "%s/../tfx_cache", dir);
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
+    CHECK(system(cmd) == 0, "rm");
+    /* plain.tfrecord without its DALI index: the first open scans. */
+    snprintf(from, sizeof from, "%s/plain.tfrecord", g_fixtures);
+    snprintf(p, sizeof p, "%s/plain.tfrecord", dir);
+    CHECK(copy_file(from, p) == 0, "copy");
+    uint64_t data = file_size(p);
+    snprintf(idx, sizeof idx, "%s.chuteidx", p);
+
+    /* The reference: the same file opened where nothing is saved (a
+     * wrapped source with index_dir ""): every record read.  (Its labels
+     * are the ones TensorFlow wrote: formats_fixtures_tfrecord checks.) */
+    opened ref, o;
+    CHECK_OK(open_tfr(p, 1, "", &ref, NULL));
+    CHECK(access(idx, F_OK) != 0, "a wrapped (non-local) source must not save beside the data");
+    CHECK(ref.read_at_bytes >= data, "first open read %llu of %llu bytes", ref.read_at_bytes,
+          (unsigned long long)data);
+
+    /* A local open saves F.chuteidx beside the data ... */
+    CHECK_OK(open_tfr(dir, 0, "", &o, &ref));
+    CHECK(access(idx, F_OK) == 0, "no %s after a local open", idx);
+    /* ... and the next open reads the index only: the probe's 12-byte
+     * header and nothing else of the data. */
+    CHECK_OK(open_tfr(dir, 1, "", &o, &ref));
+    CHECK(o.read_at_bytes <= 12 && o.read_files >= 1,
+          "second open read %llu bytes of data (%llu files): the index was not used",
+          o.read_at_bytes, o.read_files);
+
+    /* A damaged index is rebuilt, never trusted: a flipped byte, a
+     * truncation, an empty file. */
+    size_t ilen = 0;
+    uint8_t *good = unit_read_file(idx, &ilen);
+    CHECK(good && ilen > 48, "index of %zu bytes", ilen);
+    for (int how = 0; how < 4; how++) {
+        uint8_t *bad = malloc(ilen);
+        memcpy(bad, good, ilen);
+        size_t blen = ilen;
+        if (how == 0)
+            bad[ilen / 2] ^= 0x10;              /* a record's field */
+        else if (how == 1)
+            blen = ilen - 9;                    /* truncated */
+        else if (how == 2)
+            blen = 0;                           /* empty */
+        else
+            bad[17] ^= 1;                       /* the recorded data size */
+        CHECK(unit_write_file(idx, bad, blen) == 0, "write");
+        free(bad);
+        CHECK_OK(open_tfr(dir, 1, "", &o, &ref));
+        CHECK(o.read_at_bytes >= data, "damage %d: only %llu bytes read: index trusted", how,
+              o.read_at_bytes);
+        CHECK_OK(open_tfr(dir, 0, "", &o, &ref)); /* rewrites it */
+        CHECK(file_size(idx) == ilen, "damage %d: index not rewritten", how);
+    }
+    free(good);
+
+    /* A data file touched since (same bytes, other mtime) is reindexed. */
+    struct timespec ts[2] = {{1000000000, 5}, {1000000000, 5}};
+    CHECK(utimensat(AT_FDCWD, p, ts, 0) == 0, "utimensat");
+    CHECK_OK(open_tfr(dir, 1, "", &o, &ref));
+    CHECK(o.read_at_bytes >= data, "stale mtime: only %llu bytes read", o.read_at_bytes);
+
+    /* A data file replaced by other records (the file twice over: a
+     * valid TFRecord file of twice the records): the stale index is
+     * rebuilt and the labels are the new file's. */
+    CHECK_OK(open_tfr(dir, 0, "", &o, &ref)); /* index now matches the touched file */
+    {
+        size_t plen = 0;
+        uint8_t *one = unit_read_file(from, &plen), *two = malloc(2 * plen + 1);
+        CHECK(one && two && plen == data, "read %s", from);
+        memcpy(two, one, plen);
+        memcpy(two + plen, one, plen);
+        CHECK(unit_write_file(p, two, 2 * plen) == 0, "replace");
+        free(one);
+        free(two);
+    }
+    opened twice = ref;
+    twice.n = 2 * ref.n;
+    CHECK(twice.n <= 256, "fixture too large");
+    memcpy(twice.labels + ref.n, ref.labels, ref.n * sizeof *ref.labels);
+    CHECK_OK(open_tfr(dir, 0, "", &o, &twice));
+    CHECK_OK(open_tfr(dir, 1, "", &o, &twice)); /* the rebuilt index is used */
+    CHECK(o.read_at_bytes <= 12, "rebuilt index not used: %llu bytes read", o.read_at_bytes);
+    opened fresh = twice;
+
+    /* Not local, or not writable: the index directory holds it. */
+    CHECK(unlink(idx) == 0, "unlink");
+    CHECK_OK(open_tfr(dir, 1, cache, &o, &fresh));
+    CHECK(access(idx, F_OK) != 0, "saved beside through a non-local source");
+    char found[4400], wp[4400];
+    snprintf(wp, sizeof wp, "%s%s", WRAP, p); /* the path as the dataset saw it */
+    CHECK(ch_tfx_cache_path(wp, cache, found, sizeof found) && access(found, F_OK) == 0,
+          "no index in %s", cache);
+    CHECK_OK(open_tfr(dir, 1, cache, &o, &fresh));
+    CHECK(o.read_at_bytes <= 12, "open with the cached index read %llu bytes", o.read_at_bytes);
+    return 0;
 }
 
 UNIT_MAIN

@@ -10,9 +10,11 @@
  *   - The index (where each record is) comes from a DALI tfrecord2idx file
  *     beside the data when there is one ("F.idx" or F with its extension
  *     replaced by ".idx"), else from one scan of the record headers
- *     (parse.h).  Labels live inside each Example, so open reads every
- *     record once anyway: it checks the data CRC, finds the image and label
- *     features, and keeps (file, offset, length, image size) per sample.
+ *     (parse.h).  Labels live inside each Example, so the first open reads
+ *     every record once: it checks the data CRC, finds the image and label
+ *     features, and keeps (file, offset, length, image size) per sample;
+ *     then it saves all that as chute's own index (tfr_saved.h: beside the
+ *     data, else in index_dir), and later opens read only that index.
  *     A record that fails there is kept as a sample that will fail to read:
  *     the loader's corrupt-sample policy decides (skip or fail), with the
  *     message naming file@offset.  Framing that cannot be followed (a bad
@@ -33,6 +35,7 @@
 #define _GNU_SOURCE
 #include "format.h"
 #include "parse.h"
+#include "tfr_saved.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -208,6 +211,22 @@ static int index_file(tfr_impl *t, uint32_t fi, uint64_t size, fmt_tfr_index *ix
     return rc;
 }
 
+/* What a saved index of the data file at path must match: its size (from
+ * open), its mtime (from the source's stat) and the feature keys. */
+static int tfx_want_for(const tfr_impl *t, const char *path, uint64_t size, ch_tfx_want *w,
+                        chute_error *err)
+{
+    ch_stat st;
+    int rc = t->src->stat(path, &st, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    w->data_size = size;
+    w->mtime_ns = st.mtime_ns;
+    w->image_key = t->keys[0];
+    w->label_key = t->keys[1];
+    return CHUTE_OK;
+}
+
 static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_options *opt,
                     chute_error *err)
 {
@@ -234,11 +253,21 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
         ch_ds_file *f = &t->files[fi];
         uint64_t size = 0;
         rc = t->src->open(f->path, &f->h, &size, err);
-        fmt_tfr_index ix = {0};
+        /* A saved index (tfr_saved.h) spares reading every record. */
+        ch_tfx saved = {0}, fresh = {0};
+        ch_tfx_want want = {0};
+        int have_saved = 0;
         if (rc == CHUTE_OK)
+            rc = tfx_want_for(t, f->path, size, &want, err);
+        if (rc == CHUTE_OK)
+            have_saved = ch_tfx_load(t->src, f->path, opt->index_dir, &want, &saved, NULL, 0) ==
+                         CHUTE_OK;
+        fmt_tfr_index ix = {0};
+        if (rc == CHUTE_OK && !have_saved)
             rc = index_file(t, fi, size, &ix, err);
-        if (rc == CHUTE_OK && ix.count > cap - n) {
-            uint64_t nc = CH_MAX(cap * 2, n + ix.count);
+        uint64_t count = have_saved ? saved.count : ix.count;
+        if (rc == CHUTE_OK && count > cap - n) {
+            uint64_t nc = CH_MAX(cap * 2, n + count);
             tfr_sample *ns = nc > SIZE_MAX / sizeof *ns ? NULL : realloc(t->samples, nc * sizeof *ns);
             int32_t *nl = nc > SIZE_MAX / sizeof *nl ? NULL : realloc(ds->labels, nc * sizeof *nl);
             if (ns)
@@ -251,28 +280,36 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
             else
                 cap = nc;
         }
-        for (uint64_t k = 0; rc == CHUTE_OK && k < ix.count; k++) {
+        for (uint64_t k = 0; rc == CHUTE_OK && k < count; k++) {
             tfr_sample *s = &t->samples[n];
-            s->offset = ix.recs[k].offset;
-            s->length = ix.recs[k].length;
+            s->offset = have_saved ? saved.recs[k].offset : ix.recs[k].offset;
+            s->length = have_saved ? saved.recs[k].length : ix.recs[k].length;
             s->file = fi;
             s->bad = 0;
             ds->labels[n] = 0;
-            uint64_t whole = s->length + FMT_TFR_OVERHEAD; /* checked against the file size */
-            if (whole > SIZE_MAX || ch_buf_reserve(&buf, (size_t)whole) != CHUTE_OK) {
-                rc = ch_err(err, CHUTE_ENOMEM, "%s@%llu: no memory for a %llu-byte record",
-                            f->path, (unsigned long long)s->offset, (unsigned long long)whole);
-                break;
-            }
-            rc = t->src->read_at(f->h, f->path, s->offset, buf.data, (size_t)whole, err);
-            if (rc != CHUTE_OK)
-                break;
             const uint8_t *img;
             size_t img_len = 0;
             int64_t raw = 0;
             chute_error e = {0};
-            int prc = parse_record(t, f->path, s->offset, s->length, (const uint8_t *)buf.data, &img,
-                                   &img_len, &raw, &e);
+            int prc = CHUTE_OK;
+            if (have_saved && !saved.recs[k].bad) {
+                raw = saved.recs[k].raw_label;
+                img_len = saved.recs[k].image_len;
+            } else {
+                /* Scanning, or a record the index says is bad: read it
+                 * (the latter for its message). */
+                uint64_t whole = s->length + FMT_TFR_OVERHEAD; /* checked against the file size */
+                if (whole > SIZE_MAX || ch_buf_reserve(&buf, (size_t)whole) != CHUTE_OK) {
+                    rc = ch_err(err, CHUTE_ENOMEM, "%s@%llu: no memory for a %llu-byte record",
+                                f->path, (unsigned long long)s->offset, (unsigned long long)whole);
+                    break;
+                }
+                rc = t->src->read_at(f->h, f->path, s->offset, buf.data, (size_t)whole, err);
+                if (rc != CHUTE_OK)
+                    break;
+                prc = parse_record(t, f->path, s->offset, s->length, (const uint8_t *)buf.data,
+                                   &img, &img_len, &raw, &e);
+            }
             if (prc == CHUTE_OK && img_len > UINT32_MAX)
                 prc = ch_err(&e, CHUTE_ELIMIT, "%s@%llu: image of %zu bytes", f->path,
                              (unsigned long long)s->offset, img_len);
@@ -293,8 +330,19 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
                 *err = e;
                 rc = prc;
             }
+            if (!have_saved && rc == CHUTE_OK) {
+                ch_tfx_rec r = {s->offset, s->length, raw, s->bad ? 0 : s->image_len, s->bad};
+                if (ch_tfx_push(&fresh, &r) != CHUTE_OK)
+                    rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+            }
             n++;
         }
+        if (rc == CHUTE_OK && !have_saved) {
+            chute_error se = {0}; /* best effort: an unsaved index is rebuilt next time */
+            ch_tfx_save(t->src, f->path, opt->index_dir, &want, &fresh, &se);
+        }
+        ch_tfx_free(&saved);
+        ch_tfx_free(&fresh);
         fmt_tfr_index_free(&ix);
     }
     ch_buf_free(&buf);
