@@ -22,6 +22,7 @@
 #include "format/tfr_saved.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 
 #define WRAP "wrap://"
@@ -491,6 +492,103 @@ TEST(tfrecord_saved_index)
     CHECK_OK(open_tfr(dir, 1, cache, &o, &fresh));
     CHECK(o.read_at_bytes <= 12, "open with the cached index read %llu bytes", o.read_at_bytes);
     return 0;
+}
+
+/* ---- the bounded cache of open files (src/format/fcache.h) ---- */
+
+static int count_open_fds(void)
+{
+    int n = 0;
+    char p[64];
+    for (int fd = 0; fd < 4096; fd++) {
+        snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+        n += access(p, F_OK) == 0;
+    }
+    return n;
+}
+
+/* 150 copies of one file in a directory, read under `ulimit -n 64`
+ * through the wrapping source: the dataset opens (it could not if every
+ * file stayed open), every sample reads back as the copy's original, in
+ * a scattered order, and the source saw files reopened (evictions). */
+static int many_files(const char *fixture, const char *ext, const chute_dataset_options *opt,
+                      const char *want_format)
+{
+    char dir[4096], from[4300], to[4300];
+    snprintf(to, sizeof to, "many_%s", want_format);
+    unit_scratch(to, dir, sizeof dir);
+    snprintf(from, sizeof from, "%s/%s", g_fixtures, fixture);
+    enum { COPIES = 150 };
+    for (int k = 0; k < COPIES; k++) {
+        snprintf(to, sizeof to, "%s/f-%04d%s", dir, k, ext);
+        CHECK(copy_file(from, to) == 0, "copy");
+    }
+    /* The reference: the original alone, before the limit. */
+    chute_error err = {0};
+    chute_dataset *one = NULL, *ds = NULL;
+    CHECK(chute_dataset_open_ex(from, opt, &one, &err) == CHUTE_OK, "%s", err.message);
+    uint64_t per = chute_dataset_size(one);
+    CHECK(per > 0, "empty fixture");
+    struct rlimit old, low = {64, 64};
+    CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit");
+    if (old.rlim_max < 64)
+        SKIP("hard RLIMIT_NOFILE below 64");
+    low.rlim_max = old.rlim_max;
+    CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0, "setrlimit");
+    char w[4200];
+    snprintf(w, sizeof w, "%s%s", WRAP, dir);
+    counters_reset();
+    int rc = ch_dataset_open_src(&k_wrap, w, opt, &ds, &err);
+    int fds = count_open_fds();
+    CHECK(rc == CHUTE_OK, "open of %d files under ulimit -n 64: %s", COPIES, err.message);
+    CHECK(fds <= 64, "%d descriptors open", fds);
+    CHECK(strcmp(chute_dataset_format_name(ds), want_format) == 0, "format %s",
+          chute_dataset_format_name(ds));
+    uint64_t n = chute_dataset_size(ds);
+    CHECK(n == per * COPIES, "%llu samples, want %llu", (unsigned long long)n,
+          (unsigned long long)(per * COPIES));
+    unsigned long long opens_at_open = n_open;
+    static uint8_t a[1 << 20], b[1 << 20];
+    for (int pass = 0; pass < 2; pass++)
+        for (uint64_t j = 0; j < n; j++) {
+            uint64_t i = (j * 7919 + (uint64_t)pass * 31) % n; /* scattered over the files */
+            size_t la = 0, lb = 0;
+            chute_error ea = {0}, eb = {0};
+            int ra = chute_dataset_read(one, i % per, a, sizeof a, &la, &ea);
+            int rb = chute_dataset_read(ds, i, b, sizeof b, &lb, &eb);
+            CHECK(ra == rb && (ra != CHUTE_OK || (la == lb && memcmp(a, b, la) == 0)),
+                  "sample %llu: %s / %s (%s)", (unsigned long long)i, chute_status_name(ra),
+                  chute_status_name(rb), eb.message);
+            CHECK(chute_dataset_label(one, i % per) == chute_dataset_label(ds, i), "label %llu",
+                  (unsigned long long)i);
+        }
+    fds = count_open_fds();
+    CHECK(fds <= 64, "%d descriptors open after reading", fds);
+    CHECK(n_open > opens_at_open, "no file was reopened: the cache did not evict");
+    chute_dataset_close(ds);
+    CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0, "setrlimit back");
+    chute_dataset_close(one);
+    CHECK(n_bad == 0, "source bypassed");
+    return 0;
+}
+
+TEST(tfrecord_many_files_under_low_fd_limit)
+{
+    if (fixtures_dir() != 0)
+        SKIP("no fixtures");
+    chute_dataset_options o = {0};
+    o.image_key = "image";
+    o.label_key = "label";
+    o.label_offset = 30;
+    o.index_dir = "";
+    return many_files("plain.tfrecord", ".tfrecord", &o, "tfrecord");
+}
+
+TEST(wds_many_files_under_low_fd_limit)
+{
+    if (fixtures_dir() != 0)
+        SKIP("no fixtures");
+    return many_files("wds-000000.tar", ".tar", NULL, "wds");
 }
 
 UNIT_MAIN

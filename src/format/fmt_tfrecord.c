@@ -28,7 +28,9 @@
  *     "image/class/label"; that script's labels are 1-based (1..1000), which
  *     label_offset = -1 turns into torchvision's 0..999.  Class names are
  *     synthesised "0".."N-1" with N = largest label + 1.
- *   - Every file stays open for the dataset's life (one handle each).
+ *   - Files are read through the bounded cache of open files (fcache.h):
+ *     all stay open when they fit in half of RLIMIT_NOFILE, else the
+ *     least recently used are closed and reopened on demand.
  * GZIP/ZLIB TFRecord files are not read by this format yet (parse.h can
  * index them into a cache file; wiring that is left to a later change).
  */
@@ -36,6 +38,7 @@
 #include "format.h"
 #include "parse.h"
 #include "tfr_saved.h"
+#include "fcache.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -57,6 +60,7 @@ typedef struct tfr_impl {
     size_t nfiles;
     tfr_sample *samples;
     char *keys[2];            /* image key, label key */
+    ch_fcache fc;             /* the files' handles, at most RLIMIT_NOFILE/2 open */
 } tfr_impl;
 
 /* "train-00000-of-01024": NAME-DIGITS-of-DIGITS at the end of the name. */
@@ -242,6 +246,8 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
     int rc = ch_ds_files_list(ds->src, path, tfr_name,
                               "TFRecord files (*.tfrecord, *.tfrecords, NAME-N-of-M)", &t->files,
                               &t->nfiles, err);
+    if (rc == CHUTE_OK)
+        rc = ch_fcache_init(&t->fc, t->src, (uint32_t)t->nfiles, err);
     if (rc != CHUTE_OK)
         return rc;
 
@@ -252,7 +258,8 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
     for (uint32_t fi = 0; fi < t->nfiles && rc == CHUTE_OK; fi++) {
         ch_ds_file *f = &t->files[fi];
         uint64_t size = 0;
-        rc = t->src->open(f->path, &f->h, &size, err);
+        t->fc.files[fi].path = f->path;
+        rc = ch_fcache_open_scan(&t->fc, fi, &f->h, &size, err);
         /* A saved index (tfr_saved.h) spares reading every record. */
         ch_tfx saved = {0}, fresh = {0};
         ch_tfx_want want = {0};
@@ -344,7 +351,12 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
         ch_tfx_free(&saved);
         ch_tfx_free(&fresh);
         fmt_tfr_index_free(&ix);
+        if (rc == CHUTE_OK) { /* the cache holds or closes it from here */
+            ch_fcache_keep(&t->fc, fi, f->h, size);
+            f->h = NULL;
+        }
     }
+    ch_fcache_ready(&t->fc);
     ch_buf_free(&buf);
     ds->n = n;
     if (rc != CHUTE_OK)
@@ -373,7 +385,13 @@ static int tfr_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, 
         *out_len = (size_t)whole;
         return CH_ESMALL;
     }
-    int rc = t->src->read_at(f->h, f->path, s->offset, buf, (size_t)whole, err);
+    void *h = NULL;
+    int transient = 0;
+    int rc = ch_fcache_acquire((ch_fcache *)&t->fc, s->file, &h, &transient, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    rc = t->src->read_at(h, f->path, s->offset, buf, (size_t)whole, err);
+    ch_fcache_release((ch_fcache *)&t->fc, s->file, h, transient);
     if (rc != CHUTE_OK)
         return rc;
     const uint8_t *img;
@@ -410,6 +428,7 @@ static void tfr_close(void *impl)
     tfr_impl *t = impl;
     if (!t)
         return;
+    ch_fcache_free(&t->fc);
     ch_ds_files_close(t->src, t->files, t->nfiles);
     free(t->samples);
     free(t->keys[0]);

@@ -22,12 +22,14 @@
  *     policy skips or fails it.  So does a sample with a field twice
  *     (webdataset raises ValueError on it).
  *   - read() is one positional read of the image member through the
- *     source.  Every shard stays open for the dataset's life.
+ *     source, on a handle from the bounded cache of open files (fcache.h:
+ *     all shards stay open when they fit in half of RLIMIT_NOFILE).
  *   - Class names are synthesised "0".."N-1", N = largest label + 1.
  */
 #define _GNU_SOURCE
 #include "format.h"
 #include "parse.h"
+#include "fcache.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -51,6 +53,7 @@ typedef struct wds_impl {
     size_t nfiles;
     wds_sample *samples;
     uint64_t n;
+    ch_fcache fc;             /* the shards' handles, at most RLIMIT_NOFILE/2 open */
 } wds_impl;
 
 static int wds_name(const char *name)
@@ -137,7 +140,8 @@ static int index_shard(chute_dataset *ds, wds_impl *t, uint32_t fi, uint64_t *ca
 {
     ch_ds_file *f = &t->files[fi];
     uint64_t size = 0;
-    int rc = t->src->open(f->path, &f->h, &size, err);
+    t->fc.files[fi].path = f->path;
+    int rc = ch_fcache_open_scan(&t->fc, fi, &f->h, &size, err);
     if (rc != CHUTE_OK)
         return rc;
     fmt_reader r;
@@ -244,6 +248,10 @@ static int index_shard(chute_dataset *ds, wds_impl *t, uint32_t fi, uint64_t *ca
     }
     fmt_wds_index_free(&w);
     fmt_tar_index_free(&tar);
+    if (rc == CHUTE_OK) { /* the cache holds or closes it from here */
+        ch_fcache_keep(&t->fc, fi, f->h, size);
+        f->h = NULL;
+    }
     return rc;
 }
 
@@ -256,12 +264,15 @@ static int wds_open(chute_dataset *ds, const char *path, const chute_dataset_opt
     ds->impl = t;
     t->src = ds->src;
     int rc = ch_ds_files_list(ds->src, path, wds_name, "WebDataset shards (*.tar)", &t->files, &t->nfiles, err);
+    if (rc == CHUTE_OK)
+        rc = ch_fcache_init(&t->fc, t->src, (uint32_t)t->nfiles, err);
     if (rc != CHUTE_OK)
         return rc;
     uint64_t cap = 0;
     int64_t maxlabel = -1;
     for (uint32_t fi = 0; fi < t->nfiles && rc == CHUTE_OK; fi++)
         rc = index_shard(ds, t, fi, &cap, opt, &maxlabel, err);
+    ch_fcache_ready(&t->fc);
     ds->n = t->n;
     if (rc != CHUTE_OK)
         return rc;
@@ -293,7 +304,14 @@ static int wds_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, 
         return CH_ESMALL;
     }
     *out_len = (size_t)s->size;
-    return t->src->read_at(f->h, f->path, s->offset, buf, (size_t)s->size, err);
+    void *h = NULL;
+    int transient = 0;
+    int rc = ch_fcache_acquire((ch_fcache *)&t->fc, s->file, &h, &transient, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    rc = t->src->read_at(h, f->path, s->offset, buf, (size_t)s->size, err);
+    ch_fcache_release((ch_fcache *)&t->fc, s->file, h, transient);
+    return rc;
 }
 
 static uint64_t wds_sample_size(const chute_dataset *ds, uint64_t i)
@@ -320,6 +338,7 @@ static void wds_close(void *impl)
     wds_impl *t = impl;
     if (!t)
         return;
+    ch_fcache_free(&t->fc);
     ch_ds_files_close(t->src, t->files, t->nfiles);
     for (uint64_t i = 0; i < t->n; i++)
         free(t->samples[i].key);

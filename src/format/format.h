@@ -8,8 +8,9 @@
  *
  * The dataset object is immutable after open, so any number of worker
  * threads read from it concurrently without locks.  (One exception, safe
- * for threads: the shard format's cache of open files, which takes a lock
- * only on a miss, and never when every shard fits — see shard.c.)
+ * for threads: the cache of open files that the shard, TFRecord and
+ * WebDataset formats share, which takes a lock only on a miss, and never
+ * when every file fits — see fcache.h.)
  */
 #ifndef CHUTE_FORMAT_H
 #define CHUTE_FORMAT_H
@@ -252,7 +253,7 @@ void ch_manifest_free(ch_manifest *m);
  * control bytes. */
 int ch_shard_name_ok(const char *name, size_t len);
 
-/* The shard directory's open-file cache (tests, diagnostics).  Handles
+/* The shard directory's open-file cache (fcache.h; tests, diagnostics).  Handles
  * are opened lazily and at most `capacity` stay open (half the soft
  * RLIMIT_NOFILE when the dataset was opened, 16..65536).  When every shard
  * fits, `evicting` is 0 and reads take no lock; `misses` counts reads that
