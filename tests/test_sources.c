@@ -591,4 +591,113 @@ TEST(wds_many_files_under_low_fd_limit)
     return many_files("wds-000000.tar", ".tar", NULL, "wds");
 }
 
+/* ---- GZIP/ZLIB TFRecord files (inflated once into the index directory) ---- */
+
+/* Open the compressed fixture through the wrapping source; compare every
+ * sample with plain.tfrecord (TensorFlow wrote both from the same records,
+ * tests/fixtures/expected.json: "records_as"). */
+static int open_compressed(const char *path, const char *index_dir, chute_dataset *plain,
+                           unsigned long long *bytes)
+{
+    chute_dataset_options opt = {0};
+    opt.image_key = "image";
+    opt.label_key = "label";
+    opt.label_offset = 30;
+    opt.index_dir = index_dir;
+    char w[4200];
+    snprintf(w, sizeof w, "%s%s", WRAP, path);
+    chute_error err = {0};
+    chute_dataset *ds = NULL;
+    counters_reset();
+    int rc = ch_dataset_open_src(&k_wrap, w, &opt, &ds, &err);
+    CHECK(rc == CHUTE_OK, "open %s: %s", w, err.message);
+    *bytes = bytes_read;
+    uint64_t n = chute_dataset_size(plain);
+    CHECK(chute_dataset_size(ds) == n, "%llu records, plain has %llu",
+          (unsigned long long)chute_dataset_size(ds), (unsigned long long)n);
+    static uint8_t a[1 << 20], b[1 << 20];
+    for (uint64_t i = 0; i < n; i++) {
+        size_t la = 0, lb = 0;
+        CHECK(chute_dataset_label(plain, i) == chute_dataset_label(ds, i), "label %llu",
+              (unsigned long long)i);
+        CHECK(chute_dataset_read(plain, i, a, sizeof a, &la, &err) == CHUTE_OK, "%s", err.message);
+        CHECK(chute_dataset_read(ds, i, b, sizeof b, &lb, &err) == CHUTE_OK, "%s", err.message);
+        CHECK(la == lb && memcmp(a, b, la) == 0, "record %llu differs from plain.tfrecord's",
+              (unsigned long long)i);
+        char d[512];
+        chute_dataset_describe(ds, i, d, sizeof d);
+        CHECK(strstr(d, w) == d, "described as '%s', not by the compressed file", d);
+    }
+    CHECK(n_bad == 0, "source bypassed");
+    chute_dataset_close(ds);
+    return 0;
+}
+
+TEST(tfrecord_compressed_inflated_once)
+{
+    if (fixtures_dir() != 0)
+        SKIP("no fixtures");
+    char dir[4096], cache[4300], from[4300], p[4300];
+    unit_scratch("tfz", dir, sizeof dir);
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    chute_dataset_options opt = {0};
+    opt.image_key = "image";
+    opt.label_key = "label";
+    opt.label_offset = 30;
+    opt.index_dir = "";
+    chute_error err = {0};
+    chute_dataset *plain = NULL;
+    snprintf(from, sizeof from, "%s/plain.tfrecord", g_fixtures);
+    snprintf(p, sizeof p, "%s/plain.tfrecord", dir);
+    CHECK(copy_file(from, p) == 0, "copy");
+    CHECK(chute_dataset_open_ex(p, &opt, &plain, &err) == CHUTE_OK, "%s", err.message);
+    const char *names[] = {"gzip.tfrecord.gz", "zlib.tfrecord.zz"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(from, sizeof from, "%s/%s", g_fixtures, names[k]);
+        snprintf(p, sizeof p, "%s/%s", dir, names[k]);
+        CHECK(copy_file(from, p) == 0, "copy");
+        uint64_t fsize = file_size(p);
+        unsigned long long first = 0, second = 0, again = 0;
+        /* First open: probe + inflate (the compressed bytes read twice). */
+        CHECK_OK(open_compressed(p, cache, plain, &first));
+        CHECK(first >= 2 * fsize, "%s: first open read %llu bytes", names[k], first);
+        /* Second: the copy and its index are used; only the probes read
+         * (tfrecord's inflates the file's head: up to 64 KiB, here all of
+         * it; wds reads one 512-byte block; the format its 12 bytes). */
+        CHECK_OK(open_compressed(p, cache, plain, &second));
+        CHECK(second <= fsize + 1024, "%s: second open read %llu bytes (inflated again?)",
+              names[k], second);
+        /* A damaged copy (garbage of the same size) is never served. */
+        struct stat st;
+        char copy[4600], wp[4400];
+        snprintf(wp, sizeof wp, "%s%s", WRAP, p);
+        CHECK(stat(p, &st) == 0, "stat");
+        CHECK(ch_tfx_inflated_path(wp, cache, fsize,
+                                   (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                                   copy, sizeof copy),
+              "copy path");
+        uint64_t csize = file_size(copy);
+        CHECK(csize > 0, "no inflated copy at %s", copy);
+        uint8_t *junk = calloc(1, csize);
+        CHECK(junk && unit_write_file(copy, junk, csize) == 0, "overwrite");
+        free(junk);
+        CHECK_OK(open_compressed(p, cache, plain, &again));
+        CHECK(again >= 2 * fsize, "%s: damaged copy trusted (%llu bytes read)", names[k], again);
+        /* The compressed file touched: inflated again. */
+        struct timespec ts[2] = {{1000000000, 7}, {1000000000, 7}};
+        CHECK(utimensat(AT_FDCWD, p, ts, 0) == 0, "utimensat");
+        CHECK_OK(open_compressed(p, cache, plain, &again));
+        CHECK(again >= 2 * fsize, "%s: stale copy used (%llu bytes read)", names[k], again);
+        /* No index directory: a clear error, not a crash or a sequential read. */
+        chute_dataset *ds = NULL;
+        int rc = chute_dataset_open_ex(p, &opt, &ds, &err);
+        CHECK(rc == CHUTE_EINVAL && strstr(err.message, "index directory") &&
+                  strstr(err.message, names[k]),
+              "%s with index_dir \"\": %s (%s)", names[k], chute_status_name(rc), err.message);
+        CHECK(unlink(p) == 0, "unlink");
+    }
+    chute_dataset_close(plain);
+    return 0;
+}
+
 UNIT_MAIN

@@ -13,6 +13,16 @@
 #define SLOT_FREE 0u
 #define SLOT_BUSY UINT32_MAX /* reserved by a miss that is opening its file */
 
+static const ch_source_ops *src_of(const ch_fcache *c, const ch_fcache_file *f)
+{
+    return f->src ? f->src : c->src;
+}
+
+static const char *open_path_of(const ch_fcache_file *f)
+{
+    return f->open_path ? f->open_path : f->path;
+}
+
 /* Half the soft descriptor limit: the other half is the program's. */
 static uint32_t cache_capacity(void)
 {
@@ -43,18 +53,19 @@ int ch_fcache_init(ch_fcache *c, const ch_source_ops *src, uint32_t nfiles, chut
 int ch_fcache_open_scan(ch_fcache *c, uint32_t k, void **out_h, uint64_t *out_size,
                         chute_error *err)
 {
-    const char *path = c->files[k].path;
-    int rc = c->src->open(path, out_h, out_size, err);
+    ch_fcache_file *f = &c->files[k];
+    const char *path = open_path_of(f);
+    int rc = src_of(c, f)->open(path, out_h, out_size, err);
     if (rc == CHUTE_EIO && c->nopen > 0) {
         uint32_t drop = (c->nopen + 1) / 2;
         for (uint32_t i = c->nopen - drop; i < c->nopen; i++) {
             ch_fcache_file *v = &c->files[c->slots[i] - 1];
-            c->src->close(atomic_exchange(&v->h, NULL));
+            src_of(c, v)->close(atomic_exchange(&v->h, NULL));
             c->slots[i] = SLOT_FREE;
         }
         c->nopen -= drop;
         c->cap = c->nopen ? c->nopen : 1;
-        rc = c->src->open(path, out_h, out_size, err);
+        rc = src_of(c, f)->open(path, out_h, out_size, err);
     }
     if (rc == CHUTE_OK)
         atomic_fetch_add_explicit(&c->opens, 1, memory_order_relaxed);
@@ -68,7 +79,7 @@ void ch_fcache_keep(ch_fcache *c, uint32_t k, void *h, uint64_t size)
         atomic_store(&c->files[k].h, h);
         c->slots[c->nopen++] = k + 1;
     } else {
-        c->src->close(h);
+        src_of(c, &c->files[k])->close(h);
     }
 }
 
@@ -77,7 +88,7 @@ void ch_fcache_ready(ch_fcache *c) { c->evicting = c->nfiles > c->nopen; }
 /* Under mu: a slot for a file, closing a victim if the cache is full
  * (*victim gets its handle, to close outside the lock).  Returns the slot,
  * now SLOT_BUSY, or UINT32_MAX when every open file is being read. */
-static uint32_t take_slot(ch_fcache *c, void **victim)
+static uint32_t take_slot(ch_fcache *c, void **victim, const ch_source_ops **victim_src)
 {
     *victim = NULL;
     if (c->nopen < c->cap) {
@@ -102,6 +113,7 @@ static uint32_t take_slot(ch_fcache *c, void **victim)
             continue;
         }
         *victim = h;
+        *victim_src = src_of(c, v);
         c->slots[i] = SLOT_BUSY;
         return i;
     }
@@ -112,12 +124,12 @@ static uint32_t take_slot(ch_fcache *c, void **victim)
 static int reopen(ch_fcache *c, ch_fcache_file *f, void **out, chute_error *err)
 {
     uint64_t size = 0;
-    int rc = c->src->open(f->path, out, &size, err);
+    int rc = src_of(c, f)->open(open_path_of(f), out, &size, err);
     if (rc)
         return rc;
     atomic_fetch_add_explicit(&c->opens, 1, memory_order_relaxed);
     if (size != f->size) {
-        c->src->close(*out);
+        src_of(c, f)->close(*out);
         *out = NULL;
         return ch_err(err, CHUTE_EIO,
                       "%s: size %llu, was %llu when the dataset was opened (replaced or "
@@ -141,10 +153,11 @@ static int acquire_slow(ch_fcache *c, uint32_t k, void **out_h, int *out_transie
         return CHUTE_OK;
     }
     void *victim = NULL;
-    uint32_t slot = take_slot(c, &victim);
+    const ch_source_ops *victim_src = NULL;
+    uint32_t slot = take_slot(c, &victim, &victim_src);
     pthread_mutex_unlock(&c->mu);
     if (victim) {
-        c->src->close(victim);
+        victim_src->close(victim);
         atomic_fetch_add_explicit(&c->evictions, 1, memory_order_relaxed);
     }
     void *nh = NULL;
@@ -177,7 +190,7 @@ static int acquire_slow(ch_fcache *c, uint32_t k, void **out_h, int *out_transie
     }
     pthread_mutex_unlock(&c->mu);
     if (extra)
-        c->src->close(extra);
+        src_of(c, f)->close(extra);
     return rc;
 }
 
@@ -206,7 +219,7 @@ int ch_fcache_acquire(ch_fcache *c, uint32_t k, void **out_h, int *out_transient
 void ch_fcache_release(ch_fcache *c, uint32_t k, void *h, int transient)
 {
     if (transient)
-        c->src->close(h);
+        src_of(c, &c->files[k])->close(h);
     else if (c->evicting)
         atomic_fetch_sub_explicit(&c->files[k].pins, 1, memory_order_release);
 }
@@ -232,7 +245,7 @@ void ch_fcache_free(ch_fcache *c)
     for (uint32_t k = 0; c->files && k < c->nfiles; k++) {
         void *h = atomic_load(&c->files[k].h);
         if (h)
-            c->src->close(h);
+            src_of(c, &c->files[k])->close(h);
     }
     if (c->mu_ready)
         pthread_mutex_destroy(&c->mu);

@@ -38,6 +38,11 @@
 
 typedef struct ch_fcache_file {
     const char *path;         /* borrowed from the format; set before open_scan */
+    /* Optional, set before open_scan: the file is opened as open_path
+     * through src instead (a local inflated copy of a compressed file,
+     * still named `path` in messages).  NULL: path, the cache's source. */
+    const char *open_path;
+    const ch_source_ops *src;
     uint64_t size;            /* at dataset open: a reopen must find the same */
     _Atomic(void *) h;        /* open handle, or NULL (closed) */
     atomic_uint pins;         /* reads in flight on h (evicting caches only) */

@@ -31,8 +31,10 @@
  *   - Files are read through the bounded cache of open files (fcache.h):
  *     all stay open when they fit in half of RLIMIT_NOFILE, else the
  *     least recently used are closed and reopened on demand.
- * GZIP/ZLIB TFRecord files are not read by this format yet (parse.h can
- * index them into a cache file; wiring that is left to a later change).
+ *   - GZIP/ZLIB TFRecord files (told by their first bytes; names may add
+ *     .gz/.zz/.zlib) are inflated once into the index directory while
+ *     their records are indexed and checked, and then read like plain
+ *     files from that local copy (tfr_saved.h says how a copy is trusted).
  */
 #define _GNU_SOURCE
 #include "format.h"
@@ -60,6 +62,7 @@ typedef struct tfr_impl {
     size_t nfiles;
     tfr_sample *samples;
     char *keys[2];            /* image key, label key */
+    char **inflated;          /* per file: its inflated copy (compressed files), or NULL */
     ch_fcache fc;             /* the files' handles, at most RLIMIT_NOFILE/2 open */
 } tfr_impl;
 
@@ -94,13 +97,54 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-static int tfr_name(const char *name)
+static int tfr_plain_name(const char *name)
 {
     return ends_with(name, ".tfrecord") || ends_with(name, ".tfrecords") || sharded_name(name);
 }
 
+/* A TFRecord name, or one with a compression suffix (.gz, .zz, .zlib:
+ * GZIP or ZLIB, as the bytes say). */
+static int tfr_name(const char *name)
+{
+    static const char *const sfx[] = {".gz", ".zz", ".zlib"};
+    if (tfr_plain_name(name))
+        return 1;
+    for (size_t k = 0; k < sizeof sfx / sizeof *sfx; k++) {
+        size_t a = strlen(name), b = strlen(sfx[k]);
+        char stem[4096];
+        if (a > b && a - b < sizeof stem && ends_with(name, sfx[k])) {
+            memcpy(stem, name, a - b);
+            stem[a - b] = '\0';
+            if (tfr_plain_name(stem))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* 1 if a GZIP/ZLIB file (first bytes in hdr) inflates to a TFRecord
+ * header whose length CRC holds; reads at most 64 KiB. */
+static int compressed_header_ok(const ch_source_ops *src, void *h, const char *path,
+                                uint64_t size, const uint8_t *hdr)
+{
+    int comp = ch_tfx_compression(hdr, FMT_TFR_HEADER);
+    if (comp == FMT_TFR_NONE)
+        return 0;
+    static const size_t cap = 64 << 10;
+    size_t n = size < cap ? (size_t)size : cap;
+    uint8_t *buf = malloc(n), out[FMT_TFR_HEADER];
+    chute_error e = {0};
+    int ok = buf && src->read_at(h, path, 0, buf, n, &e) == CHUTE_OK &&
+             ch_tfx_inflate_head(buf, n, comp, out);
+    free(buf);
+    uint64_t len = 0;
+    memcpy(&len, out, 8);
+    return ok && fmt_tfr_check_header(out, len, path, 0, &e) == CHUTE_OK;
+}
+
 /* 1 if the file at path starts with a TFRecord header whose length CRC
- * holds (an empty file is not evidence of anything: 0). */
+ * holds, plain or after inflating (an empty file is not evidence of
+ * anything: 0). */
 static int header_ok(const ch_source_ops *src, const char *path)
 {
     void *h = NULL;
@@ -111,12 +155,12 @@ static int header_ok(const ch_source_ops *src, const char *path)
     uint8_t hdr[FMT_TFR_HEADER];
     int ok = size >= FMT_TFR_OVERHEAD &&
              src->read_at(h, path, 0, hdr, sizeof hdr, &e) == CHUTE_OK;
-    src->close(h);
-    if (!ok)
-        return 0;
     uint64_t len = 0;
     memcpy(&len, hdr, 8); /* little-endian hosts only, as the rest of chute */
-    return fmt_tfr_check_header(hdr, len, path, 0, &e) == CHUTE_OK;
+    if (ok && fmt_tfr_check_header(hdr, len, path, 0, &e) != CHUTE_OK)
+        ok = compressed_header_ok(src, h, path, size, hdr);
+    src->close(h);
+    return ok;
 }
 
 static int tfr_probe(const ch_source_ops *src, const char *path, int is_dir, char *why,
@@ -217,11 +261,11 @@ static int index_file(tfr_impl *t, uint32_t fi, uint64_t size, fmt_tfr_index *ix
 
 /* What a saved index of the data file at path must match: its size (from
  * open), its mtime (from the source's stat) and the feature keys. */
-static int tfx_want_for(const tfr_impl *t, const char *path, uint64_t size, ch_tfx_want *w,
-                        chute_error *err)
+static int tfx_want_for(const tfr_impl *t, const ch_source_ops *src, const char *path,
+                        uint64_t size, ch_tfx_want *w, chute_error *err)
 {
     ch_stat st;
-    int rc = t->src->stat(path, &st, err);
+    int rc = src->stat(path, &st, err);
     if (rc != CHUTE_OK)
         return rc;
     w->data_size = size;
@@ -229,6 +273,81 @@ static int tfx_want_for(const tfr_impl *t, const char *path, uint64_t size, ch_t
     w->image_key = t->keys[0];
     w->label_key = t->keys[1];
     return CHUTE_OK;
+}
+
+/* GZIP, ZLIB or plain, by the first bytes of the open file f: a valid
+ * plain header wins over a look-alike magic number. */
+static int detect_compression(const tfr_impl *t, const ch_ds_file *f, uint64_t size, int *comp,
+                              chute_error *err)
+{
+    uint8_t hdr[FMT_TFR_HEADER];
+    *comp = FMT_TFR_NONE;
+    if (size < sizeof hdr)
+        return CHUTE_OK; /* too short for either: the scan says so */
+    int rc = t->src->read_at(f->h, f->path, 0, hdr, sizeof hdr, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    uint64_t len = 0;
+    memcpy(&len, hdr, 8);
+    chute_error e = {0};
+    if (fmt_tfr_check_header(hdr, len, f->path, 0, &e) != CHUTE_OK)
+        *comp = ch_tfx_compression(hdr, sizeof hdr);
+    return CHUTE_OK;
+}
+
+/* A compressed file fi (open in f->h through t->src, fsize bytes): switch
+ * f->h to its inflated copy (tfr_saved.h), reusing a copy whose saved
+ * index holds (*have_saved, *saved), else inflating it now (*ix).
+ * *out_size and *want are then the copy's. */
+static int use_inflated(tfr_impl *t, uint32_t fi, int comp, uint64_t fsize, const char *index_dir,
+                        uint64_t *out_size, ch_tfx_want *want, ch_tfx *saved, int *have_saved,
+                        fmt_tfr_index *ix, chute_error *err)
+{
+    ch_ds_file *f = &t->files[fi];
+    ch_stat st;
+    int rc = t->src->stat(f->path, &st, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    char copy[4600];
+    if (!ch_tfx_inflated_path(f->path, index_dir, fsize, st.mtime_ns, copy, sizeof copy))
+        return ch_err(err, CHUTE_EINVAL,
+                      "%s: a %s-compressed TFRecord file is inflated once into the index "
+                      "directory, and there is none (index_dir is \"\", or no HOME)",
+                      f->path, comp == FMT_TFR_GZIP ? "GZIP" : "ZLIB");
+    if (!t->inflated && !(t->inflated = calloc(t->nfiles, sizeof *t->inflated)))
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    if (!(t->inflated[fi] = strdup(copy)))
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    void *hc = NULL;
+    uint64_t csize = 0;
+    chute_error e = {0};
+    if (ch_source_local.open(copy, &hc, &csize, &e) == CHUTE_OK) {
+        rc = tfx_want_for(t, &ch_source_local, copy, csize, want, err);
+        if (rc == CHUTE_OK &&
+            ch_tfx_load(&ch_source_local, copy, "", want, saved, NULL, 0) == CHUTE_OK) {
+            t->src->close(f->h);
+            f->h = hc;
+            t->fc.files[fi].open_path = t->inflated[fi]; /* f->h is the copy's now */
+            *out_size = csize;
+            *have_saved = 1;
+            return CHUTE_OK;
+        }
+        ch_source_local.close(hc);
+        if (rc != CHUTE_OK)
+            return rc;
+    }
+    rc = ch_tfx_inflate(t->src, f->h, f->path, fsize, comp, copy, ix, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    t->src->close(f->h);
+    f->h = NULL;
+    rc = ch_source_local.open(copy, &f->h, &csize, err);
+    if (rc == CHUTE_OK) {
+        t->fc.files[fi].open_path = t->inflated[fi]; /* f->h is the copy's now */
+        rc = tfx_want_for(t, &ch_source_local, copy, csize, want, err);
+    }
+    *out_size = csize;
+    return rc;
 }
 
 static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_options *opt,
@@ -263,15 +382,28 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
         /* A saved index (tfr_saved.h) spares reading every record. */
         ch_tfx saved = {0}, fresh = {0};
         ch_tfx_want want = {0};
-        int have_saved = 0;
-        if (rc == CHUTE_OK)
-            rc = tfx_want_for(t, f->path, size, &want, err);
-        if (rc == CHUTE_OK)
-            have_saved = ch_tfx_load(t->src, f->path, opt->index_dir, &want, &saved, NULL, 0) ==
-                         CHUTE_OK;
+        int have_saved = 0, comp = FMT_TFR_NONE;
         fmt_tfr_index ix = {0};
+        const ch_source_ops *fsrc = t->src; /* where the records are read from */
+        const char *ipath = f->path;        /* the file they are in */
+        /* A saved index of the file itself first: then no byte of it is
+         * read (a compressed file's index is its inflated copy's). */
+        if (rc == CHUTE_OK)
+            rc = tfx_want_for(t, fsrc, ipath, size, &want, err);
+        if (rc == CHUTE_OK)
+            have_saved = ch_tfx_load(fsrc, ipath, opt->index_dir, &want, &saved, NULL, 0) ==
+                         CHUTE_OK;
         if (rc == CHUTE_OK && !have_saved)
+            rc = detect_compression(t, f, size, &comp, err);
+        if (rc == CHUTE_OK && comp != FMT_TFR_NONE) {
+            t->fc.files[fi].src = fsrc = &ch_source_local;
+            rc = use_inflated(t, fi, comp, size, opt->index_dir, &size, &want, &saved,
+                              &have_saved, &ix, err);
+            if (rc == CHUTE_OK)
+                ipath = t->inflated[fi];
+        } else if (rc == CHUTE_OK && !have_saved) {
             rc = index_file(t, fi, size, &ix, err);
+        }
         uint64_t count = have_saved ? saved.count : ix.count;
         if (rc == CHUTE_OK && count > cap - n) {
             uint64_t nc = CH_MAX(cap * 2, n + count);
@@ -311,7 +443,7 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
                                 f->path, (unsigned long long)s->offset, (unsigned long long)whole);
                     break;
                 }
-                rc = t->src->read_at(f->h, f->path, s->offset, buf.data, (size_t)whole, err);
+                rc = fsrc->read_at(f->h, f->path, s->offset, buf.data, (size_t)whole, err);
                 if (rc != CHUTE_OK)
                     break;
                 prc = parse_record(t, f->path, s->offset, s->length, (const uint8_t *)buf.data,
@@ -346,7 +478,7 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
         }
         if (rc == CHUTE_OK && !have_saved) {
             chute_error se = {0}; /* best effort: an unsaved index is rebuilt next time */
-            ch_tfx_save(t->src, f->path, opt->index_dir, &want, &fresh, &se);
+            ch_tfx_save(fsrc, ipath, opt->index_dir, &want, &fresh, &se);
         }
         ch_tfx_free(&saved);
         ch_tfx_free(&fresh);
@@ -390,7 +522,8 @@ static int tfr_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, 
     int rc = ch_fcache_acquire((ch_fcache *)&t->fc, s->file, &h, &transient, err);
     if (rc != CHUTE_OK)
         return rc;
-    rc = t->src->read_at(h, f->path, s->offset, buf, (size_t)whole, err);
+    const ch_source_ops *fs = t->inflated && t->inflated[s->file] ? &ch_source_local : t->src;
+    rc = fs->read_at(h, f->path, s->offset, buf, (size_t)whole, err);
     ch_fcache_release((ch_fcache *)&t->fc, s->file, h, transient);
     if (rc != CHUTE_OK)
         return rc;
@@ -428,7 +561,15 @@ static void tfr_close(void *impl)
     tfr_impl *t = impl;
     if (!t)
         return;
+    for (size_t fi = 0; t->fc.files && fi < t->nfiles; fi++)
+        if (t->fc.files[fi].open_path && t->files[fi].h) { /* an inflated copy's, mid-open */
+            ch_source_local.close(t->files[fi].h);
+            t->files[fi].h = NULL;
+        }
     ch_fcache_free(&t->fc);
+    for (size_t fi = 0; t->inflated && fi < t->nfiles; fi++)
+        free(t->inflated[fi]);
+    free(t->inflated);
     ch_ds_files_close(t->src, t->files, t->nfiles);
     free(t->samples);
     free(t->keys[0]);

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define TFX_HEADER 40u
 #define TFX_REC 32u
@@ -326,5 +327,88 @@ int ch_tfx_save(const ch_source_ops *src, const char *path, const char *index_di
         }
     }
     free(buf);
+    return rc;
+}
+
+/* ---- compressed TFRecord files ---- */
+
+int ch_tfx_compression(const uint8_t *p, size_t n)
+{
+    if (n < 2)
+        return FMT_TFR_NONE;
+    if (p[0] == 0x1f && p[1] == 0x8b)
+        return FMT_TFR_GZIP;
+    if ((p[0] & 0x0f) == 8 && (p[0] >> 4) <= 7 && ((unsigned)p[0] << 8 | p[1]) % 31 == 0)
+        return FMT_TFR_ZLIB;
+    return FMT_TFR_NONE;
+}
+
+int ch_tfx_inflate_head(const uint8_t *p, size_t n, int comp, uint8_t out[12])
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, comp == FMT_TFR_GZIP ? 16 + MAX_WBITS : MAX_WBITS) != Z_OK)
+        return 0;
+    z.next_in = (Bytef *)(uintptr_t)p;
+    z.avail_in = (uInt)(n > (1u << 30) ? (1u << 30) : n);
+    z.next_out = out;
+    z.avail_out = 12;
+    int zr = inflate(&z, Z_SYNC_FLUSH);
+    int ok = (zr == Z_OK || zr == Z_STREAM_END || zr == Z_BUF_ERROR) && z.avail_out == 0;
+    inflateEnd(&z);
+    return ok;
+}
+
+int ch_tfx_inflated_path(const char *path, const char *index_dir, uint64_t size,
+                         int64_t mtime_ns, char *buf, size_t n)
+{
+    char idx[PATH_MAX + 128];
+    if (!ch_tfx_cache_path(path, index_dir, idx, sizeof idx))
+        return 0;
+    /* idx is DIR/HASH-NAME.chuteidx: put size and mtime after the hash. */
+    char *slash = strrchr(idx, '/');
+    char *dash = slash ? strchr(slash, '-') : NULL;
+    size_t sl = strlen(idx);
+    if (!dash || sl < strlen(CH_TFX_SUFFIX))
+        return 0;
+    idx[sl - strlen(CH_TFX_SUFFIX)] = '\0';
+    *dash = '\0';
+    int w = snprintf(buf, n, "%s-%llu-%lld-%s.tfrecord", idx, (unsigned long long)size,
+                     (long long)mtime_ns, dash + 1);
+    return w > 0 && (size_t)w < n;
+}
+
+int ch_tfx_inflate(const ch_source_ops *src, void *h, const char *path, uint64_t size, int comp,
+                   const char *copy, fmt_tfr_index *ix, chute_error *err)
+{
+    char dir[PATH_MAX + 128], tmp[PATH_MAX + 160];
+    snprintf(dir, sizeof dir, "%s", copy);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir)
+        *slash = '\0';
+    int rc = ch_mkdir_p(dir, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", copy) >= sizeof tmp)
+        return ch_err(err, CHUTE_EINVAL, "%s: path too long", copy);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot create the inflated copy of %s",
+                            tmp, path);
+    fmt_tfr_opts o = {0};
+    rc = fmt_tfr_index_compressed_src(src, h, size, path, (fmt_tfr_compression)comp, &o, fd, ix,
+                                      err);
+    if (rc == CHUTE_OK)
+        (void)fchmod(fd, 0644);
+    if (rc == CHUTE_OK && fsync(fd) != 0)
+        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: fsync failed", tmp);
+    if (close(fd) != 0 && rc == CHUTE_OK)
+        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: close failed", tmp);
+    if (rc == CHUTE_OK && rename(tmp, copy) != 0)
+        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: rename failed", tmp);
+    if (rc != CHUTE_OK) {
+        unlink(tmp);
+        fmt_tfr_index_free(ix);
+    }
     return rc;
 }

@@ -90,4 +90,32 @@ int ch_tfx_save(const ch_source_ops *src, const char *path, const char *index_di
  * 0 when there is none ("" or no HOME). */
 int ch_tfx_cache_path(const char *path, const char *index_dir, char *buf, size_t n);
 
+/* ---- GZIP/ZLIB TFRecord files: inflated once, then read as plain ----
+ *
+ * Deflate has no random access, so a compressed TFRecord file is
+ * inflated once, while its records are indexed and every record's CRCs
+ * checked, into the index directory as
+ * "<hash of path>-<size>-<mtime ns>-<name>.tfrecord" (the compressed
+ * file's identity is in the name: a changed file gets a new copy),
+ * written to a temporary name and renamed when complete.  Its saved index
+ * goes beside it, and the copy is used only while that index is valid
+ * for it; otherwise it is inflated again.  Reads are then one pread of
+ * the local copy per record, both CRCs checked as for any TFRecord. */
+
+/* FMT_TFR_GZIP or FMT_TFR_ZLIB when the n >= 2 bytes at p start like
+ * such a stream, else FMT_TFR_NONE (0). */
+int ch_tfx_compression(const uint8_t *p, size_t n);
+/* 1 if inflating the n bytes at p (a stream of kind comp) gives at least
+ * 12 bytes, which go to out. */
+int ch_tfx_inflate_head(const uint8_t *p, size_t n, int comp, uint8_t out[12]);
+/* The inflated copy's path for compressed file `path` of `size` bytes
+ * and mtime `mtime_ns`; 0 when there is no index directory. */
+int ch_tfx_inflated_path(const char *path, const char *index_dir, uint64_t size,
+                         int64_t mtime_ns, char *buf, size_t n);
+/* Inflate `path` (open as h through src, `size` bytes, kind comp) into
+ * `copy` atomically; *ix gets its records (offsets in the copy). */
+struct fmt_tfr_index;
+int ch_tfx_inflate(const ch_source_ops *src, void *h, const char *path, uint64_t size, int comp,
+                   const char *copy, struct fmt_tfr_index *ix, chute_error *err);
+
 #endif
