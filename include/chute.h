@@ -133,6 +133,15 @@ typedef struct chute_dataset_options {
      * bytes_list (one value) a bytes field, or a tensor field parsed as
      * .npy when the key ends in ".npy".  See chute_dataset_field_info. */
     const char *extra_keys;
+    /* Where TFRecord indexes are saved when the data's own directory is
+     * not writable (or not local): the first open of a TFRecord file
+     * reads every record to learn the labels and saves an index
+     * ("F.chuteidx": offsets, lengths, labels, the file's size and mtime)
+     * beside the data, else here; later opens read only that, and rebuild
+     * it if the data changed or the index is damaged.  NULL: the default,
+     * $XDG_CACHE_HOME/chute or ~/.cache/chute; "": beside the data only.
+     * Borrowed during chute_dataset_open_ex only. */
+    const char *index_dir;
 } chute_dataset_options;
 
 /* chute_dataset_open with options. */

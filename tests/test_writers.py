@@ -175,7 +175,9 @@ def tfrecord_framing(ctx):
         extra = ["--label-offset", str(offset)] if cmd == ["convert"] else []
         p = ctx.run([ctx.chute] + cmd + [tree, out, "--format", "tfrecord", "--shard-size",
                                          "256K"] + extra)
-        files = sorted(f for f in os.listdir(out) if not f.endswith(".idx"))
+        # .idx: the DALI index the writer makes; .chuteidx: the index the
+        # TFRecord reader saves beside the data when convert opens its result.
+        files = sorted(f for f in os.listdir(out) if not f.endswith((".idx", ".chuteidx")))
         ctx.check(len(files) >= 2 and all(f.endswith("-of-%05d" % len(files)) for f in files)
                   and files[0] == "train-00000-of-%05d" % len(files),
                   "%s: TFRecord files %s" % (cmd, files))

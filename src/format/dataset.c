@@ -7,11 +7,9 @@
 #define _GNU_SOURCE
 #include "format.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -106,7 +104,8 @@ void ch_ds_failure_message(const chute_dataset *ds, uint64_t i, const char *reas
 void ch_ds_drop_cache(const chute_dataset *ds, uint64_t i)
 {
     char path[4096];
-    if (i >= ds->n)
+    /* Only local files have a page cache of ours to drop. */
+    if (i >= ds->n || ds->src != &ch_source_local)
         return;
     ds->fmt->file_of(ds, i, path, sizeof path);
     ch_drop_page_cache(path);
@@ -115,8 +114,9 @@ void ch_ds_drop_cache(const chute_dataset *ds, uint64_t i)
 /* The format for path: the one named (opt->format, or the legacy kind),
  * else the one whose probe is most sure.  Nothing sure, or a tie at the
  * top, is an error listing every format and what its probe said. */
-static int pick_format(const char *path, int is_dir, const chute_dataset_options *opt,
-                       const ch_format_ops **out, chute_error *err)
+static int pick_format(const ch_source_ops *src, const char *path, int is_dir,
+                       const chute_dataset_options *opt, const ch_format_ops **out,
+                       chute_error *err)
 {
     static const char *const legacy[] = {NULL, "tree", "shards"};
     chute_source_kind kind = opt ? opt->kind : CHUTE_SOURCE_AUTO;
@@ -142,7 +142,7 @@ static int pick_format(const char *path, int is_dir, const chute_dataset_options
     char tried[2048] = "";
     for (size_t k = 0; ch_formats[k]; k++) {
         char why[512] = "";
-        int c = ch_formats[k]->probe(path, is_dir, why, sizeof why);
+        int c = ch_formats[k]->probe(src, path, is_dir, why, sizeof why);
         size_t l = strlen(tried);
         snprintf(tried + l, sizeof tried - l, "%s%s: %s", k ? "; " : "", ch_formats[k]->name,
                  c > CH_PROBE_NO ? (c == CH_PROBE_FALLBACK ? "matches as a fallback" : "matches") : why[0] ? why : "no match");
@@ -167,22 +167,29 @@ static int pick_format(const char *path, int is_dir, const chute_dataset_options
 int chute_dataset_open_ex(const char *path, const chute_dataset_options *opt,
                           chute_dataset **out_ds, chute_error *err)
 {
-    if (!path || !out_ds)
+    return ch_dataset_open_src(ch_source_for(path), path, opt, out_ds, err);
+}
+
+int ch_dataset_open_src(const ch_source_ops *src, const char *path,
+                        const chute_dataset_options *opt, chute_dataset **out_ds,
+                        chute_error *err)
+{
+    if (!path || !out_ds || !src)
         return ch_err(err, CHUTE_EINVAL, "chute_dataset_open: path and out_ds are required");
     *out_ds = NULL;
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno, "%s",
-                            path);
+    ch_stat st;
+    int rc = src->stat(path, &st, err);
+    if (rc != CHUTE_OK)
+        return rc;
     const ch_format_ops *fmt = NULL;
-    int rc = pick_format(path, S_ISDIR(st.st_mode), opt, &fmt, err);
+    rc = pick_format(src, path, st.type == CH_ENT_DIR, opt, &fmt, err);
     if (rc != CHUTE_OK)
         return rc;
     chute_dataset_options zero = {0};
     chute_dataset *ds = calloc(1, sizeof *ds);
     if (!ds)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
-    ds->src = ch_source_for(path);
+    ds->src = src;
     ds->fmt = fmt;
     ds->root = strdup(path);
     /* Strip trailing slashes so messages read "root/cls/x.jpg". */
@@ -302,16 +309,44 @@ void ch_path_list_free(char **v, size_t n)
     free(v);
 }
 
-int ch_path_list(const char *path, int (*keep)(const char *name), char ***out, size_t *out_n,
-                 chute_error *err)
+typedef struct path_list_ctx {
+    const char *dir;
+    int (*keep)(const char *name);
+    char **v;
+    size_t n, cap;
+    int rc;
+} path_list_ctx;
+
+static int path_list_add(void *user, const char *name, const ch_stat *st)
+{
+    path_list_ctx *c = user;
+    (void)st; /* kept whatever it is: open says "not a regular file" */
+    if (name[0] == '.' || !c->keep(name))
+        return 0;
+    if (c->n == c->cap) {
+        size_t nc = c->cap ? c->cap * 2 : 16;
+        char **nv = realloc(c->v, nc * sizeof *nv);
+        if (!nv)
+            return (c->rc = CHUTE_ENOMEM);
+        c->v = nv;
+        c->cap = nc;
+    }
+    if (asprintf(&c->v[c->n], "%s/%s", c->dir, name) < 0)
+        return (c->rc = CHUTE_ENOMEM);
+    c->n++;
+    return 0;
+}
+
+int ch_path_list(const ch_source_ops *src, const char *path, int (*keep)(const char *name),
+                 char ***out, size_t *out_n, chute_error *err)
 {
     *out = NULL;
     *out_n = 0;
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno, "%s",
-                            path);
-    if (!S_ISDIR(st.st_mode)) {
+    ch_stat st;
+    int rc = src->stat(path, &st, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    if (st.type != CH_ENT_DIR) {
         char **v = malloc(sizeof *v);
         if (!v || !(v[0] = strdup(path))) {
             free(v);
@@ -321,56 +356,29 @@ int ch_path_list(const char *path, int (*keep)(const char *name), char ***out, s
         *out_n = 1;
         return CHUTE_OK;
     }
-    DIR *d = opendir(path);
-    if (!d)
-        return ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot list", path);
-    char **v = NULL;
-    size_t n = 0, cap = 0;
-    int rc = CHUTE_OK;
-    struct dirent *de;
-    errno = 0;
-    while (rc == CHUTE_OK && (de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.' || !keep(de->d_name))
-            continue;
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 16;
-            char **nv = realloc(v, nc * sizeof *nv);
-            if (!nv) {
-                rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
-                break;
-            }
-            v = nv;
-            cap = nc;
-        }
-        if (asprintf(&v[n], "%s/%s", path, de->d_name) < 0) {
-            rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
-            break;
-        }
-        n++;
-        errno = 0;
-    }
-    if (rc == CHUTE_OK && errno != 0)
-        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: listing failed", path);
-    closedir(d);
+    path_list_ctx c = {path, keep, NULL, 0, 0, CHUTE_OK};
+    rc = src->list(path, path_list_add, &c, err);
+    if (rc == CHUTE_OK && c.rc != CHUTE_OK)
+        rc = ch_err(err, c.rc, "%s: out of memory while listing", path);
     if (rc != CHUTE_OK) {
-        ch_path_list_free(v, n);
+        ch_path_list_free(c.v, c.n);
         return rc;
     }
-    if (n > 1)
-        qsort(v, n, sizeof *v, cmp_str);
-    *out = v;
-    *out_n = n;
+    if (c.n > 1)
+        qsort(c.v, c.n, sizeof *c.v, cmp_str);
+    *out = c.v;
+    *out_n = c.n;
     return CHUTE_OK;
 }
 
-int ch_ds_files_list(const char *path, int (*keep)(const char *name), const char *what,
-                     ch_ds_file **out, size_t *out_n, chute_error *err)
+int ch_ds_files_list(const ch_source_ops *src, const char *path, int (*keep)(const char *name),
+                     const char *what, ch_ds_file **out, size_t *out_n, chute_error *err)
 {
     *out = NULL;
     *out_n = 0;
     char **paths = NULL;
     size_t np = 0;
-    int rc = ch_path_list(path, keep, &paths, &np, err);
+    int rc = ch_path_list(src, path, keep, &paths, &np, err);
     if (rc != CHUTE_OK)
         return rc;
     if (np == 0)

@@ -10,9 +10,11 @@
  *   - The index (where each record is) comes from a DALI tfrecord2idx file
  *     beside the data when there is one ("F.idx" or F with its extension
  *     replaced by ".idx"), else from one scan of the record headers
- *     (parse.h).  Labels live inside each Example, so open reads every
- *     record once anyway: it checks the data CRC, finds the image and label
- *     features, and keeps (file, offset, length, image size) per sample.
+ *     (parse.h).  Labels live inside each Example, so the first open reads
+ *     every record once: it checks the data CRC, finds the image and label
+ *     features, and keeps (file, offset, length, image size) per sample;
+ *     then it saves all that as chute's own index (tfr_saved.h: beside the
+ *     data, else in index_dir), and later opens read only that index.
  *     A record that fails there is kept as a sample that will fail to read:
  *     the loader's corrupt-sample policy decides (skip or fail), with the
  *     message naming file@offset.  Framing that cannot be followed (a bad
@@ -26,13 +28,19 @@
  *     "image/class/label"; that script's labels are 1-based (1..1000), which
  *     label_offset = -1 turns into torchvision's 0..999.  Class names are
  *     synthesised "0".."N-1" with N = largest label + 1.
- *   - Every file stays open for the dataset's life (one handle each).
- * GZIP/ZLIB TFRecord files are not read by this format yet (parse.h can
- * index them into a cache file; wiring that is left to a later change).
+ *   - Files are read through the bounded cache of open files (fcache.h):
+ *     all stay open when they fit in half of RLIMIT_NOFILE, else the
+ *     least recently used are closed and reopened on demand.
+ *   - GZIP/ZLIB TFRecord files (told by their first bytes; names may add
+ *     .gz/.zz/.zlib) are inflated once into the index directory while
+ *     their records are indexed and checked, and then read like plain
+ *     files from that local copy (tfr_saved.h says how a copy is trusted).
  */
 #define _GNU_SOURCE
 #include "format.h"
 #include "parse.h"
+#include "tfr_saved.h"
+#include "fcache.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -59,6 +67,8 @@ typedef struct tfr_impl {
     const char *extra[CH_FIELD_MAX];
     uint32_t nextra;
     uint32_t unknown;         /* fields whose kind/shape no record has shown yet */
+    char **inflated;          /* per file: its inflated copy (compressed files), or NULL */
+    ch_fcache fc;             /* the files' handles, at most RLIMIT_NOFILE/2 open */
 } tfr_impl;
 
 /* "train-00000-of-01024": NAME-DIGITS-of-DIGITS at the end of the name. */
@@ -92,45 +102,87 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-static int tfr_name(const char *name)
+static int tfr_plain_name(const char *name)
 {
     return ends_with(name, ".tfrecord") || ends_with(name, ".tfrecords") || sharded_name(name);
 }
 
+/* A TFRecord name, or one with a compression suffix (.gz, .zz, .zlib:
+ * GZIP or ZLIB, as the bytes say). */
+static int tfr_name(const char *name)
+{
+    static const char *const sfx[] = {".gz", ".zz", ".zlib"};
+    if (tfr_plain_name(name))
+        return 1;
+    for (size_t k = 0; k < sizeof sfx / sizeof *sfx; k++) {
+        size_t a = strlen(name), b = strlen(sfx[k]);
+        char stem[4096];
+        if (a > b && a - b < sizeof stem && ends_with(name, sfx[k])) {
+            memcpy(stem, name, a - b);
+            stem[a - b] = '\0';
+            if (tfr_plain_name(stem))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* 1 if a GZIP/ZLIB file (first bytes in hdr) inflates to a TFRecord
+ * header whose length CRC holds; reads at most 64 KiB. */
+static int compressed_header_ok(const ch_source_ops *src, void *h, const char *path,
+                                uint64_t size, const uint8_t *hdr)
+{
+    int comp = ch_tfx_compression(hdr, FMT_TFR_HEADER);
+    if (comp == FMT_TFR_NONE)
+        return 0;
+    static const size_t cap = 64 << 10;
+    size_t n = size < cap ? (size_t)size : cap;
+    uint8_t *buf = malloc(n), out[FMT_TFR_HEADER];
+    chute_error e = {0};
+    int ok = buf && src->read_at(h, path, 0, buf, n, &e) == CHUTE_OK &&
+             ch_tfx_inflate_head(buf, n, comp, out);
+    free(buf);
+    uint64_t len = 0;
+    memcpy(&len, out, 8);
+    return ok && fmt_tfr_check_header(out, len, path, 0, &e) == CHUTE_OK;
+}
+
 /* 1 if the file at path starts with a TFRecord header whose length CRC
- * holds (an empty file is not evidence of anything: 0). */
-static int header_ok(const char *path)
+ * holds, plain or after inflating (an empty file is not evidence of
+ * anything: 0). */
+static int header_ok(const ch_source_ops *src, const char *path)
 {
     void *h = NULL;
     uint64_t size = 0;
     chute_error e = {0};
-    if (ch_source_local.open(path, &h, &size, &e) != CHUTE_OK)
+    if (src->open(path, &h, &size, &e) != CHUTE_OK)
         return 0;
     uint8_t hdr[FMT_TFR_HEADER];
     int ok = size >= FMT_TFR_OVERHEAD &&
-             ch_source_local.read_at(h, path, 0, hdr, sizeof hdr, &e) == CHUTE_OK;
-    ch_source_local.close(h);
-    if (!ok)
-        return 0;
+             src->read_at(h, path, 0, hdr, sizeof hdr, &e) == CHUTE_OK;
     uint64_t len = 0;
     memcpy(&len, hdr, 8); /* little-endian hosts only, as the rest of chute */
-    return fmt_tfr_check_header(hdr, len, path, 0, &e) == CHUTE_OK;
+    if (ok && fmt_tfr_check_header(hdr, len, path, 0, &e) != CHUTE_OK)
+        ok = compressed_header_ok(src, h, path, size, hdr);
+    src->close(h);
+    return ok;
 }
 
-static int tfr_probe(const char *path, int is_dir, char *why, size_t n)
+static int tfr_probe(const ch_source_ops *src, const char *path, int is_dir, char *why,
+                     size_t n)
 {
     char **v = NULL;
     size_t nv = 0;
     chute_error e = {0};
     if (!is_dir)
-        return header_ok(path) ? CH_PROBE_LIKELY
+        return header_ok(src, path) ? CH_PROBE_LIKELY
                                : (snprintf(why, n, "no TFRecord header"), CH_PROBE_NO);
-    if (ch_path_list(path, tfr_name, &v, &nv, &e) != CHUTE_OK || nv == 0) {
+    if (ch_path_list(src, path, tfr_name, &v, &nv, &e) != CHUTE_OK || nv == 0) {
         ch_path_list_free(v, nv);
         snprintf(why, n, "no *.tfrecord, *.tfrecords or NAME-N-of-M files");
         return CH_PROBE_NO;
     }
-    int ok = header_ok(v[0]);
+    int ok = header_ok(src, v[0]);
     if (!ok)
         snprintf(why, n, "%s: no TFRecord header", v[0]);
     ch_path_list_free(v, nv);
@@ -218,6 +270,96 @@ static int fields_learn(chute_dataset *ds, tfr_impl *t, const char *path, uint64
                         uint64_t length, const uint8_t *rec, chute_error *err);
 static int fields_check_learned(const chute_dataset *ds, const tfr_impl *t, const char *path,
                                 chute_error *err);
+/* What a saved index of the data file at path must match: its size (from
+ * open), its mtime (from the source's stat) and the feature keys. */
+static int tfx_want_for(const tfr_impl *t, const ch_source_ops *src, const char *path,
+                        uint64_t size, ch_tfx_want *w, chute_error *err)
+{
+    ch_stat st;
+    int rc = src->stat(path, &st, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    w->data_size = size;
+    w->mtime_ns = st.mtime_ns;
+    w->image_key = t->keys[0];
+    w->label_key = t->keys[1];
+    return CHUTE_OK;
+}
+
+/* GZIP, ZLIB or plain, by the first bytes of the open file f: a valid
+ * plain header wins over a look-alike magic number. */
+static int detect_compression(const tfr_impl *t, const ch_ds_file *f, uint64_t size, int *comp,
+                              chute_error *err)
+{
+    uint8_t hdr[FMT_TFR_HEADER];
+    *comp = FMT_TFR_NONE;
+    if (size < sizeof hdr)
+        return CHUTE_OK; /* too short for either: the scan says so */
+    int rc = t->src->read_at(f->h, f->path, 0, hdr, sizeof hdr, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    uint64_t len = 0;
+    memcpy(&len, hdr, 8);
+    chute_error e = {0};
+    if (fmt_tfr_check_header(hdr, len, f->path, 0, &e) != CHUTE_OK)
+        *comp = ch_tfx_compression(hdr, sizeof hdr);
+    return CHUTE_OK;
+}
+
+/* A compressed file fi (open in f->h through t->src, fsize bytes): switch
+ * f->h to its inflated copy (tfr_saved.h), reusing a copy whose saved
+ * index holds (*have_saved, *saved), else inflating it now (*ix).
+ * *out_size and *want are then the copy's. */
+static int use_inflated(tfr_impl *t, uint32_t fi, int comp, uint64_t fsize, const char *index_dir,
+                        uint64_t *out_size, ch_tfx_want *want, ch_tfx *saved, int *have_saved,
+                        fmt_tfr_index *ix, chute_error *err)
+{
+    ch_ds_file *f = &t->files[fi];
+    ch_stat st;
+    int rc = t->src->stat(f->path, &st, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    char copy[4600];
+    if (!ch_tfx_inflated_path(f->path, index_dir, fsize, st.mtime_ns, copy, sizeof copy))
+        return ch_err(err, CHUTE_EINVAL,
+                      "%s: a %s-compressed TFRecord file is inflated once into the index "
+                      "directory, and there is none (index_dir is \"\", or no HOME)",
+                      f->path, comp == FMT_TFR_GZIP ? "GZIP" : "ZLIB");
+    if (!t->inflated && !(t->inflated = calloc(t->nfiles, sizeof *t->inflated)))
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    if (!(t->inflated[fi] = strdup(copy)))
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    void *hc = NULL;
+    uint64_t csize = 0;
+    chute_error e = {0};
+    if (ch_source_local.open(copy, &hc, &csize, &e) == CHUTE_OK) {
+        rc = tfx_want_for(t, &ch_source_local, copy, csize, want, err);
+        if (rc == CHUTE_OK &&
+            ch_tfx_load(&ch_source_local, copy, "", want, saved, NULL, 0) == CHUTE_OK) {
+            t->src->close(f->h);
+            f->h = hc;
+            t->fc.files[fi].open_path = t->inflated[fi]; /* f->h is the copy's now */
+            *out_size = csize;
+            *have_saved = 1;
+            return CHUTE_OK;
+        }
+        ch_source_local.close(hc);
+        if (rc != CHUTE_OK)
+            return rc;
+    }
+    rc = ch_tfx_inflate(t->src, f->h, f->path, fsize, comp, copy, ix, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    t->src->close(f->h);
+    f->h = NULL;
+    rc = ch_source_local.open(copy, &f->h, &csize, err);
+    if (rc == CHUTE_OK) {
+        t->fc.files[fi].open_path = t->inflated[fi]; /* f->h is the copy's now */
+        rc = tfx_want_for(t, &ch_source_local, copy, csize, want, err);
+    }
+    *out_size = csize;
+    return rc;
+}
 
 static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_options *opt,
                     chute_error *err)
@@ -234,9 +376,11 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
     int rc0 = fields_setup(ds, t, opt, err);
     if (rc0 != CHUTE_OK)
         return rc0;
-    int rc = ch_ds_files_list(path, tfr_name,
+    int rc = ch_ds_files_list(ds->src, path, tfr_name,
                               "TFRecord files (*.tfrecord, *.tfrecords, NAME-N-of-M)", &t->files,
                               &t->nfiles, err);
+    if (rc == CHUTE_OK)
+        rc = ch_fcache_init(&t->fc, t->src, (uint32_t)t->nfiles, err);
     if (rc != CHUTE_OK)
         return rc;
 
@@ -247,12 +391,36 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
     for (uint32_t fi = 0; fi < t->nfiles && rc == CHUTE_OK; fi++) {
         ch_ds_file *f = &t->files[fi];
         uint64_t size = 0;
-        rc = t->src->open(f->path, &f->h, &size, err);
+        t->fc.files[fi].path = f->path;
+        rc = ch_fcache_open_scan(&t->fc, fi, &f->h, &size, err);
+        /* A saved index (tfr_saved.h) spares reading every record. */
+        ch_tfx saved = {0}, fresh = {0};
+        ch_tfx_want want = {0};
+        int have_saved = 0, comp = FMT_TFR_NONE;
         fmt_tfr_index ix = {0};
+        const ch_source_ops *fsrc = t->src; /* where the records are read from */
+        const char *ipath = f->path;        /* the file they are in */
+        /* A saved index of the file itself first: then no byte of it is
+         * read (a compressed file's index is its inflated copy's). */
         if (rc == CHUTE_OK)
+            rc = tfx_want_for(t, fsrc, ipath, size, &want, err);
+        if (rc == CHUTE_OK)
+            have_saved = ch_tfx_load(fsrc, ipath, opt->index_dir, &want, &saved, NULL, 0) ==
+                         CHUTE_OK;
+        if (rc == CHUTE_OK && !have_saved)
+            rc = detect_compression(t, f, size, &comp, err);
+        if (rc == CHUTE_OK && comp != FMT_TFR_NONE) {
+            t->fc.files[fi].src = fsrc = &ch_source_local;
+            rc = use_inflated(t, fi, comp, size, opt->index_dir, &size, &want, &saved,
+                              &have_saved, &ix, err);
+            if (rc == CHUTE_OK)
+                ipath = t->inflated[fi];
+        } else if (rc == CHUTE_OK && !have_saved) {
             rc = index_file(t, fi, size, &ix, err);
-        if (rc == CHUTE_OK && ix.count > cap - n) {
-            uint64_t nc = CH_MAX(cap * 2, n + ix.count);
+        }
+        uint64_t count = have_saved ? saved.count : ix.count;
+        if (rc == CHUTE_OK && count > cap - n) {
+            uint64_t nc = CH_MAX(cap * 2, n + count);
             tfr_sample *ns = nc > SIZE_MAX / sizeof *ns ? NULL : realloc(t->samples, nc * sizeof *ns);
             int32_t *nl = nc > SIZE_MAX / sizeof *nl ? NULL : realloc(ds->labels, nc * sizeof *nl);
             if (ns)
@@ -265,28 +433,38 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
             else
                 cap = nc;
         }
-        for (uint64_t k = 0; rc == CHUTE_OK && k < ix.count; k++) {
+        for (uint64_t k = 0; rc == CHUTE_OK && k < count; k++) {
             tfr_sample *s = &t->samples[n];
-            s->offset = ix.recs[k].offset;
-            s->length = ix.recs[k].length;
+            s->offset = have_saved ? saved.recs[k].offset : ix.recs[k].offset;
+            s->length = have_saved ? saved.recs[k].length : ix.recs[k].length;
             s->file = fi;
             s->bad = 0;
             ds->labels[n] = 0;
-            uint64_t whole = s->length + FMT_TFR_OVERHEAD; /* checked against the file size */
-            if (whole > SIZE_MAX || ch_buf_reserve(&buf, (size_t)whole) != CHUTE_OK) {
-                rc = ch_err(err, CHUTE_ENOMEM, "%s@%llu: no memory for a %llu-byte record",
-                            f->path, (unsigned long long)s->offset, (unsigned long long)whole);
-                break;
-            }
-            rc = t->src->read_at(f->h, f->path, s->offset, buf.data, (size_t)whole, err);
-            if (rc != CHUTE_OK)
-                break;
             const uint8_t *img;
             size_t img_len = 0;
             int64_t raw = 0;
             chute_error e = {0};
-            int prc = parse_record(t, f->path, s->offset, s->length, (const uint8_t *)buf.data, &img,
-                                   &img_len, &raw, &e);
+            int prc = CHUTE_OK;
+            /* Typed fields whose shape is not known yet are learned from
+             * the records themselves, which the saved index does not hold. */
+            if (have_saved && !saved.recs[k].bad && !t->unknown) {
+                raw = saved.recs[k].raw_label;
+                img_len = saved.recs[k].image_len;
+            } else {
+                /* Scanning, or a record the index says is bad: read it
+                 * (the latter for its message). */
+                uint64_t whole = s->length + FMT_TFR_OVERHEAD; /* checked against the file size */
+                if (whole > SIZE_MAX || ch_buf_reserve(&buf, (size_t)whole) != CHUTE_OK) {
+                    rc = ch_err(err, CHUTE_ENOMEM, "%s@%llu: no memory for a %llu-byte record",
+                                f->path, (unsigned long long)s->offset, (unsigned long long)whole);
+                    break;
+                }
+                rc = fsrc->read_at(f->h, f->path, s->offset, buf.data, (size_t)whole, err);
+                if (rc != CHUTE_OK)
+                    break;
+                prc = parse_record(t, f->path, s->offset, s->length, (const uint8_t *)buf.data,
+                                   &img, &img_len, &raw, &e);
+            }
             if (prc == CHUTE_OK && img_len > UINT32_MAX)
                 prc = ch_err(&e, CHUTE_ELIMIT, "%s@%llu: image of %zu bytes", f->path,
                              (unsigned long long)s->offset, img_len);
@@ -312,10 +490,26 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
                 *err = e;
                 rc = prc;
             }
+            if (!have_saved && rc == CHUTE_OK) {
+                ch_tfx_rec r = {s->offset, s->length, raw, s->bad ? 0 : s->image_len, s->bad};
+                if (ch_tfx_push(&fresh, &r) != CHUTE_OK)
+                    rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+            }
             n++;
         }
+        if (rc == CHUTE_OK && !have_saved) {
+            chute_error se = {0}; /* best effort: an unsaved index is rebuilt next time */
+            ch_tfx_save(fsrc, ipath, opt->index_dir, &want, &fresh, &se);
+        }
+        ch_tfx_free(&saved);
+        ch_tfx_free(&fresh);
         fmt_tfr_index_free(&ix);
+        if (rc == CHUTE_OK) { /* the cache holds or closes it from here */
+            ch_fcache_keep(&t->fc, fi, f->h, size);
+            f->h = NULL;
+        }
     }
+    ch_fcache_ready(&t->fc);
     ch_buf_free(&buf);
     ds->n = n;
     if (rc != CHUTE_OK)
@@ -347,7 +541,14 @@ static int tfr_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, 
         *out_len = (size_t)whole;
         return CH_ESMALL;
     }
-    int rc = t->src->read_at(f->h, f->path, s->offset, buf, (size_t)whole, err);
+    void *h = NULL;
+    int transient = 0;
+    int rc = ch_fcache_acquire((ch_fcache *)&t->fc, s->file, &h, &transient, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    const ch_source_ops *fs = t->inflated && t->inflated[s->file] ? &ch_source_local : t->src;
+    rc = fs->read_at(h, f->path, s->offset, buf, (size_t)whole, err);
+    ch_fcache_release((ch_fcache *)&t->fc, s->file, h, transient);
     if (rc != CHUTE_OK)
         return rc;
     const uint8_t *img;
@@ -391,6 +592,15 @@ static void tfr_close(void *impl)
     tfr_impl *t = impl;
     if (!t)
         return;
+    for (size_t fi = 0; t->fc.files && fi < t->nfiles; fi++)
+        if (t->fc.files[fi].open_path && t->files[fi].h) { /* an inflated copy's, mid-open */
+            ch_source_local.close(t->files[fi].h);
+            t->files[fi].h = NULL;
+        }
+    ch_fcache_free(&t->fc);
+    for (size_t fi = 0; t->inflated && fi < t->nfiles; fi++)
+        free(t->inflated[fi]);
+    free(t->inflated);
     ch_ds_files_close(t->src, t->files, t->nfiles);
     free(t->samples);
     free(t->keys[0]);
@@ -514,7 +724,14 @@ static int tfr_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_r
         return ch_err(err, CHUTE_ENOMEM, "out of memory for a %llu-byte record",
                       (unsigned long long)whole);
     const uint8_t *rec = scratch->data;
-    int rc = t->src->read_at(fl->h, fl->path, s->offset, scratch->data, (size_t)whole, err);
+    void *h = NULL;
+    int transient = 0;
+    int rc = ch_fcache_acquire((ch_fcache *)&t->fc, s->file, &h, &transient, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    const ch_source_ops *fs = t->inflated && t->inflated[s->file] ? &ch_source_local : t->src;
+    rc = fs->read_at(h, fl->path, s->offset, scratch->data, (size_t)whole, err);
+    ch_fcache_release((ch_fcache *)&t->fc, s->file, h, transient);
     if (rc == CHUTE_OK)
         rc = fmt_tfr_check_header(rec, s->length, fl->path, s->offset, err);
     if (rc == CHUTE_OK)

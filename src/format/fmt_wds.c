@@ -22,12 +22,14 @@
  *     policy skips or fails it.  So does a sample with a field twice
  *     (webdataset raises ValueError on it).
  *   - read() is one positional read of the image member through the
- *     source.  Every shard stays open for the dataset's life.
+ *     source, on a handle from the bounded cache of open files (fcache.h:
+ *     all shards stay open when they fit in half of RLIMIT_NOFILE).
  *   - Class names are synthesised "0".."N-1", N = largest label + 1.
  */
 #define _GNU_SOURCE
 #include "format.h"
 #include "parse.h"
+#include "fcache.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -62,6 +64,7 @@ typedef struct wds_impl {
     uint64_t n;
     wds_fref *frefs;          /* typed fields of every sample, in sample order */
     uint64_t nfrefs, cap_frefs;
+    ch_fcache fc;             /* the shards' handles, at most RLIMIT_NOFILE/2 open */
 } wds_impl;
 
 static int wds_name(const char *name)
@@ -70,17 +73,17 @@ static int wds_name(const char *name)
     return n > 4 && strcasecmp(name + n - 4, ".tar") == 0;
 }
 
-static int tar_header_ok(const char *path)
+static int tar_header_ok(const ch_source_ops *src, const char *path)
 {
     void *h = NULL;
     uint64_t size = 0;
     chute_error e = {0};
-    if (ch_source_local.open(path, &h, &size, &e) != CHUTE_OK)
+    if (src->open(path, &h, &size, &e) != CHUTE_OK)
         return 0;
     uint8_t blk[512];
     int ok = size >= sizeof blk &&
-             ch_source_local.read_at(h, path, 0, blk, sizeof blk, &e) == CHUTE_OK;
-    ch_source_local.close(h);
+             src->read_at(h, path, 0, blk, sizeof blk, &e) == CHUTE_OK;
+    src->close(h);
     if (!ok)
         return 0;
     fmt_reader r;
@@ -93,20 +96,21 @@ static int tar_header_ok(const char *path)
     return rc != CHUTE_EFORMAT && !(rc == CHUTE_OK && ix.count == 0 && blk[0] == 0);
 }
 
-static int wds_probe(const char *path, int is_dir, char *why, size_t n)
+static int wds_probe(const ch_source_ops *src, const char *path, int is_dir, char *why,
+                     size_t n)
 {
     if (!is_dir)
-        return tar_header_ok(path) ? CH_PROBE_LIKELY
+        return tar_header_ok(src, path) ? CH_PROBE_LIKELY
                                    : (snprintf(why, n, "not a tar file"), CH_PROBE_NO);
     char **v = NULL;
     size_t nv = 0;
     chute_error e = {0};
-    if (ch_path_list(path, wds_name, &v, &nv, &e) != CHUTE_OK || nv == 0) {
+    if (ch_path_list(src, path, wds_name, &v, &nv, &e) != CHUTE_OK || nv == 0) {
         ch_path_list_free(v, nv);
         snprintf(why, n, "no *.tar files");
         return CH_PROBE_NO;
     }
-    int ok = tar_header_ok(v[0]);
+    int ok = tar_header_ok(src, v[0]);
     if (!ok)
         snprintf(why, n, "%s: not a tar file", v[0]);
     ch_path_list_free(v, nv);
@@ -151,7 +155,8 @@ static int index_shard(chute_dataset *ds, wds_impl *t, uint32_t fi, uint64_t *ca
 {
     ch_ds_file *f = &t->files[fi];
     uint64_t size = 0;
-    int rc = t->src->open(f->path, &f->h, &size, err);
+    t->fc.files[fi].path = f->path;
+    int rc = ch_fcache_open_scan(&t->fc, fi, &f->h, &size, err);
     if (rc != CHUTE_OK)
         return rc;
     fmt_reader r;
@@ -261,6 +266,10 @@ static int index_shard(chute_dataset *ds, wds_impl *t, uint32_t fi, uint64_t *ca
     }
     fmt_wds_index_free(&w);
     fmt_tar_index_free(&tar);
+    if (rc == CHUTE_OK) { /* the cache holds or closes it from here */
+        ch_fcache_keep(&t->fc, fi, f->h, size);
+        f->h = NULL;
+    }
     return rc;
 }
 
@@ -274,13 +283,16 @@ static int wds_open(chute_dataset *ds, const char *path, const chute_dataset_opt
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     ds->impl = t;
     t->src = ds->src;
-    int rc = ch_ds_files_list(path, wds_name, "WebDataset shards (*.tar)", &t->files, &t->nfiles, err);
+    int rc = ch_ds_files_list(ds->src, path, wds_name, "WebDataset shards (*.tar)", &t->files, &t->nfiles, err);
+    if (rc == CHUTE_OK)
+        rc = ch_fcache_init(&t->fc, t->src, (uint32_t)t->nfiles, err);
     if (rc != CHUTE_OK)
         return rc;
     uint64_t cap = 0;
     int64_t maxlabel = -1;
     for (uint32_t fi = 0; fi < t->nfiles && rc == CHUTE_OK; fi++)
         rc = index_shard(ds, t, fi, &cap, opt, &maxlabel, err);
+    ch_fcache_ready(&t->fc);
     ds->n = t->n;
     if (rc == CHUTE_OK)
         rc = learn_shapes(ds, t, err);
@@ -314,7 +326,14 @@ static int wds_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, 
         return CH_ESMALL;
     }
     *out_len = (size_t)s->size;
-    return t->src->read_at(f->h, f->path, s->offset, buf, (size_t)s->size, err);
+    void *h = NULL;
+    int transient = 0;
+    int rc = ch_fcache_acquire((ch_fcache *)&t->fc, s->file, &h, &transient, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    rc = t->src->read_at(h, f->path, s->offset, buf, (size_t)s->size, err);
+    ch_fcache_release((ch_fcache *)&t->fc, s->file, h, transient);
+    return rc;
 }
 
 static uint64_t wds_sample_size(const chute_dataset *ds, uint64_t i)
@@ -348,6 +367,7 @@ static void wds_close(void *impl)
     wds_impl *t = impl;
     if (!t)
         return;
+    ch_fcache_free(&t->fc);
     ch_ds_files_close(t->src, t->files, t->nfiles);
     for (uint64_t i = 0; i < t->n; i++)
         free(t->samples[i].key);
@@ -421,6 +441,21 @@ static int note_fields(chute_dataset *ds, wds_impl *t, const fmt_tar_index *tar,
     return CHUTE_OK;
 }
 
+/* Read len bytes at off of file `file` through the cache of open files
+ * (fcache.h): after open, handles live there, not in t->files. */
+static int wds_read_member(const wds_impl *t, uint32_t file, uint64_t off, void *dst, size_t len,
+                           chute_error *err)
+{
+    void *h = NULL;
+    int transient = 0;
+    int rc = ch_fcache_acquire((ch_fcache *)&t->fc, file, &h, &transient, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    rc = t->src->read_at(h, t->files[file].path, off, dst, len, err);
+    ch_fcache_release((ch_fcache *)&t->fc, file, h, transient);
+    return rc;
+}
+
 /* Tensor fields: dtype and shape from the first sample whose .npy parses
  * (a field none parses stays unknown, and reading it is corrupt). */
 static int learn_shapes(chute_dataset *ds, wds_impl *t, chute_error *err)
@@ -442,7 +477,7 @@ static int learn_shapes(chute_dataset *ds, wds_impl *t, chute_error *err)
                     break;
                 }
                 const ch_ds_file *fl = &t->files[s->file];
-                rc = t->src->read_at(fl->h, fl->path, r->offset, b.data, (size_t)r->size, err);
+                rc = wds_read_member(t, s->file, r->offset, b.data, (size_t)r->size, err);
                 if (rc != CHUTE_OK)
                     break;
                 ch_npy_info a;
@@ -481,7 +516,7 @@ static int wds_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_r
                 return ch_err(err, CHUTE_ELIMIT,
                               "%s: .%s member of %llu bytes is over field_bytes (%zu)", where,
                               f->name, (unsigned long long)r->size, req[q].cap);
-            rc = t->src->read_at(fl->h, fl->path, r->offset, req[q].dst, (size_t)r->size, err);
+            rc = wds_read_member(t, s->file, r->offset, req[q].dst, (size_t)r->size, err);
             if (rc != CHUTE_OK)
                 return rc;
             memset((uint8_t *)req[q].dst + r->size, 0, req[q].cap - (size_t)r->size);
@@ -492,7 +527,7 @@ static int wds_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_r
             if (r->size >= sizeof text)
                 return ch_err(err, CHUTE_ECORRUPT, "%s: .%s member of %llu bytes is not an integer",
                               where, f->name, (unsigned long long)r->size);
-            rc = t->src->read_at(fl->h, fl->path, r->offset, text, (size_t)r->size, err);
+            rc = wds_read_member(t, s->file, r->offset, text, (size_t)r->size, err);
             if (rc != CHUTE_OK)
                 return rc;
             if (parse_cls(text, (size_t)r->size, &v) != 0)
@@ -511,7 +546,7 @@ static int wds_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_r
             if (ch_buf_reserve(scratch, (size_t)r->size) != CHUTE_OK)
                 return ch_err(err, CHUTE_ENOMEM, "out of memory for a %llu-byte .npy",
                               (unsigned long long)r->size);
-            rc = t->src->read_at(fl->h, fl->path, r->offset, scratch->data, (size_t)r->size, err);
+            rc = wds_read_member(t, s->file, r->offset, scratch->data, (size_t)r->size, err);
             if (rc != CHUTE_OK)
                 return rc;
             ch_npy_info a;

@@ -8,8 +8,9 @@
  *
  * The dataset object is immutable after open, so any number of worker
  * threads read from it concurrently without locks.  (One exception, safe
- * for threads: the shard format's cache of open files, which takes a lock
- * only on a miss, and never when every shard fits — see shard.c.)
+ * for threads: the cache of open files that the shard, TFRecord and
+ * WebDataset formats share, which takes a lock only on a miss, and never
+ * when every file fits — see fcache.h.)
  */
 #ifndef CHUTE_FORMAT_H
 #define CHUTE_FORMAT_H
@@ -32,10 +33,16 @@ enum {
 
 /*
  * The contract a format fulfils (docs/DESIGN.md, "Adding a format"):
- *   probe  looks at a path (is_dir: what stat said) and returns how sure it
- *          is, CH_PROBE_*; it reads at most a few headers, never the data,
- *          and on 0 may write why into why[n] for the "nothing matched"
- *          message.  It has no side effects.
+ *   probe  looks at a path (is_dir: what stat said) through the source that
+ *          will serve the dataset, and returns how sure it is, CH_PROBE_*;
+ *          it reads at most a few headers, never the data, and on 0 may
+ *          write why into why[n] for the "nothing matched" message.  It has
+ *          no side effects.
+ * Every read-side access to the files (stat, listing, opening, reading)
+ * goes through the source (ds->src, or the probe's src), never the file
+ * system directly: an S3 or HTTP source then serves every format
+ * unchanged.  Only writers of local files (pack, saved indexes) use the
+ * file system.
  *   open   fills ds->impl, n, labels (n of them, each 0 <= l < nclasses),
  *          nclasses and class_names (synthesise "0".."N-1" when the files
  *          carry none).  ds->fmt, ds->src and ds->root are set before it is
@@ -51,7 +58,7 @@ enum {
 typedef struct ch_format_ops {
     uint32_t version;
     const char *name;
-    int (*probe)(const char *path, int is_dir, char *why, size_t n);
+    int (*probe)(const ch_source_ops *src, const char *path, int is_dir, char *why, size_t n);
     int (*open)(chute_dataset *ds, const char *path, const chute_dataset_options *opt,
                 chute_error *err);
     /* Read sample i into buf.  If cap is too small: CH_ESMALL, *out_len = need. */
@@ -156,14 +163,20 @@ void ch_dataset_free_fields(chute_dataset *ds);
 #define CH_UNIT_FALLBACK_SAMPLES 1024u
 int ch_ds_units(const chute_dataset *ds, uint64_t **out_first, uint64_t *out_n,
                 chute_error *err);
+/* chute_dataset_open_ex through a given source instead of the one
+ * ch_source_for(path) picks: for tests that wrap a source (to count or
+ * refuse accesses) without any global registration. */
+int ch_dataset_open_src(const ch_source_ops *src, const char *path,
+                        const chute_dataset_options *opt, chute_dataset **out_ds,
+                        chute_error *err);
 
 /* Helpers for formats made of many files in one directory (tfrecord, wds):
  * the names in dir for which keep(name) is true, sorted bytewise, as
  * "dir/name" paths (malloc'd array of malloc'd strings; free with
  * ch_path_list_free).  A path that is a regular file is a list of one.
  * Returns CHUTE_OK with *out_n = 0 when none matched. */
-int ch_path_list(const char *path, int (*keep)(const char *name), char ***out, size_t *out_n,
-                 chute_error *err);
+int ch_path_list(const ch_source_ops *src, const char *path, int (*keep)(const char *name),
+                 char ***out, size_t *out_n, chute_error *err);
 void ch_path_list_free(char **v, size_t n);
 /* A format's data files: a path, and the source's handle once opened. */
 typedef struct ch_ds_file {
@@ -172,8 +185,8 @@ typedef struct ch_ds_file {
 } ch_ds_file;
 /* ch_path_list into an array of files (handles NULL); none matching is
  * CHUTE_ENOTFOUND "PATH: no WHAT".  Free with ch_ds_files_close. */
-int ch_ds_files_list(const char *path, int (*keep)(const char *name), const char *what,
-                     ch_ds_file **out, size_t *out_n, chute_error *err);
+int ch_ds_files_list(const ch_source_ops *src, const char *path, int (*keep)(const char *name),
+                     const char *what, ch_ds_file **out, size_t *out_n, chute_error *err);
 /* Close the open handles through src and free the paths and the array. */
 void ch_ds_files_close(const ch_source_ops *src, ch_ds_file *files, size_t n);
 /* Synthesised class names "0".."n-1" into ds (n <= CH_MAX_SYNTH_CLASSES). */
@@ -203,7 +216,8 @@ typedef struct ch_tree_list {
     } *skipped;               /* nskipped_named of them, in listing order */
     size_t nskipped_named, cap_skipped;
 } ch_tree_list;
-int ch_tree_list_build(const char *root, ch_tree_list *out, chute_error *err);
+int ch_tree_list_build(const ch_source_ops *src, const char *root, ch_tree_list *out,
+                       chute_error *err);
 void ch_tree_list_free(ch_tree_list *l);
 
 /* ---- chute shard format (docs/FORMAT.md) ---- */
@@ -284,7 +298,7 @@ void ch_manifest_free(ch_manifest *m);
  * control bytes. */
 int ch_shard_name_ok(const char *name, size_t len);
 
-/* The shard directory's open-file cache (tests, diagnostics).  Handles
+/* The shard directory's open-file cache (fcache.h; tests, diagnostics).  Handles
  * are opened lazily and at most `capacity` stay open (half the soft
  * RLIMIT_NOFILE when the dataset was opened, 16..65536).  When every shard
  * fits, `evicting` is 0 and reads take no lock; `misses` counts reads that

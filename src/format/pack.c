@@ -998,7 +998,7 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
     if (rc)
         return rc;
     ch_tree_list list;
-    rc = ch_tree_list_build(root, &list, err);
+    rc = ch_tree_list_build(&ch_source_local, root, &list, err);
     if (rc)
         return rc;
     /* Image-named entries that are not regular files (FIFOs, sockets,

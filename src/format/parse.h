@@ -158,6 +158,12 @@ int fmt_tfr_index_build(fmt_reader *r, const fmt_tfr_opts *opts, fmt_tfr_index *
 int fmt_tfr_index_compressed(int fd, const char *name, fmt_tfr_compression comp,
                              const fmt_tfr_opts *opts, int cache_fd, fmt_tfr_index *ix,
                              chute_error *err);
+/* The same, reading the compressed file (of `size` bytes) through a
+ * source's read_at on handle h (src/io), so remote files inflate too. */
+int fmt_tfr_index_compressed_src(const struct ch_source_ops *src, void *h, uint64_t size,
+                                 const char *name, fmt_tfr_compression comp,
+                                 const fmt_tfr_opts *opts, int cache_fd, fmt_tfr_index *ix,
+                                 chute_error *err);
 
 /* Check a record's data CRC: `data` holds the record's `length` data bytes
  * followed by its 4-byte CRC (i.e. the bytes at rec.offset + 12).

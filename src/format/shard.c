@@ -17,6 +17,7 @@
  */
 #define _GNU_SOURCE
 #include "format.h"
+#include "fcache.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -817,46 +818,15 @@ static int read_manifest(const ch_source_ops *src, const char *path, char **out,
 /* The shard-directory format and its open-file cache                  */
 /* ------------------------------------------------------------------ */
 
-/* Why a cache: one descriptor per shard fails past ~1,000 shards under the
- * usual `ulimit -n 1024` (ImageNet-21k in 256 MiB shards is ~4,400).  So
- * at most `cap` shards stay open (half the soft RLIMIT_NOFILE when the
- * dataset was opened, 16..65536); the others are opened on demand and a
- * CLOCK policy picks which open one to close.  The cache evicts *before*
- * it opens, so it never holds more than `cap` descriptors.
- *
- * Locking: when every shard fits (the common case) all handles are opened
- * at dataset open and held until close, `evicting` is 0, and a read is a
- * plain load of the handle: no lock, no atomic read-modify-write.  When
- * shards come and go, a read pins its shard (an atomic count) and loads
- * the handle; only a miss takes the mutex.  An evictor (under the mutex)
- * swaps the handle to NULL and then looks at the pin count: if a reader
- * is in, it puts the handle back and tries another; a reader that pins
- * after the swap sees NULL and goes to the slow path (sequentially
- * consistent atomics on both sides make this Dekker-style handshake
- * sound).  A handle is closed only after it is unpublished with no pin. */
-
-#define SLOT_FREE 0u
-#define SLOT_BUSY UINT32_MAX /* reserved by a miss that is opening its file */
+/* Shards are read through the bounded cache of open files in fcache.c
+ * (its header says why and how it locks). */
 
 typedef struct shard_file {
     char *path;
     char *name;
-    _Atomic(void *) h;        /* open handle, or NULL (closed) */
-    atomic_uint pins;         /* reads in flight on h (evicting caches only) */
-    atomic_uchar ref;         /* CLOCK reference bit */
     uint64_t want_count, want_size; /* from the manifest */
     ch_shard_index ix;
 } shard_file;
-
-typedef struct fd_cache {
-    pthread_mutex_t mu;       /* protects slots, hand, nopen and every h transition */
-    uint32_t cap;
-    int evicting;             /* fixed at open: nshards > cap */
-    uint32_t *slots;          /* cap entries: shard index + 1, SLOT_FREE or SLOT_BUSY */
-    uint32_t hand;
-    uint32_t nopen;           /* slots not free */
-    atomic_ullong misses, opens, evictions, transient;
-} fd_cache;
 
 typedef struct shards_impl {
     uint32_t nshards;
@@ -864,159 +834,8 @@ typedef struct shards_impl {
     uint32_t *sample_shard;   /* sample -> shard */
     uint64_t *shard_first;    /* first global sample of each shard */
     const ch_source_ops *src;
-    fd_cache cache;
+    ch_fcache cache;
 } shards_impl;
-
-/* Half the soft descriptor limit: the other half is the program's. */
-static uint32_t cache_capacity(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-        return 256;
-    uint64_t soft = rl.rlim_cur == RLIM_INFINITY ? (1ull << 20) : (uint64_t)rl.rlim_cur;
-    uint64_t c = soft / 2;
-    return (uint32_t)(c < 16 ? 16 : c > 65536 ? 65536 : c);
-}
-
-/* Under mu: a slot for shard `want`, closing a victim if the cache is full
- * (*victim gets its handle, to close outside the lock).  Returns the slot,
- * now SLOT_BUSY, or UINT32_MAX when every open shard is being read. */
-static uint32_t cache_take_slot(shards_impl *s, void **victim)
-{
-    fd_cache *c = &s->cache;
-    *victim = NULL;
-    if (c->nopen < c->cap) {
-        for (uint32_t i = 0; i < c->cap; i++)
-            if (c->slots[i] == SLOT_FREE) {
-                c->slots[i] = SLOT_BUSY;
-                c->nopen++;
-                return i;
-            }
-    }
-    for (uint64_t step = 0; step < 2ull * c->cap + 1; step++) {
-        uint32_t i = c->hand;
-        c->hand = c->hand + 1 == c->cap ? 0 : c->hand + 1;
-        if (c->slots[i] == SLOT_FREE || c->slots[i] == SLOT_BUSY)
-            continue;
-        shard_file *v = &s->shards[c->slots[i] - 1];
-        if (atomic_exchange_explicit(&v->ref, 0, memory_order_relaxed))
-            continue; /* used since the hand last passed: second chance */
-        void *h = atomic_exchange(&v->h, NULL);
-        if (atomic_load(&v->pins) != 0) {
-            atomic_store(&v->h, h); /* a read is in: leave it */
-            continue;
-        }
-        *victim = h;
-        c->slots[i] = SLOT_BUSY;
-        return i;
-    }
-    return UINT32_MAX;
-}
-
-/* Open shard k's file again (it was open when the dataset was). */
-static int reopen(shards_impl *s, shard_file *sf, void **out, chute_error *err)
-{
-    uint64_t size = 0;
-    int rc = s->src->open(sf->path, out, &size, err);
-    if (rc)
-        return rc;
-    atomic_fetch_add_explicit(&s->cache.opens, 1, memory_order_relaxed);
-    if (size != sf->ix.file_size) {
-        s->src->close(*out);
-        *out = NULL;
-        return ch_err(err, CHUTE_EIO,
-                      "%s: size %llu, was %llu when the dataset was opened (replaced or "
-                      "truncated while in use)",
-                      sf->path, (unsigned long long)size, (unsigned long long)sf->ix.file_size);
-    }
-    return CHUTE_OK;
-}
-
-static int acquire_slow(shards_impl *s, uint32_t k, void **out_h, int *out_transient,
-                        chute_error *err)
-{
-    fd_cache *c = &s->cache;
-    shard_file *sf = &s->shards[k];
-    atomic_fetch_add_explicit(&c->misses, 1, memory_order_relaxed);
-    pthread_mutex_lock(&c->mu);
-    void *h = atomic_load(&sf->h);
-    if (h) { /* opened by another reader meanwhile; evictors hold mu */
-        atomic_fetch_add(&sf->pins, 1);
-        pthread_mutex_unlock(&c->mu);
-        *out_h = h;
-        return CHUTE_OK;
-    }
-    void *victim = NULL;
-    uint32_t slot = cache_take_slot(s, &victim);
-    pthread_mutex_unlock(&c->mu);
-    if (victim) {
-        s->src->close(victim);
-        atomic_fetch_add_explicit(&c->evictions, 1, memory_order_relaxed);
-    }
-    void *nh = NULL;
-    int rc = reopen(s, sf, &nh, err);
-    if (slot == UINT32_MAX) { /* every cached shard is being read: use this once */
-        if (rc == CHUTE_OK) {
-            atomic_fetch_add_explicit(&c->transient, 1, memory_order_relaxed);
-            *out_h = nh;
-            *out_transient = 1;
-        }
-        return rc;
-    }
-    void *extra = NULL;
-    pthread_mutex_lock(&c->mu);
-    if (rc != CHUTE_OK) {
-        c->slots[slot] = SLOT_FREE;
-        c->nopen--;
-    } else if ((h = atomic_load(&sf->h)) != NULL) { /* lost a race to another miss */
-        c->slots[slot] = SLOT_FREE;
-        c->nopen--;
-        extra = nh;
-        atomic_fetch_add(&sf->pins, 1);
-        *out_h = h;
-    } else {
-        c->slots[slot] = k + 1;
-        atomic_store_explicit(&sf->ref, 1, memory_order_relaxed);
-        atomic_fetch_add(&sf->pins, 1);
-        atomic_store(&sf->h, nh);
-        *out_h = nh;
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (extra)
-        s->src->close(extra);
-    return rc;
-}
-
-/* A handle for reading shard k; give it back with shard_release. */
-static inline int shard_acquire(shards_impl *s, uint32_t k, void **out_h, int *out_transient,
-                                chute_error *err)
-{
-    shard_file *sf = &s->shards[k];
-    *out_transient = 0;
-    if (!s->cache.evicting) {
-        /* Set before the dataset was handed out, never changed until close. */
-        *out_h = atomic_load_explicit(&sf->h, memory_order_relaxed);
-        return CHUTE_OK;
-    }
-    atomic_fetch_add(&sf->pins, 1);
-    void *h = atomic_load(&sf->h);
-    if (h) {
-        if (!atomic_load_explicit(&sf->ref, memory_order_relaxed))
-            atomic_store_explicit(&sf->ref, 1, memory_order_relaxed);
-        *out_h = h;
-        return CHUTE_OK;
-    }
-    atomic_fetch_sub(&sf->pins, 1);
-    return acquire_slow(s, k, out_h, out_transient, err);
-}
-
-static inline void shard_release(shards_impl *s, uint32_t k, void *h, int transient)
-{
-    if (transient)
-        s->src->close(h);
-    else if (s->cache.evicting)
-        atomic_fetch_sub_explicit(&s->shards[k].pins, 1, memory_order_release);
-}
 
 int ch_shards_cache_stats(const chute_dataset *ds, ch_shard_cache_stats *out)
 {
@@ -1024,16 +843,7 @@ int ch_shards_cache_stats(const chute_dataset *ds, ch_shard_cache_stats *out)
     if (!ds || ds->fmt != &ch_format_shards || !ds->impl)
         return CHUTE_EINVAL;
     shards_impl *s = ds->impl;
-    fd_cache *c = &s->cache;
-    pthread_mutex_lock(&c->mu);
-    out->capacity = c->cap;
-    out->open_now = c->nopen;
-    out->evicting = c->evicting;
-    pthread_mutex_unlock(&c->mu);
-    out->misses = atomic_load(&c->misses);
-    out->opens = atomic_load(&c->opens);
-    out->evictions = atomic_load(&c->evictions);
-    out->transient = atomic_load(&c->transient);
+    ch_fcache_stats(&s->cache, out);
     return CHUTE_OK;
 }
 
@@ -1060,11 +870,11 @@ static int shards_read(const chute_dataset *ds, uint64_t i, void *buf, size_t ca
         return CH_ESMALL;
     void *h = NULL;
     int transient = 0;
-    int rc = shard_acquire(s, k, &h, &transient, err);
+    int rc = ch_fcache_acquire(&s->cache, k, &h, &transient, err);
     if (rc)
         return rc;
     rc = s->src->read_at(h, sf->path, e->offset, buf, e->length, err);
-    shard_release(s, k, h, transient);
+    ch_fcache_release(&s->cache, k, h, transient);
     if (rc)
         return rc;
     if (ch_crc32(buf, e->length) != e->crc32)
@@ -1112,16 +922,12 @@ static void shards_close(void *impl)
     shards_impl *s = impl;
     if (!s)
         return;
+    ch_fcache_free(&s->cache);
     for (uint32_t k = 0; k < s->nshards; k++) {
-        void *h = atomic_load(&s->shards[k].h);
-        if (h)
-            s->src->close(h);
         ch_shard_index_free(&s->shards[k].ix);
         free(s->shards[k].path);
         free(s->shards[k].name);
     }
-    pthread_mutex_destroy(&s->cache.mu);
-    free(s->cache.slots);
     free(s->shards);
     free(s->sample_shard);
     free(s->shard_first);
@@ -1130,8 +936,8 @@ static void shards_close(void *impl)
 
 
 typedef struct file_id {
-    dev_t dev;
-    ino_t ino;
+    uint64_t dev;
+    uint64_t ino;
     uint32_t k;
 } file_id;
 
@@ -1157,20 +963,21 @@ static int check_shard_files(const char *mpath, const ch_manifest *m, shards_imp
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     int rc = CHUTE_OK;
     for (uint32_t k = 0; k < s->nshards && rc == CHUTE_OK; k++) {
-        struct stat st;
+        ch_stat st;
+        chute_error e2;
         const char *p = s->shards[k].path;
-        if (lstat(p, &st) != 0)
-            rc = ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno,
-                              "%s: cannot open (listed on %s:%u)", p, mpath, m->shards[k].line);
-        else if (S_ISLNK(st.st_mode))
+        int src = s->src->stat(p, &st, &e2);
+        if (src != CHUTE_OK)
+            rc = ch_err(err, src, "%s (listed on %s:%u)", e2.message, mpath, m->shards[k].line);
+        else if (st.is_link)
             rc = ch_err(err, CHUTE_EFORMAT,
                         "%s: is a symbolic link; a manifest may only list regular files in its "
                         "own directory (%s:%u)",
                         p, mpath, m->shards[k].line);
-        else if (!S_ISREG(st.st_mode))
+        else if (st.type != CH_ENT_FILE)
             rc = ch_err(err, CHUTE_EFORMAT, "%s: not a regular file (%s:%u)", p, mpath,
                         m->shards[k].line);
-        ids[k] = (file_id){st.st_dev, st.st_ino, k};
+        ids[k] = (file_id){rc == CHUTE_OK ? st.dev : 0, rc == CHUTE_OK ? st.ino : 0, k};
     }
     if (rc == CHUTE_OK && s->nshards > 1) {
         qsort(ids, s->nshards, sizeof *ids, cmp_file_id);
@@ -1185,32 +992,18 @@ static int check_shard_files(const char *mpath, const ch_manifest *m, shards_imp
     return rc;
 }
 
-/* Open every shard once to read and check its index, keeping the first
- * `cap` open for the cache.  If descriptors run out part way (other files
- * of the program, other datasets), shrink the cache by half and go on:
- * the dataset then works through fewer descriptors. */
+/* Open every shard once to read and check its index; the cache keeps
+ * the first `cap` open. */
 static int scan_shards(shards_impl *s, chute_error *err)
 {
-    fd_cache *c = &s->cache;
     for (uint32_t k = 0; k < s->nshards; k++) {
         shard_file *sf = &s->shards[k];
         uint64_t size = 0;
         void *h = NULL;
-        int rc = s->src->open(sf->path, &h, &size, err);
-        if (rc == CHUTE_EIO && c->nopen > 0) {
-            uint32_t drop = (c->nopen + 1) / 2;
-            for (uint32_t i = c->nopen - drop; i < c->nopen; i++) {
-                shard_file *v = &s->shards[c->slots[i] - 1];
-                s->src->close(atomic_exchange(&v->h, NULL));
-                c->slots[i] = SLOT_FREE;
-            }
-            c->nopen -= drop;
-            c->cap = c->nopen ? c->nopen : 1;
-            rc = s->src->open(sf->path, &h, &size, err);
-        }
+        s->cache.files[k].path = sf->path;
+        int rc = ch_fcache_open_scan(&s->cache, k, &h, &size, err);
         if (rc)
             return rc;
-        atomic_fetch_add_explicit(&c->opens, 1, memory_order_relaxed);
         if (size != sf->want_size) {
             s->src->close(h);
             return ch_err(err, CHUTE_ECORRUPT,
@@ -1222,16 +1015,13 @@ static int scan_shards(shards_impl *s, chute_error *err)
             rc = ch_err(err, CHUTE_ECORRUPT, "%s: %llu samples but the manifest says %llu",
                         sf->path, (unsigned long long)sf->ix.count,
                         (unsigned long long)sf->want_count);
-        if (rc == CHUTE_OK && c->nopen < c->cap) {
-            atomic_store(&sf->h, h);
-            c->slots[c->nopen++] = k + 1;
-        } else {
+        if (rc) {
             s->src->close(h);
-        }
-        if (rc)
             return rc;
+        }
+        ch_fcache_keep(&s->cache, k, h, size);
     }
-    c->evicting = s->nshards > c->nopen;
+    ch_fcache_ready(&s->cache);
     return CHUTE_OK;
 }
 
@@ -1242,7 +1032,6 @@ static int shards_open(chute_dataset *ds, const char *dir, const chute_dataset_o
     shards_impl *s = calloc(1, sizeof *s);
     if (!s)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
-    pthread_mutex_init(&s->cache.mu, NULL);
     s->src = ds->src;
     ds->impl = s;
 
@@ -1284,11 +1073,9 @@ static int shards_open(chute_dataset *ds, const char *dir, const chute_dataset_o
     if (rc)
         return rc;
 
-    fd_cache *c = &s->cache;
-    c->cap = cache_capacity();
-    c->slots = calloc(c->cap, sizeof *c->slots);
-    if (!c->slots)
-        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    rc = ch_fcache_init(&s->cache, s->src, s->nshards, err);
+    if (rc)
+        return rc;
     rc = scan_shards(s, err);
     if (rc)
         return rc;
@@ -1337,15 +1124,18 @@ static int shards_open(chute_dataset *ds, const char *dir, const chute_dataset_o
 }
 
 /* A directory with a manifest is a shard directory: only pack writes one. */
-static int shards_probe(const char *path, int is_dir, char *why, size_t n)
+static int shards_probe(const ch_source_ops *src, const char *path, int is_dir, char *why,
+                        size_t n)
 {
     char m[4096];
+    ch_stat st;
+    chute_error e;
     if (!is_dir) {
         snprintf(why, n, "not a directory");
         return CH_PROBE_NO;
     }
     if ((size_t)snprintf(m, sizeof m, "%s/%s", path, CH_MANIFEST_NAME) >= sizeof m ||
-        access(m, F_OK) != 0) {
+        src->stat(m, &st, &e) != CHUTE_OK || (st.is_link && st.type == CH_ENT_OTHER)) {
         snprintf(why, n, "no %s", CH_MANIFEST_NAME);
         return CH_PROBE_NO;
     }

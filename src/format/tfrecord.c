@@ -309,9 +309,39 @@ static int stream_finish(const tfr_stream *s, chute_error *err)
                   s->name, (unsigned long long)at);
 }
 
+/* Where compressed bytes come from: a file descriptor, or a file opened
+ * through a source (then `size` bounds the reads). */
+typedef struct tfr_input {
+    int fd;
+    const struct ch_source_ops *src;
+    void *h;
+    uint64_t size;
+} tfr_input;
+
+static int index_compressed(const tfr_input *input, const char *name, fmt_tfr_compression comp,
+                            const fmt_tfr_opts *opts, int cache_fd, fmt_tfr_index *ix,
+                            chute_error *err);
+
 int fmt_tfr_index_compressed(int fd, const char *name, fmt_tfr_compression comp,
                              const fmt_tfr_opts *opts, int cache_fd, fmt_tfr_index *ix,
                              chute_error *err)
+{
+    tfr_input in = {fd, NULL, NULL, 0};
+    return index_compressed(&in, name, comp, opts, cache_fd, ix, err);
+}
+
+int fmt_tfr_index_compressed_src(const struct ch_source_ops *src, void *h, uint64_t size,
+                                 const char *name, fmt_tfr_compression comp,
+                                 const fmt_tfr_opts *opts, int cache_fd, fmt_tfr_index *ix,
+                                 chute_error *err)
+{
+    tfr_input in = {-1, src, h, size};
+    return index_compressed(&in, name, comp, opts, cache_fd, ix, err);
+}
+
+static int index_compressed(const tfr_input *input, const char *name, fmt_tfr_compression comp,
+                            const fmt_tfr_opts *opts, int cache_fd, fmt_tfr_index *ix,
+                            chute_error *err)
 {
     memset(ix, 0, sizeof *ix);
     name = name ? name : "(file)";
@@ -341,9 +371,17 @@ int fmt_tfr_index_compressed(int fd, const char *name, fmt_tfr_compression comp,
     for (;;) {
         if (z.avail_in == 0 && !eof) {
             ssize_t k;
-            do
-                k = pread(fd, in, TFR_IO_CHUNK, (off_t)in_off);
-            while (k < 0 && errno == EINTR);
+            if (input->src) {
+                uint64_t left = input->size > in_off ? input->size - in_off : 0;
+                k = (ssize_t)(left < TFR_IO_CHUNK ? left : TFR_IO_CHUNK);
+                if (k > 0 && (rc = input->src->read_at(input->h, name, in_off, in, (size_t)k,
+                                                       err)) != CHUTE_OK)
+                    goto done;
+            } else {
+                do
+                    k = pread(input->fd, in, TFR_IO_CHUNK, (off_t)in_off);
+                while (k < 0 && errno == EINTR);
+            }
             if (k < 0) {
                 rc = ch_err_errno(err, CHUTE_EIO, errno, "%s@%llu: read failed", name,
                                   (unsigned long long)in_off);

@@ -22,8 +22,10 @@
  * which is not a regular file (a FIFO, socket or device node, a dangling or
  * looping symbolic link) is left out of the listing and recorded in
  * `skipped`, where ImageFolder would list it and then hang or fail when
- * loading it.  readdir's d_type makes this free for ordinary files; only
- * symbolic links and file systems that do not fill d_type cost a stat.
+ * loading it.  The listing comes from the dataset's source (list + stat,
+ * io.h), which says what each entry is with links followed, so a tree
+ * behind any source lists the same way; the local source pays one lstat
+ * per entry for it (two for a symbolic link).
  *
  * Reading a sample is one open + fstat + pread + close: the file's size is
  * not stored at open time, because stat-ing a million files up front
@@ -32,13 +34,9 @@
 #define _GNU_SOURCE
 #include "format.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 
 static const char *const k_exts[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm",
                                      ".tif", ".tiff", ".webp"};
@@ -125,61 +123,6 @@ static void strvec_free(strvec *s)
     s->n = s->cap = 0;
 }
 
-/* What a directory entry is, symbolic links followed (as os.walk with
- * followlinks=True and os.scandir().is_dir() follow them). */
-enum { ENT_DIR, ENT_FILE, ENT_OTHER };
-
-static const char *type_name(mode_t m)
-{
-    return S_ISFIFO(m)  ? "a FIFO"
-           : S_ISSOCK(m) ? "a socket"
-           : S_ISCHR(m)  ? "a character device"
-           : S_ISBLK(m)  ? "a block device"
-                         : "not a regular file";
-}
-
-/* Classify entry `de` of the open directory `dfd`.  d_type answers for
- * most entries; symbolic links and DT_UNKNOWN cost one fstatat.  For
- * ENT_OTHER, *why says what it is. */
-static int classify(int dfd, const struct dirent *de, const char **why)
-{
-    *why = NULL;
-    switch (de->d_type) {
-    case DT_DIR:
-        return ENT_DIR;
-    case DT_REG:
-        return ENT_FILE;
-    case DT_FIFO:
-        *why = "a FIFO";
-        return ENT_OTHER;
-    case DT_SOCK:
-        *why = "a socket";
-        return ENT_OTHER;
-    case DT_CHR:
-        *why = "a character device";
-        return ENT_OTHER;
-    case DT_BLK:
-        *why = "a block device";
-        return ENT_OTHER;
-    default:
-        break;
-    }
-    struct stat st;
-    if (fstatat(dfd, de->d_name, &st, 0) != 0) {
-        int e = errno;
-        *why = e == ELOOP    ? "a symbolic link loop"
-               : e == ENOENT ? "a dangling symbolic link"
-                             : "cannot be examined (stat failed)";
-        return ENT_OTHER;
-    }
-    if (S_ISDIR(st.st_mode))
-        return ENT_DIR;
-    if (S_ISREG(st.st_mode))
-        return ENT_FILE;
-    *why = type_name(st.st_mode);
-    return ENT_OTHER;
-}
-
 /* Record an image-named entry that is left out; takes rel. */
 static int note_skipped(ch_tree_list *out, char *rel, const char *why)
 {
@@ -218,59 +161,61 @@ static int cmp_walk_order(const void *pa, const void *pb)
     return fsname_cmp(sa + 1, strlen(sa + 1), sb + 1, strlen(sb + 1));
 }
 
+/* One directory's listing, as walk wants it. */
+typedef struct walk_ctx {
+    const char *abs, *rel;
+    strvec dirs, *files;
+    ch_tree_list *out;
+    int rc;
+    chute_error *err;
+} walk_ctx;
+
+static int walk_entry(void *user, const char *name, const ch_stat *st)
+{
+    walk_ctx *c = user;
+    if (strlen(c->abs) + strlen(name) + 2 > 4096) {
+        c->rc = ch_err(c->err, CHUTE_EINVAL, "%s/%s: path too long", c->abs, name);
+        return 1;
+    }
+    int image = has_image_ext(name);
+    if (st->type == CH_ENT_OTHER || (st->type == CH_ENT_FILE && !image)) {
+        if (st->type == CH_ENT_OTHER && image) {
+            char *p = NULL;
+            if (asprintf(&p, "%s/%s", c->rel, name) < 0 ||
+                note_skipped(c->out, p, st->why ? st->why : "not a regular file") != CHUTE_OK) {
+                c->rc = ch_err(c->err, CHUTE_ENOMEM, "out of memory while listing %s", c->abs);
+                return 1;
+            }
+        }
+        return 0;
+    }
+    char *p = NULL;
+    if (asprintf(&p, "%s/%s", c->rel, name) < 0)
+        p = NULL;
+    int rc = strvec_push(st->type == CH_ENT_DIR ? &c->dirs : c->files, p);
+    if (rc) {
+        c->rc = ch_err(c->err, rc, "out of memory while listing %s", c->abs);
+        return 1;
+    }
+    return 0;
+}
+
 /* Collect files with image extensions under root/rel, recursively. */
-static int walk(const char *root, const char *rel, strvec *files, ch_tree_list *out, int depth,
-                chute_error *err)
+static int walk(const ch_source_ops *src, const char *root, const char *rel, strvec *files,
+                ch_tree_list *out, int depth, chute_error *err)
 {
     char abs[4096];
     if (snprintf(abs, sizeof abs, "%s/%s", root, rel) >= (int)sizeof abs)
         return ch_err(err, CHUTE_EINVAL, "%s/%s: path too long", root, rel);
     if (depth > 64)
         return ch_err(err, CHUTE_ELIMIT, "%s: directories nested too deeply (link loop?)", abs);
-    DIR *d = opendir(abs);
-    if (!d)
-        return ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot list directory", abs);
-    strvec dirs = {0};
-    int rc = CHUTE_OK;
-    struct dirent *de;
-    errno = 0;
-    while (rc == CHUTE_OK && (de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        if (strlen(abs) + strlen(de->d_name) + 2 > 4096) {
-            rc = ch_err(err, CHUTE_EINVAL, "%s/%s: path too long", abs, de->d_name);
-            break;
-        }
-        int image = has_image_ext(de->d_name);
-        /* Regular files without an image name are never examined. */
-        if (!image && de->d_type == DT_REG)
-            continue;
-        const char *why;
-        int kind = classify(dirfd(d), de, &why);
-        if (kind == ENT_OTHER || (kind == ENT_FILE && !image)) {
-            if (kind == ENT_OTHER && image) {
-                char *p = NULL;
-                if (asprintf(&p, "%s/%s", rel, de->d_name) < 0 ||
-                    note_skipped(out, p, why) != CHUTE_OK)
-                    rc = ch_err(err, CHUTE_ENOMEM, "out of memory while listing %s", abs);
-            }
-            errno = 0;
-            continue;
-        }
-        char *p = NULL;
-        if (asprintf(&p, "%s/%s", rel, de->d_name) < 0)
-            p = NULL;
-        rc = strvec_push(kind == ENT_DIR ? &dirs : files, p);
-        if (rc)
-            ch_err(err, rc, "out of memory while listing %s", abs);
-        errno = 0;
-    }
-    if (rc == CHUTE_OK && errno != 0)
-        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: error while listing directory", abs);
-    closedir(d);
-    for (size_t i = 0; rc == CHUTE_OK && i < dirs.n; i++)
-        rc = walk(root, dirs.v[i], files, out, depth + 1, err);
-    strvec_free(&dirs);
+    walk_ctx c = {abs, rel, {0}, files, out, CHUTE_OK, err};
+    int rc = src->list(abs, walk_entry, &c, err);
+    if (rc == CHUTE_OK)
+        rc = c.rc;
+    for (size_t i = 0; rc == CHUTE_OK && i < c.dirs.n; i++)
+        rc = walk(src, root, c.dirs.v[i], files, out, depth + 1, err);
+    strvec_free(&c.dirs);
     return rc;
 }
 
@@ -323,39 +268,41 @@ static int empty_classes_error(const char *root, const strvec *classes, const si
                   nempty == 1 ? "has" : "have", K_EXTS_TEXT, nempty == 1 ? "y" : "ies");
 }
 
-int ch_tree_list_build(const char *root, ch_tree_list *out, chute_error *err)
+/* The root's sub-directories (links followed), the classes. */
+typedef struct class_ctx {
+    strvec classes;
+    int rc;
+} class_ctx;
+
+static int class_entry(void *user, const char *name, const ch_stat *st)
+{
+    class_ctx *c = user;
+    if (st->type != CH_ENT_DIR)
+        return 0;
+    c->rc = strvec_push(&c->classes, strdup(name));
+    return c->rc != CHUTE_OK;
+}
+
+int ch_tree_list_build(const ch_source_ops *src, const char *root, ch_tree_list *out,
+                       chute_error *err)
 {
     memset(out, 0, sizeof *out);
-    struct stat st;
-    if (stat(root, &st) != 0)
-        return ch_err_errno(err, errno == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, errno, "%s",
-                            root);
-    if (!S_ISDIR(st.st_mode))
+    ch_stat st;
+    int rc = src->stat(root, &st, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    if (st.type != CH_ENT_DIR)
         return ch_err(err, CHUTE_EFORMAT, "%s: not a directory", root);
-    DIR *d = opendir(root);
-    if (!d)
-        return ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot list directory", root);
-    strvec classes = {0};
-    int rc = CHUTE_OK;
-    struct dirent *de;
-    errno = 0;
-    while (rc == CHUTE_OK && (de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        const char *why;
-        if (classify(dirfd(d), de, &why) == ENT_DIR)
-            rc = strvec_push(&classes, strdup(de->d_name));
-        errno = 0;
-    }
-    int list_errno = rc == CHUTE_OK ? errno : 0;
-    closedir(d);
+    class_ctx cc = {{0}, CHUTE_OK};
+    rc = src->list(root, class_entry, &cc, err);
+    strvec classes = cc.classes;
     if (rc != CHUTE_OK) {
         strvec_free(&classes);
-        return ch_err(err, rc, "%s: out of memory while listing", root);
+        return rc;
     }
-    if (list_errno != 0) {
+    if (cc.rc != CHUTE_OK) {
         strvec_free(&classes);
-        return ch_err_errno(err, CHUTE_EIO, list_errno, "%s: error while listing directory", root);
+        return ch_err(err, cc.rc, "%s: out of memory while listing", root);
     }
     if (classes.n == 0) {
         strvec_free(&classes);
@@ -370,7 +317,7 @@ int ch_tree_list_build(const char *root, ch_tree_list *out, chute_error *err)
         rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
     for (size_t c = 0; rc == CHUTE_OK && c < classes.n; c++) {
         size_t start = files.n;
-        rc = walk(root, classes.v[c], &files, out, 0, err);
+        rc = walk(src, root, classes.v[c], &files, out, 0, err);
         /* files.v is NULL until the first file: no qsort(NULL, 0, ...). */
         if (rc == CHUTE_OK && files.n - start > 1)
             qsort(files.v + start, files.n - start, sizeof(char *), cmp_walk_order);
@@ -430,10 +377,11 @@ static int tree_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap,
 static uint64_t tree_sample_size(const chute_dataset *ds, uint64_t i)
 {
     char path[4096];
-    struct stat st;
-    if (tree_path(ds, i, path, sizeof path) != 0 || stat(path, &st) != 0)
+    ch_stat st;
+    chute_error e;
+    if (tree_path(ds, i, path, sizeof path) != 0 || ds->src->stat(path, &st, &e) != CHUTE_OK)
         return 0;
-    return (uint64_t)st.st_size;
+    return st.type == CH_ENT_FILE ? st.size : 0;
 }
 
 static void tree_describe(const chute_dataset *ds, uint64_t i, char *buf, size_t n)
@@ -466,28 +414,33 @@ static void tree_close(void *impl)
 /* A directory holding shard files (or pack's temporaries) but no manifest
  * is an interrupted pack, not an image tree: say so instead of "no class
  * directories". */
-static int looks_like_partial_pack(const char *dir)
+static int partial_pack_entry(void *user, const char *name, const ch_stat *st)
 {
-    DIR *d = opendir(dir);
-    if (!d)
+    (void)st;
+    if (ch_packfile_kind(name, NULL) == CH_PACKFILE_OTHER)
         return 0;
+    *(int *)user = 1;
+    return 1;
+}
+
+static int looks_like_partial_pack(const ch_source_ops *src, const char *dir)
+{
     int found = 0;
-    struct dirent *de;
-    while (!found && (de = readdir(d)) != NULL)
-        found = ch_packfile_kind(de->d_name, NULL) != CH_PACKFILE_OTHER;
-    closedir(d);
+    chute_error e;
+    src->list(dir, partial_pack_entry, &found, &e);
     return found;
 }
 
 /* Any directory may be an image tree: the fallback when nothing surer
  * matches (an empty directory then fails in open with "no classes"). */
-static int tree_probe(const char *path, int is_dir, char *why, size_t n)
+static int tree_probe(const ch_source_ops *src, const char *path, int is_dir, char *why,
+                      size_t n)
 {
     if (!is_dir) {
         snprintf(why, n, "not a directory");
         return CH_PROBE_NO;
     }
-    if (looks_like_partial_pack(path)) {
+    if (looks_like_partial_pack(src, path)) {
         snprintf(why, n,
                  "shard files but no %s: an incomplete chute shard directory (was 'chute pack' "
                  "interrupted? run it again)",
@@ -504,7 +457,7 @@ static int tree_open(chute_dataset *ds, const char *root, const chute_dataset_op
     tree_impl *t = calloc(1, sizeof *t);
     if (!t)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
-    int rc = ch_tree_list_build(root, &t->list, err);
+    int rc = ch_tree_list_build(ds->src, root, &t->list, err);
     if (rc != CHUTE_OK) {
         free(t);
         return rc;

@@ -35,6 +35,12 @@ typedef struct ch_stat {
     uint64_t size;            /* bytes, for CH_ENT_FILE */
     int64_t mtime_ns;         /* modification time, 0 when the source has none */
     const char *why;          /* CH_ENT_OTHER: what it is (static text) */
+    /* The name itself is a symbolic link (type etc. describe its target,
+     * or CH_ENT_OTHER for a dangling one).  0 where the source has none. */
+    int is_link;
+    /* What makes a file itself, so two names of one file can be told
+     * apart (local: device and inode); both 0 where the source has none. */
+    uint64_t dev, ino;
 } ch_stat;
 /* Called once per entry of a listing with its name (no '/'), in no
  * particular order; return nonzero to stop the listing (list then

@@ -175,32 +175,57 @@ static void stat_fill(const struct stat *st, ch_stat *out)
         out->why = special_name(st->st_mode);
     }
     out->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+    out->dev = (uint64_t)st->st_dev;
+    out->ino = (uint64_t)st->st_ino;
 }
 
-/* stat(2), with a link that leads nowhere told apart from a missing name
- * (lstat succeeds on the link itself). */
-static int stat_at(int dirfd, const char *name, const char *shown, ch_stat *out, chute_error *err)
+/* What `name` (in dirfd) is: lstat first, so a symbolic link is known as
+ * one (is_link) at no extra cost for plain names; a link is then followed,
+ * and one that leads nowhere is told apart from a missing name.  Any
+ * other failure to examine an existing name is CH_ENT_OTHER too when
+ * `other_ok` (a listing goes on past it, as os.walk does). */
+static int stat_at(int dirfd, const char *name, const char *shown, ch_stat *out, int other_ok,
+                   chute_error *err)
 {
     struct stat st;
-    if (fstatat(dirfd, name, &st, 0) == 0) {
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        int e = errno;
+        if (other_ok && e != ENOENT) {
+            memset(out, 0, sizeof *out);
+            out->type = CH_ENT_OTHER;
+            out->why = "cannot be examined (stat failed)";
+            return CHUTE_OK;
+        }
+        return ch_err_errno(err, e == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, e, "%s: cannot stat",
+                            shown);
+    }
+    if (!S_ISLNK(st.st_mode)) {
         stat_fill(&st, out);
         return CHUTE_OK;
     }
+    if (fstatat(dirfd, name, &st, 0) == 0) {
+        stat_fill(&st, out);
+        out->is_link = 1;
+        return CHUTE_OK;
+    }
     int e = errno;
-    if ((e == ENOENT || e == ELOOP) && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-        S_ISLNK(st.st_mode)) {
-        memset(out, 0, sizeof *out);
-        out->type = CH_ENT_OTHER;
+    memset(out, 0, sizeof *out);
+    out->is_link = 1;
+    out->type = CH_ENT_OTHER;
+    if (e == ENOENT || e == ELOOP) {
         out->why = e == ELOOP ? "a symbolic link loop" : "a dangling symbolic link";
         return CHUTE_OK;
     }
-    return ch_err_errno(err, e == ENOENT ? CHUTE_ENOTFOUND : CHUTE_EIO, e, "%s: cannot stat",
-                        shown);
+    if (other_ok) {
+        out->why = "cannot be examined (stat failed)";
+        return CHUTE_OK;
+    }
+    return ch_err_errno(err, CHUTE_EIO, e, "%s: cannot stat", shown);
 }
 
 static int local_stat(const char *path, ch_stat *out, chute_error *err)
 {
-    return stat_at(AT_FDCWD, path, path, out, err);
+    return stat_at(AT_FDCWD, path, path, out, 0, err);
 }
 
 static int local_list(const char *dir, ch_list_fn fn, void *user, chute_error *err)
@@ -228,7 +253,7 @@ static int local_list(const char *dir, ch_list_fn fn, void *user, chute_error *e
             continue;
         ch_stat st;
         chute_error e2;
-        int src = stat_at(dirfd(d), de->d_name, de->d_name, &st, &e2);
+        int src = stat_at(dirfd(d), de->d_name, de->d_name, &st, 1, &e2);
         if (src == CHUTE_ENOTFOUND)
             continue; /* removed since readdir */
         if (src != CHUTE_OK) {

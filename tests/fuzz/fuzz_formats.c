@@ -34,6 +34,7 @@ static void run(const char *path, const char *format)
     o.image_key = "image"; /* the committed fixtures' keys */
     o.label_key = "label";
     o.label_offset = 64;
+    o.index_dir = ""; /* never save a TFRecord index for a fuzz input */
     chute_dataset *ds = NULL;
     chute_error err;
     memset(&err, 0, sizeof err);
