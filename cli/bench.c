@@ -18,6 +18,9 @@ static const char *busiest(const chute_stats *s)
 
 int cmd_bench(int argc, char **argv)
 {
+    for (int i = 0; i < argc; i++) /* the inference mode has its own options (latency.c) */
+        if (strcmp(argv[i], "--latency") == 0)
+            return cmd_bench_latency(argc, argv);
     chute_loader_options o = {0};
     int transform = 0, dtype = 0, json = 0, no_dct = 0, quiet = 0;
     uint32_t epochs = 1, step_ms = 0;

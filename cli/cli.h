@@ -50,5 +50,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_iobench(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+/* `chute bench --latency` (cli/latency.c). */
+int cmd_bench_latency(int argc, char **argv);
 
 #endif
