@@ -253,6 +253,7 @@ static int first_request(const lat_cfg *c, int pretouch, double *create_ms, doub
     chute_infer_options o = c->io;
     o.pretouch = pretouch;
     o.max_batch = 1; /* no batching deadline to wait out */
+    o.queue_capacity = 0; /* the default few slots: pretouch costs 2 MiB each */
     chute_infer *s = NULL;
     uint64_t t0 = mono_ns();
     int rc = chute_infer_create(&o, &s, err);
@@ -317,7 +318,7 @@ int cmd_bench_latency(int argc, char **argv)
     chute_infer_options io = {0};
     int latency = 0, json = 0, find_max = 0, transform = 0, dtype = 0;
     const char *rate_s = NULL, *dur_s = "5", *budget_s = "50", *probe_s = "2", *format = NULL;
-    uint32_t nimg = 256, ordered_only = 0;
+    uint32_t nimg = 256, ordered_only = 0, probes = 10;
     uint64_t seed = 1;
     const cli_opt opts[] = {
         {"--latency", CLI_FLAG, &latency, NULL, 0, 0, "inference-latency mode (this command)"},
@@ -329,6 +330,7 @@ int cmd_bench_latency(int argc, char **argv)
          "search the highest rate whose p99 stays under --budget-ms, then run at half of it"},
         {"--probe-duration", CLI_STR, &probe_s, NULL, 0, 0,
          "--find-max: seconds per probe (default 2)"},
+        {"--probes", CLI_U32, &probes, NULL, 1, 100, "--find-max: bisection steps (default 10)"},
         {"--seed", CLI_U64, &seed, NULL, 0, UINT64_MAX, "arrival-time seed (default 1)"},
         {"--images", CLI_U32, &nimg, NULL, 1, 100000, "images of SOURCE cycled through (default 256)"},
         {"--size", CLI_U32, &io.size, NULL, 1, 8192, "output height = width (default 224)"},
@@ -430,7 +432,7 @@ int cmd_bench_latency(int argc, char **argv)
             chute_infer_destroy(tmp);
         }
         double lo = 0, hi = 2.0 * workers * 1000.0 / (single_ms > 0.001 ? single_ms : 0.001);
-        for (int it = 0; it < 10 && !fail; it++) {
+        for (uint32_t it = 0; it < probes && !fail; it++) {
             double mid = (lo + hi) / 2;
             lat_result r;
             if (run_rate(&c, mid, probe, &r, &err) != CHUTE_OK) {
