@@ -421,16 +421,17 @@ int cmd_bench_latency(int argc, char **argv)
         }
         have_rate = 1;
     }
-    if (!fail && find_max) {
-        chute_infer_options probe_o = c.io;
+    uint32_t workers = 1; /* what the sessions use (the default: the CPUs) */
+    {
         chute_infer *tmp = NULL;
-        uint32_t workers = 1;
-        if (chute_infer_create(&probe_o, &tmp, &err) == CHUTE_OK) {
+        if (chute_infer_create(&c.io, &tmp, NULL) == CHUTE_OK) {
             chute_infer_stats st;
             chute_infer_get_stats(tmp, &st);
             workers = st.workers;
             chute_infer_destroy(tmp);
         }
+    }
+    if (!fail && find_max) {
         double lo = 0, hi = 2.0 * workers * 1000.0 / (single_ms > 0.001 ? single_ms : 0.001);
         for (uint32_t it = 0; it < probes && !fail; it++) {
             double mid = (lo + hi) / 2;
@@ -463,10 +464,10 @@ int cmd_bench_latency(int argc, char **argv)
         return 1;
 
     if (json) {
-        printf("{\"images\": %u, \"single_image_ms\": %.4f, \"create_ms\": %.4f, "
+        printf("{\"images\": %u, \"workers\": %u, \"single_image_ms\": %.4f, \"create_ms\": %.4f, "
                "\"first_request_ms\": %.4f, \"create_ms_pretouch\": %.4f, "
                "\"first_request_ms_pretouch\": %.4f, \"budget_ms\": %.3f",
-               c.nimg, single_ms, create_ms[0], first_ms[0], create_ms[1], first_ms[1], budget);
+               c.nimg, workers, single_ms, create_ms[0], first_ms[0], create_ms[1], first_ms[1], budget);
         if (have_rate) {
             printf(", ");
             print_result(stdout, "at_rate", &at_rate, 1);
