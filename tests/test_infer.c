@@ -544,6 +544,10 @@ static void *submitter(void *p)
             usleep(200);
         if (rc != CHUTE_OK)
             a->fail = 1;
+        if (i % 25 == 0) { /* stats from the submitting threads too (TSan) */
+            chute_infer_stats st;
+            chute_infer_get_stats(a->s, &st);
+        }
     }
     return NULL;
 }
@@ -572,7 +576,6 @@ TEST(four_threads_submit)
         a[t] = (sub_arg){s, &smp, (uint64_t)t * PER, PER, 0};
         pthread_create(&th[t], NULL, submitter, &a[t]);
     }
-    /* Stats from yet another thread while all this runs. */
     order_ctx c = {0, 0, 0, T * PER, calloc(T * PER, 1)};
     int drc = drain(s, T * PER, order_fn, &c);
     for (int t = 0; t < T; t++)

@@ -641,7 +641,10 @@ int chute_infer_poll(chute_infer *s, int64_t timeout_us, chute_infer_batch **out
         return CHUTE_EINVAL;
     *out = NULL;
     uint64_t start = ch_now_ns();
-    uint64_t until = timeout_us < 0 ? UINT64_MAX : start + (uint64_t)timeout_us * 1000;
+    /* Past ~146 years a timeout is forever (and start + it would wrap). */
+    uint64_t until = timeout_us < 0 || timeout_us > ((int64_t)1 << 52)
+                         ? UINT64_MAX
+                         : start + (uint64_t)timeout_us * 1000;
     pthread_mutex_lock(&s->mu);
     islot *sl = NULL;
     int rc = CHUTE_OK;
