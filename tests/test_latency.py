@@ -41,9 +41,6 @@ def rate(ctx):
               "percentiles out of order: %r" % a)
     ctx.check(r.get("single_image_ms", 0) > 0 and r.get("first_request_ms", 0) > 0
               and r.get("first_request_ms_pretouch", 0) > 0, "reference times: %r" % r)
-    # Latency counts from the scheduled arrival: never below one request's work.
-    ctx.check(a["p50_ms"] >= 0.5 * r["single_image_ms"], "p50 %r below half a decode %r"
-              % (a["p50_ms"], r["single_image_ms"]))
 
 
 def find_max(ctx):
