@@ -18,8 +18,11 @@ static const char *busiest(const chute_stats *s)
 
 int cmd_bench(int argc, char **argv)
 {
+    for (int i = 0; i < argc; i++) /* the inference mode has its own options (latency.c) */
+        if (strcmp(argv[i], "--latency") == 0)
+            return cmd_bench_latency(argc, argv);
     chute_loader_options o = {0};
-    int transform = 0, dtype = 0, json = 0, no_dct = 0, quiet = 0;
+    int transform = 0, dtype = 0, json = 0, no_dct = 0, quiet = 0, latency_mode = 0;
     uint32_t epochs = 1, step_ms = 0;
     uint64_t max_batches = 0;
     const char *crop_pct = NULL, *format = NULL;
@@ -36,6 +39,8 @@ int cmd_bench(int argc, char **argv)
         {"--step-ms", CLI_U32, &step_ms, NULL, 0, 3600000,
          "simulate a training step: the consumer spends this long on each batch"},
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
+        {"--latency", CLI_FLAG, &latency_mode, NULL, 0, 0,
+         "inference-latency mode, its own options: chute bench --latency --help"},
         {"--quiet", CLI_FLAG, &quiet, NULL, 0, 0, "no live progress line"},
         {"--format", CLI_STR, &format, NULL, 0, 0, CLI_FORMAT_HELP},
         {"--crop-pct", CLI_STR, &crop_pct, NULL, 0, 0,

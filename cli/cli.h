@@ -56,5 +56,7 @@ int cmd_convert(int argc, char **argv);
  * for the formats other than chute.  Returns the exit status. */
 int cli_convert_run(const char *cmd, const char *src, const char *dst,
                     chute_convert_options *o);
+/* `chute bench --latency` (cli/latency.c). */
+int cmd_bench_latency(int argc, char **argv);
 
 #endif

@@ -784,6 +784,141 @@ typedef struct chute_convert_result {
  * memory: one sample and one output record at a time.                   */
 CHUTE_API int chute_convert(const char *src, const char *dst, const chute_convert_options *opt,
                             chute_convert_result *out_result, chute_error *err);
+/* Inference: a submit/poll session for live requests.                  */
+/* ------------------------------------------------------------------ */
+/* A session turns encoded images (bytes or a path, each with the
+ * caller's uint64 request id) into transformed tensors, in batches formed
+ * by deadline: a batch takes requests in submission order and is closed
+ * when it holds max_batch requests or when its oldest request has waited
+ * max_delay_us; it is handed out once every request in it is finished.
+ * Workers start on a request as soon as it is submitted.  A request whose
+ * image cannot be made (corrupt, over a limit, unreadable path) fails
+ * alone: its status and message are in the batch, its tensor is zeros,
+ * and the other requests of its batch are delivered normally.
+ *
+ * Memory is fixed at create: ceil(queue_capacity / max_batch) + 2 batch
+ * buffers, each sized for max_batch samples (64-byte aligned arrays, not
+ * rounded to 2 MiB, not pre-faulted unless pretouch is set), and
+ * per-request records; copied request bytes live in per-record buffers
+ * that grow to the largest request seen and are then reused.         */
+typedef struct chute_infer chute_infer;
+typedef struct chute_infer_batch chute_infer_batch;
+
+/* Zero means default for every field. */
+typedef struct chute_infer_options {
+    uint32_t size;            /* output height = width; default 224 */
+    chute_transform transform;/* EVAL or NONE; 0 (TRAIN, random: meaningless here) = EVAL */
+    chute_dtype dtype;        /* default FLOAT32 */
+    chute_layout layout;      /* default NCHW for floats, NHWC for uint8 */
+    int no_normalize;         /* float dtypes: 0..1 instead of (x-mean)/std */
+    float mean[3];            /* all zero = ImageNet */
+    float std[3];             /* all zero = ImageNet */
+    float crop_pct;           /* EVAL, as chute_loader_options; 0 = 0.875 */
+    uint32_t resize_size;     /* EVAL, as chute_loader_options */
+    int no_dct_scale;         /* as chute_loader_options */
+    uint64_t max_pixels;      /* default 64 Mpx */
+    uint64_t max_sample_bytes;/* default 64 MiB */
+    uint32_t max_batch;       /* requests per batch, 1..4096; default 8 */
+    uint32_t max_delay_us;    /* deadline of a batch's oldest request; default 1000,
+                                 at most 10 s.  For no batching set max_batch = 1. */
+    uint32_t workers;         /* decode threads; default chute_default_workers() */
+    int unordered;            /* nonzero: a finished batch is handed out even if an
+                                 earlier one is still in progress (default: batches,
+                                 and so requests, come out in submission order) */
+    uint32_t queue_capacity;  /* requests admitted and not yet released; default
+                                 4 * max_batch, at most 65536 */
+    int pretouch;             /* nonzero: batch buffers rounded up to 2 MiB and
+                                 pre-faulted at create, as the training loader's
+                                 ring (for comparing first-request latency) */
+} chute_infer_options;
+
+/* Create a session; its worker threads start at once and wait for
+ * requests.  Any thread; returns the handle in *out.                   */
+CHUTE_API int chute_infer_create(const chute_infer_options *opt, chute_infer **out,
+                                 chute_error *err);
+
+/* Flag for chute_infer_submit: copy the bytes (the caller may reuse them
+ * as soon as submit returns).  Without it the bytes are borrowed: keep
+ * them unchanged until the request's batch has been handed out by
+ * chute_infer_poll. */
+#define CHUTE_INFER_COPY 1u
+
+/* Submit one encoded image with the caller's id (ids need not be unique
+ * for the library; they are handed back as given).  Never blocks on
+ * decoding: returns CHUTE_EBUSY at once when queue_capacity requests are
+ * admitted and not yet released (or every batch buffer is in use),
+ * CHUTE_EINVAL after chute_infer_close.  Once admitted (CHUTE_OK) a
+ * request comes back through chute_infer_poll exactly once, failed if
+ * need be (a copy that finds no memory fails it with CHUTE_ENOMEM, an
+ * undecodable image with its decoder's status).  Thread-safe: any number of threads may submit at once.
+ * `err` (may be NULL) gets the reason of a refusal.                    */
+CHUTE_API int chute_infer_submit(chute_infer *s, const void *data, size_t len, uint64_t id,
+                                 unsigned flags, chute_error *err);
+/* The same for a file: the path is copied; the file is read by a worker
+ * (an unreadable file fails that request with CHUTE_EIO/ENOTFOUND).    */
+CHUTE_API int chute_infer_submit_path(chute_infer *s, const char *path, uint64_t id,
+                                      chute_error *err);
+
+/* Next batch of finished requests.  Waits up to timeout_us (0: do not
+ * wait; negative: forever).  Returns CHUTE_OK and a batch, CHUTE_EINTERRUPTED
+ * when none was ready in time, CHUTE_END once the session is closed and
+ * every request has been handed out, CHUTE_EBUSY if the caller holds
+ * every batch buffer.  One polling thread at a time.                   */
+CHUTE_API int chute_infer_poll(chute_infer *s, int64_t timeout_us, chute_infer_batch **out);
+
+typedef struct chute_infer_view {
+    void *data;               /* count samples, as chute_batch_view */
+    chute_dtype dtype;
+    chute_layout layout;
+    int64_t shape[4];
+    int64_t strides[4];       /* in elements */
+    size_t nbytes;
+    const uint64_t *ids;      /* count request ids */
+    const int32_t *status;    /* count statuses: CHUTE_OK, or why that request failed */
+    uint32_t count;
+    uint32_t failed;          /* requests with status != CHUTE_OK */
+    uint64_t batch_index;     /* batches of this session numbered in submission order */
+} chute_infer_view;
+
+/* Views and messages stay valid until the batch is released. */
+CHUTE_API void chute_infer_batch_view(const chute_infer_batch *b, chute_infer_view *out);
+/* Why request k of the batch failed ("" if it did not). */
+CHUTE_API const char *chute_infer_batch_errmsg(const chute_infer_batch *b, uint32_t k);
+/* Give a batch back; any thread, exactly once, before destroy. */
+CHUTE_API void chute_infer_batch_release(chute_infer_batch *b);
+
+/* Stop accepting requests: later submits fail with CHUTE_EINVAL;
+ * requests already admitted are finished and handed out; then poll
+ * returns CHUTE_END.  Any thread; idempotent.                          */
+CHUTE_API void chute_infer_close(chute_infer *s);
+/* Join the workers and free everything.  No submit or poll may be in
+ * progress or follow (close first to turn late submits into errors).
+ * Accepts NULL.                                                         */
+CHUTE_API void chute_infer_destroy(chute_infer *s);
+
+/* Per-request latencies, in ns: queue (submit to a worker starting it),
+ * decode, transform, total (submit to the poll that hands it out).     */
+typedef struct chute_latency {
+    uint64_t count;
+    uint64_t p50_ns, p90_ns, p99_ns, p999_ns, max_ns; /* bucket midpoints, ~6% */
+    uint64_t mean_ns;
+} chute_latency;
+
+typedef struct chute_infer_stats {
+    uint64_t submitted;       /* requests admitted */
+    uint64_t rejected_busy;   /* submits refused with CHUTE_EBUSY */
+    uint64_t completed;       /* requests handed out (failed ones included) */
+    uint64_t failed;
+    uint64_t batches;         /* batches handed out */
+    uint64_t closed_by_deadline; /* of those: closed by max_delay_us, not full */
+    uint32_t workers;
+    uint32_t slots;           /* batch buffers */
+    size_t slot_bytes;        /* bytes of one batch buffer */
+    chute_latency queue, decode, transform, total;
+} chute_infer_stats;
+
+/* Snapshot; any thread. */
+CHUTE_API void chute_infer_get_stats(const chute_infer *s, chute_infer_stats *out);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@ in libchute's native worker threads; Python only receives finished batches.
 
 Contents
     Loader       the iterable pipeline (distributed-aware, resumable)
+    Infer        a low-latency inference session: submit(bytes|path, id), poll()
     Dataset      an opened source (size, classes, labels, raw samples)
     Batch, Array what Loader.next_batch() returns; Array speaks DLPack,
                  the NumPy array interface and the buffer protocol
@@ -49,6 +50,7 @@ from ._chute import (  # noqa: F401
     probe_image,
 )
 from ._chute import version as _lib_version
+from ._chute import Infer  # noqa: F401  (the inference session; see its docstring)
 from .loader import Loader, SkippedSamplesWarning, default_workers, distributed_defaults, pack
 
 for _obj in (Loader, pack, distributed_defaults, default_workers, SkippedSamplesWarning):
@@ -113,6 +115,7 @@ def features() -> _Dict[str, bool]:
 
 __all__ = [
     "Loader",
+    "Infer",
     "Dataset",
     "Batch",
     "Array",

@@ -2101,6 +2101,351 @@ static struct PyModuleDef moduledef = {
     "CPython binding of libchute's public C API.  Use the chute package.", -1, module_methods,
 };
 
+/* ------------------------------------------------------------------ */
+/* Infer: the inference session (chute_infer_*).                        */
+/* ------------------------------------------------------------------ */
+/* poll() copies each handed-out batch into one private buffer and gives
+ * the ring slot straight back: a Python caller may keep results for as
+ * long as it likes without holding the session's few batch buffers (and
+ * so its queue capacity).  The copy is one memcpy per batch.           */
+typedef struct {
+    PyObject_HEAD
+    chute_infer *s;
+    int polling;              /* a poll() is waiting (one poller at a time) */
+} InferObject;
+
+static PyTypeObject InferType;
+
+/* The ChuteError subclass instance for a failed request (not raised). */
+static PyObject *status_exception(int status, const char *message)
+{
+    PyObject *type = ChuteError;
+    if (status < 0 && status >= -10 && status_exc[-status])
+        type = status_exc[-status];
+    const char *m = message && message[0] ? message : chute_status_name(status);
+    PyObject *exc = PyObject_CallFunction(type, "s", m);
+    if (!exc)
+        return NULL;
+    PyObject *code = PyLong_FromLong(status);
+    PyObject *name = PyUnicode_FromString(chute_status_name(status));
+    if (code && name) {
+        PyObject_SetAttrString(exc, "code", code);
+        PyObject_SetAttrString(exc, "status", name);
+    }
+    Py_XDECREF(code);
+    Py_XDECREF(name);
+    return exc;
+}
+
+static int Infer_init(InferObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"size", "transform", "dtype", "layout", "normalize", "mean", "std",
+                             "crop_pct", "resize_size", "dct_scale", "max_batch", "max_delay_us",
+                             "workers", "ordered", "queue_capacity", "max_pixels",
+                             "max_sample_bytes", "pretouch", NULL};
+    unsigned int size = 0, resize_size = 0, max_batch = 0, max_delay_us = 0, workers = 0,
+                 queue_capacity = 0;
+    const char *transform = "eval", *dtype = "float32", *layout = NULL;
+    int normalize = 1, dct_scale = 1, ordered = 1, pretouch = 0;
+    PyObject *mean = Py_None, *std = Py_None;
+    float crop_pct = 0;
+    unsigned long long max_pixels = 0, max_sample_bytes = 0;
+    if (self->s) {
+        PyErr_SetString(PyExc_RuntimeError, "Infer.__init__ called twice");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$IsszpOOfIpIIIpIKKp", kwlist, &size, &transform,
+                                     &dtype, &layout, &normalize, &mean, &std, &crop_pct,
+                                     &resize_size, &dct_scale, &max_batch, &max_delay_us,
+                                     &workers, &ordered, &queue_capacity, &max_pixels,
+                                     &max_sample_bytes, &pretouch))
+        return -1;
+    chute_infer_options o = {0};
+    o.size = size;
+    if (strcmp(transform, "eval") == 0)
+        o.transform = CHUTE_TRANSFORM_EVAL;
+    else if (strcmp(transform, "none") == 0)
+        o.transform = CHUTE_TRANSFORM_NONE;
+    else {
+        PyErr_Format(PyExc_ValueError, "transform must be 'eval' or 'none', not '%s'",
+                     transform);
+        return -1;
+    }
+    if (strcmp(dtype, "float32") == 0)
+        o.dtype = CHUTE_DTYPE_FLOAT32;
+    else if (strcmp(dtype, "uint8") == 0)
+        o.dtype = CHUTE_DTYPE_UINT8;
+    else if (strcmp(dtype, "float16") == 0)
+        o.dtype = CHUTE_DTYPE_FLOAT16;
+    else {
+        PyErr_Format(PyExc_ValueError, "dtype must be 'float32', 'uint8' or 'float16', not '%s'",
+                     dtype);
+        return -1;
+    }
+    if (!layout)
+        o.layout = CHUTE_LAYOUT_DEFAULT;
+    else if (strcmp(layout, "NCHW") == 0)
+        o.layout = CHUTE_LAYOUT_NCHW;
+    else if (strcmp(layout, "NHWC") == 0)
+        o.layout = CHUTE_LAYOUT_NHWC;
+    else {
+        PyErr_Format(PyExc_ValueError, "layout must be 'NCHW' or 'NHWC', not '%s'", layout);
+        return -1;
+    }
+    if (parse_rgb(mean, o.mean, "mean") || parse_rgb(std, o.std, "std"))
+        return -1;
+    o.no_normalize = !normalize;
+    o.crop_pct = crop_pct;
+    o.resize_size = resize_size;
+    o.no_dct_scale = !dct_scale;
+    o.max_batch = max_batch;
+    o.max_delay_us = max_delay_us;
+    o.workers = workers;
+    o.unordered = !ordered;
+    o.queue_capacity = queue_capacity;
+    o.max_pixels = max_pixels;
+    o.max_sample_bytes = max_sample_bytes;
+    o.pretouch = pretouch;
+    chute_error err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = chute_infer_create(&o, &self->s, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != CHUTE_OK) {
+        raise_status(rc, err.message);
+        return -1;
+    }
+    return 0;
+}
+
+static void Infer_dealloc(InferObject *self)
+{
+    chute_infer *s = self->s;
+    self->s = NULL;
+    if (s) {
+        Py_BEGIN_ALLOW_THREADS /* joins the workers */
+        chute_infer_destroy(s);
+        Py_END_ALLOW_THREADS
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int infer_ready(InferObject *self)
+{
+    if (!self->s) {
+        PyErr_SetString(PyExc_ValueError, "the Infer session is not initialised");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Infer_submit(InferObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"data", "id", NULL};
+    PyObject *data;
+    unsigned long long id;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OK", kwlist, &data, &id) || infer_ready(self))
+        return NULL;
+    chute_error err = {0};
+    int rc;
+    if (PyUnicode_Check(data) || PyObject_HasAttrString(data, "__fspath__")) {
+        PyObject *b = NULL;
+        if (!PyUnicode_FSConverter(data, &b))
+            return NULL;
+        rc = chute_infer_submit_path(self->s, PyBytes_AS_STRING(b), id, &err);
+        Py_DECREF(b);
+    } else {
+        Py_buffer view;
+        if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+            return NULL;
+        /* Copied: the object may change or go once submit returns. */
+        rc = chute_infer_submit(self->s, view.buf, (size_t)view.len, id, CHUTE_INFER_COPY, &err);
+        PyBuffer_Release(&view);
+    }
+    if (rc != CHUTE_OK)
+        return raise_status(rc, err.message);
+    Py_RETURN_NONE;
+}
+
+/* One finished batch -> [(id, Array or ChuteError), ...]. */
+static PyObject *infer_results(chute_infer_batch *b)
+{
+    chute_infer_view v;
+    chute_infer_batch_view(b, &v);
+    batch_ref *ref = calloc(1, sizeof *ref);
+    void *copy = malloc(v.nbytes ? v.nbytes : 1);
+    if (!ref || !copy) {
+        free(ref);
+        free(copy);
+        chute_infer_batch_release(b);
+        return PyErr_NoMemory();
+    }
+    memcpy(copy, v.data, v.nbytes);
+    atomic_store(&ref->refs, 1);
+    ref->owned = copy;
+    int type = v.dtype == CHUTE_DTYPE_FLOAT32 ? ARR_F32 : v.dtype == CHUTE_DTYPE_UINT8 ? ARR_U8
+                                                                                  : ARR_F16;
+    size_t sb = v.count ? v.nbytes / v.count : 0;
+    PyObject *out = PyList_New(v.count);
+    for (uint32_t k = 0; out && k < v.count; k++) {
+        PyObject *res = v.status[k] == CHUTE_OK
+                            ? array_new(ref, (uint8_t *)copy + k * sb, type, 3, v.shape + 1)
+                            : status_exception(v.status[k], chute_infer_batch_errmsg(b, k));
+        PyObject *t = res ? Py_BuildValue("(KN)", (unsigned long long)v.ids[k], res) : NULL;
+        if (!t) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, k, t);
+    }
+    chute_infer_batch_release(b);
+    batch_ref_decref(ref); /* the arrays hold their own references */
+    return out;
+}
+
+static PyObject *Infer_poll(InferObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"timeout", NULL};
+    PyObject *timeout = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &timeout) || infer_ready(self))
+        return NULL;
+    double t = -1;
+    if (timeout != Py_None) {
+        t = PyFloat_AsDouble(timeout);
+        if (t == -1 && PyErr_Occurred())
+            return NULL;
+        if (!(t >= 0)) {
+            PyErr_SetString(PyExc_ValueError, "timeout must be None or a number >= 0");
+            return NULL;
+        }
+    }
+    if (self->polling) {
+        PyErr_SetString(PyExc_RuntimeError, "another thread is in Infer.poll(): one poller at "
+                                            "a time");
+        return NULL;
+    }
+    self->polling = 1;
+    double end = t < 0 ? 0 : mono_s() + t;
+    chute_infer_batch *b = NULL;
+    int rc;
+    for (;;) {
+        /* Wait in slices so Ctrl-C is seen. */
+        int64_t slice_us = (int64_t)WAIT_SLICE_MS * 1000;
+        if (t >= 0) {
+            double left = end - mono_s();
+            int64_t l = left > 0 ? (int64_t)(left * 1e6) : 0;
+            if (l < slice_us)
+                slice_us = l;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        rc = chute_infer_poll(self->s, slice_us, &b);
+        Py_END_ALLOW_THREADS
+        if (rc != CHUTE_EINTERRUPTED)
+            break;
+        if (PyErr_CheckSignals() < 0) {
+            self->polling = 0;
+            return NULL;
+        }
+        if (t >= 0 && mono_s() >= end)
+            break;
+    }
+    self->polling = 0;
+    if (rc == CHUTE_OK)
+        return infer_results(b);
+    if (rc == CHUTE_EINTERRUPTED)
+        return PyList_New(0);
+    if (rc == CHUTE_END)
+        Py_RETURN_NONE;
+    return raise_status(rc, "chute_infer_poll failed");
+}
+
+static PyObject *Infer_close(InferObject *self, PyObject *unused)
+{
+    if (self->s)
+        chute_infer_close(self->s);
+    Py_RETURN_NONE;
+}
+
+static PyObject *latency_dict(const chute_latency *l)
+{
+    return Py_BuildValue("{s:K,s:d,s:d,s:d,s:d,s:d,s:d}", "count", (unsigned long long)l->count,
+                         "p50_ms", l->p50_ns / 1e6, "p90_ms", l->p90_ns / 1e6, "p99_ms",
+                         l->p99_ns / 1e6, "p999_ms", l->p999_ns / 1e6, "max_ms",
+                         l->max_ns / 1e6, "mean_ms", l->mean_ns / 1e6);
+}
+
+static PyObject *Infer_stats(InferObject *self, PyObject *unused)
+{
+    if (infer_ready(self))
+        return NULL;
+    chute_infer_stats st;
+    chute_infer_get_stats(self->s, &st);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:n,s:N,s:N,s:N,s:N}", "submitted",
+                         (unsigned long long)st.submitted, "rejected_busy",
+                         (unsigned long long)st.rejected_busy, "completed",
+                         (unsigned long long)st.completed, "failed",
+                         (unsigned long long)st.failed, "batches",
+                         (unsigned long long)st.batches, "closed_by_deadline",
+                         (unsigned long long)st.closed_by_deadline, "workers", st.workers,
+                         "slots", st.slots, "slot_bytes", (Py_ssize_t)st.slot_bytes, "queue",
+                         latency_dict(&st.queue), "decode", latency_dict(&st.decode),
+                         "transform", latency_dict(&st.transform), "total",
+                         latency_dict(&st.total));
+}
+
+static PyObject *Infer_enter(PyObject *self, PyObject *unused)
+{
+    Py_INCREF(self);
+    return self;
+}
+
+static PyObject *Infer_exit(InferObject *self, PyObject *args)
+{
+    return Infer_close(self, NULL);
+}
+
+static PyMethodDef Infer_methods[] = {
+    {"submit", (PyCFunction)(void (*)(void))Infer_submit, METH_VARARGS | METH_KEYWORDS,
+     "submit(data, id)\n--\n\nQueue one request: data is encoded image bytes (any buffer; "
+     "copied) or a path (str or os.PathLike; read by a worker).  id is a uint64 handed back "
+     "by poll().  Never waits: raises BusyError when the queue is full, InvalidArgumentError "
+     "after close().  Thread-safe."},
+    {"poll", (PyCFunction)(void (*)(void))Infer_poll, METH_VARARGS | METH_KEYWORDS,
+     "poll(timeout=None)\n--\n\nThe next finished batch as a list of (id, result): result is "
+     "an Array (C,H,W or H,W,C; DLPack, NumPy) or, for a request that failed alone, the "
+     "ChuteError saying why.  Waits up to timeout seconds (None: until a batch is ready); [] "
+     "if none was; None once the session is closed and everything was handed out.  One "
+     "polling thread at a time."},
+    {"close", (PyCFunction)Infer_close, METH_NOARGS,
+     "close()\n--\n\nAccept no more requests; those admitted still come out of poll()."},
+    {"stats", (PyCFunction)Infer_stats, METH_NOARGS,
+     "stats()\n--\n\nCounters and per-request latency percentiles (queue, decode, transform, "
+     "total) in milliseconds."},
+    {"__enter__", (PyCFunction)Infer_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)Infer_exit, METH_VARARGS, NULL},
+    {NULL},
+};
+
+static PyTypeObject InferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chute.Infer",
+    .tp_basicsize = sizeof(InferObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Infer(*, size=224, transform='eval', dtype='float32', layout=None, normalize=True,\n"
+              "      mean=None, std=None, crop_pct=0, resize_size=0, dct_scale=True,\n"
+              "      max_batch=8, max_delay_us=1000, workers=0, ordered=True,\n"
+              "      queue_capacity=4*max_batch, max_pixels=0, max_sample_bytes=0,\n"
+              "      pretouch=False)\n\n"
+              "A low-latency inference session: submit(bytes or path, id) from any thread,\n"
+              "poll() for finished requests.  A batch is handed out when it holds max_batch\n"
+              "requests or its oldest has waited max_delay_us.  The eval transform is the\n"
+              "Loader's (Resize + CenterCrop, bit for bit).  0 means the C default (workers:\n"
+              "the CPUs this process may use; crop_pct 0.875; limits 64 Mpx, 64 MiB).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Infer_init,
+    .tp_dealloc = (destructor)Infer_dealloc,
+    .tp_methods = Infer_methods,
+};
+
 static int add_type(PyObject *m, PyTypeObject *t, const char *name)
 {
     if (PyType_Ready(t) < 0)
@@ -2120,6 +2465,8 @@ PyMODINIT_FUNC PyInit__chute(void)
         return NULL;
     if (add_type(m, &ArrayType, "Array") || add_type(m, &BatchType, "Batch") ||
         add_type(m, &DatasetType, "Dataset") || add_type(m, &LoaderType, "_Loader"))
+        goto fail;
+    if (add_type(m, &InferType, "Infer"))
         goto fail;
     ChuteError = PyErr_NewExceptionWithDoc(
         "chute.ChuteError",

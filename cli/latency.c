@@ -1,0 +1,502 @@
+/*
+ * latency.c — `chute bench --latency SOURCE`: the inference session
+ * (chute_infer_*) under an open-loop request stream.
+ *
+ * Why open loop.  A closed-loop driver (send, wait, send the next) slows
+ * down exactly when the system does, so the requests that would have
+ * waited are never sent and the tail looks better than it is ("coordinated
+ * omission").  Here arrival times are fixed before the run — a Poisson
+ * process at --rate, from --seed — and every request's latency is counted
+ * from its *scheduled* arrival, so a submitter that falls behind (or a
+ * full queue, counted as a miss) shows up in the percentiles.
+ *
+ * The run also measures, in the same process and on the same images, what
+ * one request costs alone: decode + transform of each image through a
+ * session with one worker and max_batch 1, closed loop (its histograms
+ * give the mean).  And the first request after create with batch buffers
+ * sized for the batch (the default) and with the training loader's 2 MiB
+ * pre-faulted ring (`pretouch`), create time included, since a server
+ * spawns sessions on demand.
+ *
+ * --find-max searches the highest rate whose p99 stays under --budget-ms
+ * (bisection between 0 and twice the workers' throughput estimate, each
+ * probe a run of --probe-duration), then reruns at half of it: the
+ * figure bench/latency.py compares with the single-image time.
+ */
+#include "cli.h"
+#include "util.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct lat_cfg {
+    chute_infer_options io;
+    uint8_t **img;
+    size_t *len;
+    uint32_t nimg;
+    uint64_t seed;
+} lat_cfg;
+
+typedef struct lat_result {
+    double rate, duration_s;
+    uint64_t requests, rejected, failed;
+    double p50_ms, p99_ms, p999_ms, max_ms, mean_ms;
+    double late_submit_p99_ms; /* how far behind schedule submits were */
+    chute_infer_stats st;
+} lat_result;
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t x = (*s += 0x9E3779B97F4A7C15ull);
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Poisson arrivals at `rate` per second for `dur` seconds, in ns from 0. */
+static uint64_t *arrivals(double rate, double dur, uint64_t seed, uint64_t *out_n)
+{
+    uint64_t cap = (uint64_t)(rate * dur * 1.5) + 64, n = 0, st = seed ^ 0x6c6174656e6379ull;
+    uint64_t *t = malloc(cap * sizeof *t);
+    double now = 0;
+    while (t) {
+        double u = ((splitmix(&st) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+        now += -log(u) / rate;
+        if (now >= dur)
+            break;
+        if (n == cap) {
+            uint64_t *g = realloc(t, 2 * cap * sizeof *t);
+            if (!g) {
+                free(t);
+                return NULL;
+            }
+            t = g;
+            cap *= 2;
+        }
+        t[n++] = (uint64_t)(now * 1e9);
+    }
+    *out_n = n;
+    return t;
+}
+
+typedef struct driver {
+    chute_infer *s;
+    const lat_cfg *c;
+    const uint64_t *at;
+    uint64_t n, t0;
+    uint64_t *lat;            /* per request: ns from scheduled arrival; UINT64_MAX = missed */
+    uint64_t *late;           /* per request: submit time - scheduled time */
+    uint64_t rejected;
+} driver;
+
+static void sleep_until(uint64_t t)
+{
+    for (;;) {
+        uint64_t now = mono_ns();
+        if (now >= t)
+            return;
+        uint64_t d = t - now;
+        if (d < 50000)
+            continue; /* spin the last 50 us: nanosleep overshoots */
+        d -= 50000;
+        struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void *submit_main(void *p)
+{
+    driver *d = p;
+    for (uint64_t i = 0; i < d->n; i++) {
+        uint64_t due = d->t0 + d->at[i];
+        sleep_until(due);
+        uint32_t k = (uint32_t)(i % d->c->nimg);
+        d->late[i] = mono_ns() - due;
+        if (chute_infer_submit(d->s, d->c->img[k], d->c->len[k], i, 0, NULL) != CHUTE_OK) {
+            d->lat[i] = UINT64_MAX; /* a refused request missed any budget */
+            __atomic_fetch_add(&d->rejected, 1, __ATOMIC_RELAXED);
+        }
+    }
+    chute_infer_close(d->s);
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct_ms(const uint64_t *sorted, uint64_t n, double q)
+{
+    if (!n)
+        return 0;
+    uint64_t i = (uint64_t)ceil(q * (double)n);
+    i = i ? i - 1 : 0;
+    if (i >= n)
+        i = n - 1;
+    return sorted[i] == UINT64_MAX ? INFINITY : sorted[i] / 1e6;
+}
+
+static int run_rate(const lat_cfg *c, double rate, double dur, lat_result *r, chute_error *err)
+{
+    memset(r, 0, sizeof *r);
+    r->rate = rate;
+    r->duration_s = dur;
+    uint64_t n = 0;
+    uint64_t *at = arrivals(rate, dur, c->seed, &n);
+    if (!at)
+        return CHUTE_ENOMEM;
+    driver d = {0};
+    d.c = c;
+    d.at = at;
+    d.n = n;
+    d.lat = calloc(n ? n : 1, sizeof *d.lat);
+    d.late = calloc(n ? n : 1, sizeof *d.late);
+    int rc = d.lat && d.late ? chute_infer_create(&c->io, &d.s, err) : CHUTE_ENOMEM;
+    if (rc != CHUTE_OK) {
+        free(at);
+        free(d.lat);
+        free(d.late);
+        return rc;
+    }
+    d.t0 = mono_ns() + 20000000ull; /* 20 ms for the threads to start */
+    pthread_t th;
+    if (pthread_create(&th, NULL, submit_main, &d) != 0) {
+        chute_infer_destroy(d.s);
+        free(at);
+        free(d.lat);
+        free(d.late);
+        snprintf(err->message, sizeof err->message, "cannot start the submitting thread");
+        return CHUTE_ENOMEM;
+    }
+    chute_infer_batch *b;
+    while ((rc = chute_infer_poll(d.s, -1, &b)) == CHUTE_OK) {
+        uint64_t now = mono_ns();
+        chute_infer_view v;
+        chute_infer_batch_view(b, &v);
+        for (uint32_t k = 0; k < v.count; k++) {
+            uint64_t i = v.ids[k];
+            d.lat[i] = now - (d.t0 + at[i]);
+            r->failed += v.status[k] != CHUTE_OK;
+        }
+        chute_infer_batch_release(b);
+    }
+    pthread_join(th, NULL);
+    chute_infer_get_stats(d.s, &r->st);
+    chute_infer_destroy(d.s);
+    qsort(d.lat, n, sizeof *d.lat, cmp_u64);
+    qsort(d.late, n, sizeof *d.late, cmp_u64);
+    r->requests = n;
+    r->rejected = d.rejected;
+    r->p50_ms = pct_ms(d.lat, n, 0.50);
+    r->p99_ms = pct_ms(d.lat, n, 0.99);
+    r->p999_ms = pct_ms(d.lat, n, 0.999);
+    r->max_ms = pct_ms(d.lat, n, 1.0);
+    long double sum = 0;
+    for (uint64_t i = 0; i < n; i++)
+        sum += d.lat[i] == UINT64_MAX ? 0 : d.lat[i];
+    r->mean_ms = n > r->rejected ? (double)(sum / (n - r->rejected)) / 1e6 : 0;
+    r->late_submit_p99_ms = pct_ms(d.late, n, 0.99);
+    free(at);
+    free(d.lat);
+    free(d.late);
+    return rc == CHUTE_END ? CHUTE_OK : rc;
+}
+
+/* One image at a time through a 1-worker, batch-of-1 session: the mean
+ * decode + transform time of the image set. */
+static int single_image(const lat_cfg *c, double *out_ms, chute_error *err)
+{
+    chute_infer_options o = c->io;
+    o.workers = 1;
+    o.max_batch = 1;
+    chute_infer *s = NULL;
+    int rc = chute_infer_create(&o, &s, err);
+    if (rc)
+        return rc;
+    uint32_t rounds = c->nimg < 64 ? 64 / c->nimg + 1 : 1;
+    for (uint32_t r = 0; r < rounds; r++)
+        for (uint32_t k = 0; k < c->nimg; k++) {
+            chute_infer_batch *b;
+            rc = chute_infer_submit(s, c->img[k], c->len[k], k, 0, err);
+            if (rc == CHUTE_OK)
+                rc = chute_infer_poll(s, -1, &b);
+            if (rc != CHUTE_OK) {
+                chute_infer_destroy(s);
+                return rc;
+            }
+            chute_infer_batch_release(b);
+        }
+    chute_infer_stats st;
+    chute_infer_get_stats(s, &st);
+    chute_infer_destroy(s);
+    *out_ms = (st.decode.mean_ns + st.transform.mean_ns) / 1e6;
+    return CHUTE_OK;
+}
+
+/* Create time and first-request latency (closed loop) with or without
+ * the loader-style pre-faulted 2 MiB ring. */
+static int first_request(const lat_cfg *c, int pretouch, double *create_ms, double *first_ms,
+                         chute_error *err)
+{
+    chute_infer_options o = c->io;
+    o.pretouch = pretouch;
+    o.max_batch = 1; /* no batching deadline to wait out */
+    o.queue_capacity = 0; /* the default few slots: pretouch costs 2 MiB each */
+    chute_infer *s = NULL;
+    uint64_t t0 = mono_ns();
+    int rc = chute_infer_create(&o, &s, err);
+    uint64_t t1 = mono_ns();
+    if (rc)
+        return rc;
+    chute_infer_batch *b;
+    rc = chute_infer_submit(s, c->img[0], c->len[0], 0, 0, err);
+    if (rc == CHUTE_OK)
+        rc = chute_infer_poll(s, -1, &b);
+    uint64_t t2 = mono_ns();
+    if (rc == CHUTE_OK)
+        chute_infer_batch_release(b);
+    chute_infer_stats st;
+    chute_infer_get_stats(s, &st);
+    chute_infer_destroy(s);
+    *create_ms = (t1 - t0) / 1e6;
+    *first_ms = (t2 - t1) / 1e6;
+    return rc;
+}
+
+static void print_result(FILE *f, const char *name, const lat_result *r, int json)
+{
+    if (json) {
+        fprintf(f,
+                "\"%s\": {\"rate\": %.3f, \"duration_s\": %.3f, \"requests\": %llu, "
+                "\"rejected\": %llu, \"failed\": %llu, \"p50_ms\": %.4f, \"p99_ms\": %.4f, "
+                "\"p999_ms\": %.4f, \"max_ms\": %.4f, \"mean_ms\": %.4f, "
+                "\"late_submit_p99_ms\": %.4f, \"batches\": %llu, \"closed_by_deadline\": %llu, "
+                "\"queue_p99_ms\": %.4f, \"decode_p99_ms\": %.4f, \"transform_p99_ms\": %.4f}",
+                name, r->rate, r->duration_s, (unsigned long long)r->requests,
+                (unsigned long long)r->rejected, (unsigned long long)r->failed,
+                isfinite(r->p50_ms) ? r->p50_ms : -1, isfinite(r->p99_ms) ? r->p99_ms : -1,
+                isfinite(r->p999_ms) ? r->p999_ms : -1, isfinite(r->max_ms) ? r->max_ms : -1,
+                r->mean_ms, isfinite(r->late_submit_p99_ms) ? r->late_submit_p99_ms : -1,
+                (unsigned long long)r->st.batches, (unsigned long long)r->st.closed_by_deadline,
+                r->st.queue.p99_ns / 1e6, r->st.decode.p99_ns / 1e6, r->st.transform.p99_ns / 1e6);
+    } else {
+        fprintf(f,
+                "%-10s %9.1f req/s  %6llu requests  p50 %8.3f ms  p99 %8.3f ms  p99.9 %8.3f ms"
+                "  max %8.3f ms  rejected %llu  failed %llu\n",
+                name, r->rate, (unsigned long long)r->requests, r->p50_ms, r->p99_ms,
+                r->p999_ms, r->max_ms, (unsigned long long)r->rejected,
+                (unsigned long long)r->failed);
+    }
+}
+
+static int parse_pos_double(const char *flag, const char *s, double *out)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v > 0) || !isfinite(v)) {
+        fprintf(stderr, "chute bench --latency: %s %s: want a positive number\n", flag, s);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+int cmd_bench_latency(int argc, char **argv)
+{
+    chute_infer_options io = {0};
+    int latency = 0, json = 0, find_max = 0, transform = 0, dtype = 0;
+    const char *rate_s = NULL, *dur_s = "5", *budget_s = "50", *probe_s = "2", *format = NULL;
+    uint32_t nimg = 256, ordered_only = 0, probes = 10;
+    uint64_t seed = 1;
+    const cli_opt opts[] = {
+        {"--latency", CLI_FLAG, &latency, NULL, 0, 0, "inference-latency mode (this command)"},
+        {"--rate", CLI_STR, &rate_s, NULL, 0, 0, "requests per second, Poisson arrivals (required "
+                                                 "unless --find-max)"},
+        {"--duration", CLI_STR, &dur_s, NULL, 0, 0, "seconds of arrivals per run (default 5)"},
+        {"--budget-ms", CLI_STR, &budget_s, NULL, 0, 0, "--find-max: p99 budget (default 50)"},
+        {"--find-max", CLI_FLAG, &find_max, NULL, 0, 0,
+         "search the highest rate whose p99 stays under --budget-ms, then run at half of it"},
+        {"--probe-duration", CLI_STR, &probe_s, NULL, 0, 0,
+         "--find-max: seconds per probe (default 2)"},
+        {"--probes", CLI_U32, &probes, NULL, 1, 100, "--find-max: bisection steps (default 10)"},
+        {"--seed", CLI_U64, &seed, NULL, 0, UINT64_MAX, "arrival-time seed (default 1)"},
+        {"--images", CLI_U32, &nimg, NULL, 1, 100000, "images of SOURCE cycled through (default 256)"},
+        {"--size", CLI_U32, &io.size, NULL, 1, 8192, "output height = width (default 224)"},
+        {"--transform", CLI_CHOICE, &transform, "eval|none", 0, 0, "transform (default eval)"},
+        {"--dtype", CLI_CHOICE, &dtype, "float32|uint8|float16", 0, 0, "output type (default float32)"},
+        {"--max-batch", CLI_U32, &io.max_batch, NULL, 1, 1024, "requests per batch (default 8)"},
+        {"--max-delay-us", CLI_U32, &io.max_delay_us, NULL, 1, 10000000,
+         "batching deadline of a batch's oldest request (default 1000)"},
+        {"--workers", CLI_U32, &io.workers, NULL, 1, 1024, "decode threads (default: the CPUs)"},
+        {"--queue-capacity", CLI_U32, &io.queue_capacity, NULL, 1, 65536,
+         "requests admitted and not yet released (default 4 x max batch)"},
+        {"--unordered", CLI_FLAG, &ordered_only, NULL, 0, 0, "let finished batches overtake"},
+        {"--format", CLI_STR, &format, NULL, 0, 0, CLI_FORMAT_HELP},
+        {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
+        {NULL, 0, NULL, NULL, 0, 0, NULL},
+    };
+    const char *pos[1];
+    int np = 0;
+    int rc = cli_parse("bench --latency", "SOURCE --rate R [options]", opts, argc, argv, pos, 1,
+                       &np);
+    if (rc)
+        return rc == 1 ? 0 : 2;
+    if (np != 1) {
+        fprintf(stderr, "chute bench --latency: need SOURCE, a dataset whose images to send\n");
+        return 2;
+    }
+    double rate = 0, dur = 0, budget = 0, probe = 0;
+    if ((!rate_s && !find_max)) {
+        fprintf(stderr, "chute bench --latency: need --rate R or --find-max\n");
+        return 2;
+    }
+    if ((rate_s && parse_pos_double("--rate", rate_s, &rate)) ||
+        parse_pos_double("--duration", dur_s, &dur) ||
+        parse_pos_double("--budget-ms", budget_s, &budget) ||
+        parse_pos_double("--probe-duration", probe_s, &probe))
+        return 2;
+    if (rate * dur > 5e7) {
+        fprintf(stderr, "chute bench --latency: --rate x --duration over 50 million requests\n");
+        return 2;
+    }
+    io.transform = transform == 0 ? CHUTE_TRANSFORM_EVAL : CHUTE_TRANSFORM_NONE;
+    io.dtype = dtype == 0 ? CHUTE_DTYPE_FLOAT32 : dtype == 1 ? CHUTE_DTYPE_UINT8 : CHUTE_DTYPE_FLOAT16;
+    io.unordered = ordered_only;
+
+    chute_error err = {0};
+    chute_dataset *ds = NULL;
+    chute_dataset_options dopt = {0};
+    dopt.format = format;
+    if (chute_dataset_open_ex(pos[0], &dopt, &ds, &err) != CHUTE_OK) {
+        fprintf(stderr, "chute bench --latency: %s\n", err.message);
+        return 1;
+    }
+    lat_cfg c = {0};
+    c.io = io;
+    c.seed = seed;
+    uint64_t n = chute_dataset_size(ds);
+    c.nimg = (uint32_t)(n < nimg ? n : nimg);
+    c.img = calloc(c.nimg, sizeof *c.img);
+    c.len = calloc(c.nimg, sizeof *c.len);
+    int fail = !c.img || !c.len;
+    for (uint32_t k = 0; k < c.nimg && !fail; k++) {
+        uint64_t sz = chute_dataset_sample_size(ds, k);
+        c.img[k] = malloc(sz ? sz : 1);
+        if (!c.img[k] || chute_dataset_read(ds, k, c.img[k], sz, &c.len[k], &err) != CHUTE_OK) {
+            fprintf(stderr, "chute bench --latency: %s\n", c.img[k] ? err.message : "out of memory");
+            fail = 1;
+        }
+    }
+    chute_dataset_close(ds);
+
+    double single_ms = 0, create_ms[2] = {0}, first_ms[2] = {0};
+    lat_result at_rate = {0}, at_half = {0};
+    double max_rate = 0;
+    int have_rate = 0, have_half = 0;
+    if (!fail && (rc = single_image(&c, &single_ms, &err)) != CHUTE_OK) {
+        fprintf(stderr, "chute bench --latency: single image: %s\n", err.message);
+        fail = 1;
+    }
+    for (int p = 0; p < 2 && !fail; p++)
+        if (first_request(&c, p, &create_ms[p], &first_ms[p], &err) != CHUTE_OK) {
+            fprintf(stderr, "chute bench --latency: first request: %s\n", err.message);
+            fail = 1;
+        }
+    if (!fail && rate_s) {
+        if (run_rate(&c, rate, dur, &at_rate, &err) != CHUTE_OK) {
+            fprintf(stderr, "chute bench --latency: %s\n", err.message);
+            fail = 1;
+        }
+        have_rate = 1;
+    }
+    uint32_t workers = 1; /* what the sessions use (the default: the CPUs) */
+    {
+        chute_infer *tmp = NULL;
+        if (chute_infer_create(&c.io, &tmp, NULL) == CHUTE_OK) {
+            chute_infer_stats st;
+            chute_infer_get_stats(tmp, &st);
+            workers = st.workers;
+            chute_infer_destroy(tmp);
+        }
+    }
+    if (!fail && find_max) {
+        double lo = 0, hi = 2.0 * workers * 1000.0 / (single_ms > 0.001 ? single_ms : 0.001);
+        for (uint32_t it = 0; it < probes && !fail; it++) {
+            double mid = (lo + hi) / 2;
+            lat_result r;
+            if (run_rate(&c, mid, probe, &r, &err) != CHUTE_OK) {
+                fail = 1;
+                break;
+            }
+            int ok = r.rejected == 0 && r.p99_ms <= budget;
+            if (!json)
+                fprintf(stderr, "probe %5.0f req/s: p99 %.3f ms%s -> %s\n", mid, r.p99_ms,
+                        r.rejected ? " (rejections)" : "", ok ? "under budget" : "over");
+            if (ok)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        max_rate = lo;
+        if (!fail && max_rate > 0) {
+            if (run_rate(&c, max_rate / 2, dur, &at_half, &err) != CHUTE_OK)
+                fail = 1;
+            have_half = 1;
+        }
+    }
+    for (uint32_t k = 0; k < c.nimg && c.img; k++)
+        free(c.img[k]);
+    free(c.img);
+    free(c.len);
+    if (fail)
+        return 1;
+
+    if (json) {
+        printf("{\"images\": %u, \"workers\": %u, \"single_image_ms\": %.4f, \"create_ms\": %.4f, "
+               "\"first_request_ms\": %.4f, \"create_ms_pretouch\": %.4f, "
+               "\"first_request_ms_pretouch\": %.4f, \"budget_ms\": %.3f",
+               c.nimg, workers, single_ms, create_ms[0], first_ms[0], create_ms[1], first_ms[1], budget);
+        if (have_rate) {
+            printf(", ");
+            print_result(stdout, "at_rate", &at_rate, 1);
+        }
+        if (find_max) {
+            printf(", \"max_rate\": %.3f", max_rate);
+            if (have_half) {
+                printf(", ");
+                print_result(stdout, "at_half_max", &at_half, 1);
+                printf(", \"p99_over_single\": %.4f", at_half.p99_ms / single_ms);
+            }
+        }
+        printf("}\n");
+    } else {
+        printf("single image decode+transform: %.3f ms (mean over %u images)\n", single_ms,
+               c.nimg);
+        printf("first request after create: %.3f ms (create %.3f ms); with a pre-faulted 2 MiB "
+               "ring: %.3f ms (create %.3f ms)\n",
+               first_ms[0], create_ms[0], first_ms[1], create_ms[1]);
+        if (have_rate)
+            print_result(stdout, "rate", &at_rate, 0);
+        if (find_max) {
+            printf("max rate with p99 <= %.1f ms: %.1f req/s\n", budget, max_rate);
+            if (have_half) {
+                print_result(stdout, "half max", &at_half, 0);
+                printf("p99 at half the max rate / single image: %.2f\n",
+                       at_half.p99_ms / single_ms);
+            }
+        }
+    }
+    return 0;
+}
