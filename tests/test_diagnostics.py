@@ -95,7 +95,10 @@ def case_counters(ctx):
         # histogram's buckets are 12.5% wide; sleeping may overshoot).
         ctx.check(17.0 <= d["read_p50_ms"] <= 40.0,
                   "read p50 %.3f ms with 20 ms injected per read" % d["read_p50_ms"])
-        ctx.check(17.0 <= d["read_p99_ms"] <= 120.0,
+        # p99's upper bound is loose: on a loaded 2-core machine (other
+        # builds running) one read in a hundred can wait 100+ ms for a CPU;
+        # the bound still catches a unit error (us vs ms) or a lost delay.
+        ctx.check(17.0 <= d["read_p99_ms"] <= 400.0,
                   "read p99 %.3f ms with 20 ms injected per read" % d["read_p99_ms"])
 
 
