@@ -226,6 +226,7 @@ static int create_objects(ch_remote *rs, const char *target, int pattern, uint32
         fprintf(stderr, "chute iobench: out of memory\n");
         return -1;
     }
+    s->max = SIZE_MAX; /* every object created is recorded, whatever --max-objects says */
     /* The new prefix must be empty: nothing there is ever touched. */
     rset probe = {.max = 1};
     if (list_tree(s->created_prefix, &probe, 0) != 0 || probe.n) {
@@ -482,6 +483,20 @@ static int prepare_job(rjob *j, const rset *s)
     return 0;
 }
 
+/* The target as it may be shown: an http(s) URL's user:password@ (if
+ * someone put credentials there) becomes ***@. */
+static void shown_target(const char *target, char *out, size_t cap)
+{
+    const char *p = strstr(target, "://");
+    const char *host = p ? p + 3 : target;
+    const char *end = host + strcspn(host, "/?#");
+    const char *at = memchr(host, '@', (size_t)(end - host));
+    if (!at)
+        snprintf(out, cap, "%s", target);
+    else
+        snprintf(out, cap, "%.*s***%s", (int)(host - target), target, at);
+}
+
 static void print_rresult(const char *target, const char *source, int pattern, int whole,
                           uint32_t threads, uint64_t bs, const rset *s, int created, int kept,
                           int json, const rresult *r)
@@ -568,6 +583,8 @@ int cmd_iobench_remote(int argc, char **argv)
         return 2;
     }
     const char *target = pos[0];
+    char shown[4096];
+    shown_target(target, shown, sizeof shown);
     int s3 = !strncmp(target, "s3://", 5);
     double secs = cli_parse_duration(time_s);
     if (secs <= 0) {
@@ -614,14 +631,14 @@ int cmd_iobench_remote(int argc, char **argv)
             fprintf(stderr,
                     "chute iobench: %s holds no objects to read; --create lays out test objects "
                     "under a new chute-iobench-* prefix there (deleted afterwards)\n",
-                    target);
+                    shown);
             goto out;
         }
         created = 1;
         if (create_objects(rs, target, pattern, nobj, size, json, &s) != 0)
             goto out;
     } else if (create && !json) {
-        fprintf(stderr, "iobench: %s holds %zu object(s): reading those, creating none\n", target,
+        fprintf(stderr, "iobench: %s holds %zu object(s): reading those, creating none\n", shown,
                 s.n);
     }
     j.rs = rs;
@@ -643,7 +660,7 @@ int cmd_iobench_remote(int argc, char **argv)
     memset(&res, 0, sizeof res);
     if (run_rjob(&j, threads, &res) != 0)
         goto out;
-    print_rresult(target, s3 ? "s3" : "http", pattern, whole, threads, bs, &s, created,
+    print_rresult(shown, s3 ? "s3" : "http", pattern, whole, threads, bs, &s, created,
                   created && keep, json, &res);
     ret = 0;
 out:

@@ -18,7 +18,7 @@ fixture uploaded with boto3) the stage must be "s3", remote, with the
 verdict naming it; until s3:// datasets open (the routing work) that part
 only checks that the failure is clean and prints no credential.
 
-Cases: objects sequential create no_overwrite doctor_source
+Cases: objects sequential create no_overwrite doctor_source http
 """
 import hashlib
 import json
@@ -114,6 +114,43 @@ def objects(ctx):
         ctx.check(listing(c) == before, "an empty prefix without --create wrote something")
     finally:
         w.stop()
+
+
+def http(ctx):
+    """An http:// URL: a single object, read as ImageNet-mix ranges; never written."""
+    import subprocess
+    import time
+    work = ctx.scratch("iob_http")
+    os.makedirs(os.path.join(work, "root"))
+    blob = os.urandom((2 << 20) + 777)
+    with open(os.path.join(work, "root", "blob.bin"), "wb") as f:
+        f.write(blob)
+    pf = os.path.join(work, "port")
+    srv = subprocess.Popen([sys.executable, os.path.join(ctx.tools, "range_http.py"),
+                            os.path.join(work, "root"), "--port-file", pf])
+    try:
+        for _ in range(100):
+            if os.path.exists(pf) and open(pf).read().strip():
+                break
+            time.sleep(0.05)
+        url = "http://127.0.0.1:%d/blob.bin" % int(open(pf).read())
+        p = ctx.run([ctx.chute, "iobench", url, "--requests", 30, "--threads", 3, "--json"])
+        j = json.loads(p.out)
+        ctx.check(j["source"] == "http" and j["requests"] == 30 and j["objects"] == 1
+                  and j["object_bytes"] == len(blob) and j["mode"] == "mix ranges"
+                  and 30 * 2048 <= j["bytes"] <= 30 * 256 * 1024, "http: %r" % j)
+        sane_latency(ctx, j, "http")
+        # credentials in a URL are never shown
+        p = ctx.run([ctx.chute, "iobench", url.replace("//", "//someone:pw-s3cr3t@"), "--requests",
+                     2, "--json"], expect=None)
+        ctx.check("pw-s3cr3t" not in p.out + p.err, "a URL's password appears: %r" % (p.out + p.err))
+        p = ctx.run([ctx.chute, "iobench", url, "--create"], expect=2)
+        ctx.check("s3://" in p.err, "--create on http: %r" % p.err)
+        with open(os.path.join(work, "root", "blob.bin"), "rb") as f:
+            ctx.check(f.read() == blob, "the served file changed")
+    finally:
+        srv.kill()
+        srv.wait()
 
 
 def sequential(ctx):
@@ -253,7 +290,7 @@ def doctor_source(ctx):
 
 
 cases = {"objects": objects, "sequential": sequential, "create": create,
-         "no_overwrite": no_overwrite, "doctor_source": doctor_source}
+         "no_overwrite": no_overwrite, "doctor_source": doctor_source, "http": http}
 
 if __name__ == "__main__":
     sys.exit(T.main(cases))
