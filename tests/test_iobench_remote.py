@@ -252,8 +252,10 @@ def no_overwrite(ctx):
 
 def doctor_source(ctx):
     ctx.need_data()
+    # 150 ms per read: 2 readers give ~13 images/s, far below what even a
+    # sanitizer build decodes and transforms
     p = ctx.run([ctx.chute, "doctor", ctx.shards, "--json", "--time", "1.5s", "--read-delay-us",
-                 20000, "--workers", 2, "--batch-size", 4], timeout=120)
+                 150000, "--workers", 2, "--batch-size", 4], timeout=120)
     d = json.loads(p.out)
     s = d.get("source_stage", {})
     ctx.check(s.get("name") == "local" and s.get("remote") is False, "local stage: %r" % s)
@@ -261,8 +263,9 @@ def doctor_source(ctx):
               and s.get("read_p50_ms") == d["read_p50_ms"] and s.get("read_p99_ms") == d["read_p99_ms"],
               "the stage is not the storage ceiling and the loader's read percentiles: %r" % s)
     ctx.check(d["bottleneck"] == "storage" and s.get("bottleneck") is True,
-              "20 ms per read: storage should be the bottleneck: %r / %r" % (d["bottleneck"], s))
-    ctx.check(s.get("read_p50_ms", 0) >= 20.0, "20 ms injected, p50 %r ms" % s.get("read_p50_ms"))
+              "150 ms per read: storage should be the bottleneck: %r / %r" % (d["bottleneck"], s))
+    # (the histogram reports a bucket's lower bound, up to ~6% below)
+    ctx.check(s.get("read_p50_ms", 0) >= 0.9 * 150, "150 ms injected, p50 %r ms" % s.get("read_p50_ms"))
     # remote: the fixture's shards in a bucket
     w, c = R.server(ctx, "iob_doctor")
     try:
