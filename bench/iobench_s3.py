@@ -107,6 +107,8 @@ def main():
     os.environ.setdefault("CHUTE_REMOTE_TOOLS", os.path.join(ROOT, "build", "remote-tools"))
     import boto3  # noqa: F401  (fail early, before starting a server)
     from botocore.config import Config
+    import shutil
+    shutil.rmtree(os.path.join(a.work, "weed"), ignore_errors=True)  # a fresh server each run
     os.makedirs(a.work, exist_ok=True)
     w = R.Weed(Ctx(), a.work)
     try:
