@@ -28,6 +28,7 @@
 #include "common/common.h"
 #include "doctor.h"
 #include "format/format.h"
+#include "io/io.h"
 #include "util.h"
 
 #include <pthread.h>
@@ -257,6 +258,27 @@ static void collect_warnings(doctor_result *r)
                     r->skip_example[0] ? "; e.g. " : "", r->skip_example);
 }
 
+/* The source as a stage.  For a remote dataset (s3://, http(s)://) the
+ * storage stage is the object store: every read is a request, nothing is
+ * evicted, and its latency (the loader's read histogram) is what a
+ * training run pays per read; when storage is the bottleneck, the verdict
+ * names the remote source and its latency. */
+static void source_stage(doctor_result *r)
+{
+    r->source_bottleneck = !strcmp(r->bottleneck, "storage");
+    if (!r->source_remote || !r->source_bottleneck)
+        return;
+    size_t l = strlen(r->verdict);
+    snprintf(r->verdict + l, sizeof r->verdict - l,
+             " (the remote %s source: %.0f images/s, %.1f MB/s, read latency p50 %.1f ms, p99 "
+             "%.1f ms)",
+             r->source_kind, r->storage_ips, r->storage_mbs, r->read_p50_ms, r->read_p99_ms);
+    add_advice(r,
+               "the remote %s source is the bottleneck: more reads in flight (--workers) hide its "
+               "%.1f ms per read; a node-local cache tier makes epochs after the first local",
+               r->source_kind, r->read_p50_ms);
+}
+
 static void diagnose(doctor_result *r)
 {
     /* Seconds of CPU per image on one core.  Reading is left out: its time
@@ -430,6 +452,9 @@ int cmd_doctor(int argc, char **argv)
     r->workers = o.workers;
     r->gpu_rate = (double)gpu_rate;
     snprintf(r->source, sizeof r->source, "%s", pos[0]);
+    const ch_source_ops *src_ops = ch_source_for(pos[0]);
+    snprintf(r->source_kind, sizeof r->source_kind, "%s", src_ops->name);
+    r->source_remote = src_ops != &ch_source_local;
     static const char *tn[] = {"train", "eval", "none"};
     snprintf(r->transform, sizeof r->transform, "%s", tn[transform]);
 
@@ -453,6 +478,11 @@ int cmd_doctor(int argc, char **argv)
     if (!quiet)
         fprintf(stderr, "doctor: 1/4 storage (cold reads, %u threads)...\n", o.workers);
     measure_storage(ds, o.workers, secs, r);
+    if (r->source_remote)
+        snprintf(r->storage_method, sizeof r->storage_method,
+                 "remote %s source: every read a request (no page cache to evict), %u reader "
+                 "thread(s), shuffled order",
+                 r->source_kind, o.workers);
 
     if (!quiet)
         fprintf(stderr, "doctor: 2/4 + 3/4 decode and transform per core (1 worker)...\n");
@@ -510,6 +540,7 @@ int cmd_doctor(int argc, char **argv)
         r->gpu_idle_frac = -1;
     }
     diagnose(r);
+    source_stage(r);
     /* The last hop: what a batch costs to reach the GPU (GPU hosts only). */
     char h2d_why[512];
     if (cli_h2d_measure(64u << 20, &r->h2d_pinned_gbs, &r->h2d_pageable_gbs, h2d_why,
@@ -528,6 +559,11 @@ int cmd_doctor(int argc, char **argv)
                r->transform, r->workers, r->cores);
         printf("  storage    %8.0f images/s  %7.1f MB/s   %s%s\n", r->storage_ips, r->storage_mbs,
                r->storage_method, delay_us ? " + injected latency" : "");
+        if (r->source_remote)
+            printf("  source     %8.0f images/s  %7.1f MB/s   remote %s: read latency p50 %.1f ms, "
+                   "p99 %.1f ms (loader's read histogram)%s\n",
+                   r->storage_ips, r->storage_mbs, r->source_kind, r->read_p50_ms, r->read_p99_ms,
+                   r->source_bottleneck ? "  <- bottleneck" : "");
         printf("  decode     %8.0f images/s  (%.0f per core, %.2f ms/image)\n", r->decode_ips,
                r->decode_s > 0 ? 1 / r->decode_s : 0, r->decode_s * 1e3);
         printf("  transform  %8.0f images/s  (%.0f per core, %.2f ms/image)\n", r->transform_ips,

@@ -54,6 +54,10 @@ typedef struct doctor_result {
     int nseries;
     /* host-to-device copy rate on cuda:0 (cli/h2d.c); 0: not measured */
     double h2d_pinned_gbs, h2d_pageable_gbs;
+    /* the source the bytes come from, as a stage: its name ("local", or a
+     * remote one: "s3", "http"), 1 when remote, 1 when it is the bottleneck */
+    char source_kind[16];
+    int source_remote, source_bottleneck;
 } doctor_result;
 
 /* H2D copy rate of `bytes` from pinned and from pageable memory on

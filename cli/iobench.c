@@ -971,8 +971,15 @@ static void print_result(const io_target *t, int pattern, int use_uring, int dir
     }
 }
 
+int cmd_iobench_remote(int argc, char **argv); /* iobench_remote.c */
+
 int cmd_iobench(int argc, char **argv)
 {
+    /* s3:// and http(s):// targets: object-store GETs (iobench_remote.c). */
+    for (int a = 0; a < argc; a++)
+        if (!strncmp(argv[a], "s3://", 5) || !strncmp(argv[a], "http://", 7) ||
+            !strncmp(argv[a], "https://", 8))
+            return cmd_iobench_remote(argc, argv);
     int pattern = 0, engine = 0, direct = 0, json = 0, keep = 0;
     uint32_t qd = 32, threads = 1, nfiles = 20000;
     uint64_t size = 0, bs = 1ull << 20; /* size 0: not given */
@@ -1002,7 +1009,8 @@ int cmd_iobench(int argc, char **argv)
                        "PATH: a directory (a new chute-iobench-* test file or file set is laid out\n"
                        "in it and removed afterwards), a path that does not exist yet (created as\n"
                        "the test file or directory), or an existing file or block device, which is\n"
-                       "only read, never written",
+                       "only read, never written.  s3://BUCKET/PREFIX and http(s):// targets:\n"
+                       "see `chute iobench s3:// --help`",
                        opts, argc, argv, pos, 1, &np);
     if (rc)
         return rc == 1 ? 0 : 2;

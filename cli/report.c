@@ -69,6 +69,12 @@ void doctor_print_json(FILE *f, const doctor_result *r)
     if (r->h2d_pinned_gbs > 0)
         fprintf(f, "\"h2d_pinned_gbs\":%.2f,\"h2d_pageable_gbs\":%.2f,", r->h2d_pinned_gbs,
                 r->h2d_pageable_gbs);
+    fprintf(f, "\"source_stage\":{\"name\":");
+    cli_json_str(f, r->source_kind);
+    fprintf(f, ",\"remote\":%s,\"images_per_sec\":%.1f,\"mb_per_sec\":%.2f,\"read_p50_ms\":%.3f,"
+               "\"read_p99_ms\":%.3f,\"bottleneck\":%s},",
+            r->source_remote ? "true" : "false", r->storage_ips, r->storage_mbs, r->read_p50_ms,
+            r->read_p99_ms, r->source_bottleneck ? "true" : "false");
     fprintf(f, "\"verdict\":");
     cli_json_str(f, r->verdict);
     fprintf(f, ",\"advice\":[");

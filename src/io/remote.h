@@ -42,3 +42,23 @@ void ch_s3_error_code(const char *doc, size_t n, char *code, size_t cap);
 size_t ch_s3_encode(const char *src, int keep_slash, char *dst, size_t cap);
 
 #endif
+
+/* ---- a session over many objects (src/io/s3.c; only with CHUTE_HAVE_CURL) ----
+ * For tools (chute iobench) that read many objects whose sizes they know
+ * from a listing: one connection pool for all of them, no HEAD per read.
+ * `path` of the calls below is an s3:// path in the bucket of the path the
+ * session was made for, or (for an http(s):// session) any URL.  The
+ * session is thread-safe for get; put and delete take a handle of their
+ * own.  Settings and credentials come from the environment as for the
+ * sources (docs/REMOTE.md) and never appear in a message. */
+typedef struct ch_remote ch_remote;
+int ch_remote_new(const char *path, ch_remote **out, chute_error *err);
+void ch_remote_free(ch_remote *s); /* NULL is fine */
+/* Exactly len bytes at off (a ranged GET, retried like read_at). */
+int ch_remote_get(ch_remote *s, const char *path, uint64_t off, void *buf, size_t len,
+                  chute_error *err);
+/* Create an S3 object; an existing key is refused (CHUTE_EINVAL), never
+ * overwritten: HEAD must say 404, and the PUT carries If-None-Match: *. */
+int ch_remote_put(ch_remote *s, const char *path, const void *buf, size_t len, chute_error *err);
+/* Remove an S3 object (a missing one is not an error to S3). */
+int ch_remote_delete(ch_remote *s, const char *path, chute_error *err);

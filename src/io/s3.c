@@ -453,7 +453,7 @@ static void easy_put(client *cl, easy *x)
 
 /* ---- one request, with retries ---------------------------------------------- */
 
-enum { REQ_GET, REQ_HEAD };
+enum { REQ_GET, REQ_HEAD, REQ_PUT, REQ_DELETE };
 
 typedef struct req {
     int method;
@@ -472,6 +472,8 @@ typedef struct req {
     size_t elen;
     char crange[128];        /* Content-Range header */
     int have_crange;
+    const uint8_t *up;       /* REQ_PUT: the body, uplen bytes (upos sent so far) */
+    size_t uplen, upos;
 } req;
 
 static size_t on_body(char *p, size_t sz, size_t nm, void *u)
@@ -570,6 +572,29 @@ static void backoff(const rconf *c, unsigned attempt, uint64_t deadline, const v
         ;
 }
 
+static size_t on_upload(char *p, size_t sz, size_t nm, void *u)
+{
+    req *r = u;
+    size_t n = CH_MIN(sz * nm, r->uplen - r->upos);
+    memcpy(p, r->up + r->upos, n);
+    r->upos += n;
+    return n;
+}
+
+/* PUT / DELETE (chute iobench --create): set on a handle used once. */
+static void req_setup_write(CURL *e, req *r)
+{
+    if (r->method == REQ_DELETE) {
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
+        return;
+    }
+    r->upos = 0; /* a retry sends the body again */
+    curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(e, CURLOPT_READFUNCTION, on_upload);
+    curl_easy_setopt(e, CURLOPT_READDATA, r);
+    curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->uplen);
+}
+
 /* One try: 0 done (r->status says what came back), or the CURLcode. */
 static CURLcode req_setup_and_run(easy *x, req *r)
 {
@@ -584,6 +609,8 @@ static CURLcode req_setup_and_run(easy *x, req *r)
     curl_easy_setopt(e, CURLOPT_NOBODY, r->method == REQ_HEAD ? 1L : 0L);
     if (r->method == REQ_GET)
         curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    if (r->method == REQ_PUT || r->method == REQ_DELETE)
+        req_setup_write(e, r); /* handles that never go back to the pool */
     curl_easy_setopt(e, CURLOPT_RANGE, r->range);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
@@ -1041,3 +1068,160 @@ const ch_source_ops ch_source_http = {
     .stat = http_stat,
     .list = http_list,
 };
+
+/* ---- a session over many objects (chute iobench) --------------------------------
+ *
+ * The source ops open one object at a time (a HEAD, then a pool of its
+ * own); a benchmark over thousands of small objects wants one pool for
+ * all of them and no HEAD per object, the sizes coming from the listing.
+ * It also needs to write and remove its own test objects: PUT refuses a
+ * key that exists (a HEAD first, and If-None-Match: * so that a server
+ * that knows conditional writes refuses a race too), DELETE removes one
+ * key.  Writes use a handle of their own, never returned to the pool,
+ * because their options (upload, method, headers) differ from a GET's.
+ */
+struct ch_remote {
+    client *cl;
+    int s3;
+    char bucket[64];
+};
+
+int ch_remote_new(const char *path, ch_remote **out, chute_error *err)
+{
+    ch_remote *s = calloc(1, sizeof *s);
+    if (!s)
+        return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+    s->s3 = !strncmp(path, "s3://", 5);
+    rconf c;
+    const char *key;
+    int rc = conf_load(&c, s->s3, err);
+    if (rc == CHUTE_OK && s->s3)
+        rc = s3_split(path, s->bucket, sizeof s->bucket, &key, err);
+    if (rc == CHUTE_OK)
+        rc = client_new(&c, path, &s->cl, err);
+    conf_wipe(&c);
+    if (rc != CHUTE_OK) {
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return CHUTE_OK;
+}
+
+void ch_remote_free(ch_remote *s)
+{
+    if (!s)
+        return;
+    client_free(s->cl);
+    free(s);
+}
+
+/* The URL of an object path of this session's bucket (or any http URL). */
+static int session_url(ch_remote *s, const char *path, char *url, size_t cap, chute_error *err)
+{
+    if (!s->s3)
+        return http_url(path, url, cap, err);
+    char bucket[64];
+    const char *key;
+    int rc = s3_split(path, bucket, sizeof bucket, &key, err);
+    if (rc == CHUTE_OK && strcmp(bucket, s->bucket))
+        rc = ch_err(err, CHUTE_EINVAL, "%s: not in bucket %s", path, s->bucket);
+    if (rc == CHUTE_OK && !key[0])
+        rc = ch_err(err, CHUTE_EINVAL, "%s: names a bucket, not an object", path);
+    if (rc == CHUTE_OK)
+        rc = s3_url(&s->cl->c, path, bucket, key, NULL, url, cap, err);
+    return rc;
+}
+
+int ch_remote_get(ch_remote *s, const char *path, uint64_t off, void *buf, size_t len,
+                  chute_error *err)
+{
+    if (len == 0)
+        return CHUTE_OK;
+    if (off > UINT64_MAX - len)
+        return ch_err(err, CHUTE_EINVAL, "%s: range overflows", path);
+    char url[URL_MAX];
+    int rc = session_url(s, path, url, sizeof url, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    easy *x = easy_get(s->cl);
+    if (!x)
+        return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+    char range[64], what[96];
+    snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)off,
+             (unsigned long long)(off + len - 1));
+    snprintf(what, sizeof what, "GET bytes=%s", range);
+    req r = {.method = REQ_GET, .url = url, .range = range, .buf = buf, .cap = len};
+    rc = req_run(s->cl, x, &r, path, what, off, len, 1, err);
+    easy_put(s->cl, x);
+    return rc;
+}
+
+/* A handle for one write: the pool's settings, its own headers. */
+static int write_req(ch_remote *s, req *r, const char *path, const char *what, int put,
+                     chute_error *err)
+{
+    if (!s->s3)
+        return ch_err(err, CHUTE_EUNSUPPORTED, "%s: %s: only S3 objects can be written", path,
+                      what);
+    easy *x = easy_get(s->cl);
+    if (!x)
+        return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+    /* The body is not hashed: SigV4's UNSIGNED-PAYLOAD (TLS or loopback
+     * protects it; the benchmark's bytes are random anyway). */
+    struct curl_slist *h = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD"), *t;
+    if (h && put && (t = curl_slist_append(h, "If-None-Match: *")))
+        h = t;
+    if (h && s->cl->c.token_hdr[0] && (t = curl_slist_append(h, s->cl->c.token_hdr)))
+        h = t;
+    int rc;
+    if (!h) {
+        rc = ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+    } else {
+        curl_easy_setopt(x->e, CURLOPT_HTTPHEADER, h);
+        rc = req_run(s->cl, x, r, path, what, 0, 0, 0, err);
+        curl_easy_setopt(x->e, CURLOPT_HTTPHEADER, NULL);
+    }
+    curl_easy_cleanup(x->e);
+    free(x);
+    for (t = h; t; t = t->next)
+        wipe(t->data, strlen(t->data));
+    curl_slist_free_all(h);
+    return rc;
+}
+
+int ch_remote_put(ch_remote *s, const char *path, const void *buf, size_t len, chute_error *err)
+{
+    char url[URL_MAX];
+    int rc = session_url(s, path, url, sizeof url, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    uint64_t have;
+    chute_error e2;
+    rc = head(s->cl, url, path, &have, NULL, &e2);
+    if (rc == CHUTE_OK)
+        return ch_err(err, CHUTE_EINVAL, "%s: the object exists; it is never overwritten", path);
+    if (rc != CHUTE_ENOTFOUND) {
+        if (err)
+            *err = e2;
+        return rc;
+    }
+    req r = {.method = REQ_PUT, .url = url, .up = buf, .uplen = len};
+    rc = write_req(s, &r, path, "PUT", 1, err);
+    if (rc != CHUTE_OK && r.status == 412)
+        return ch_err(err, CHUTE_EINVAL,
+                      "%s: the object appeared while it was being written (HTTP 412); it is "
+                      "never overwritten",
+                      path);
+    return rc;
+}
+
+int ch_remote_delete(ch_remote *s, const char *path, chute_error *err)
+{
+    char url[URL_MAX];
+    int rc = session_url(s, path, url, sizeof url, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    req r = {.method = REQ_DELETE, .url = url};
+    return write_req(s, &r, path, "DELETE", 0, err);
+}

@@ -13,11 +13,15 @@
  *   srcprobe shard PATH               -> the shard index read through the
  *                                        source, one "off len crc label ok" per record
  *                                        (ok: the record's bytes match its CRC)
+ *   srcprobe put PATH                 -> create PATH from stdin (ch_remote_put: never
+ *                                        overwrites; needs libcurl)
+ *   srcprobe delete PATH              -> remove PATH (ch_remote_delete)
  * Errors: "ERR <status name>: <message>" on stderr, exit 3 (4 for
  * CHUTE_ENOTFOUND, 5 for CHUTE_EUNSUPPORTED).
  */
 #include "format/format.h"
 #include "io/io.h"
+#include "io/remote.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -113,6 +117,29 @@ int main(int argc, char **argv)
         free(buf);
         return rc ? fail(rc, &e) : 0;
     }
+#ifdef CHUTE_HAVE_CURL
+    if (!strcmp(cmd, "put") || !strcmp(cmd, "delete")) {
+        ch_remote *s = NULL;
+        size_t cap = 1 << 16, len = 0, n;
+        uint8_t *buf = malloc(cap);
+        while (buf && (n = fread(buf + len, 1, cap - len, stdin)) > 0)
+            if ((len += n) == cap) {
+                uint8_t *nb = realloc(buf, cap *= 2);
+                if (!nb)
+                    free(buf);
+                buf = nb;
+            }
+        if (!buf)
+            return 2;
+        rc = ch_remote_new(path, &s, &e);
+        if (rc == CHUTE_OK)
+            rc = cmd[0] == 'p' ? ch_remote_put(s, path, buf, len, &e)
+                               : ch_remote_delete(s, path, &e);
+        ch_remote_free(s);
+        free(buf);
+        return rc ? fail(rc, &e) : 0;
+    }
+#endif
     void *h = NULL;
     uint64_t size = 0;
     rc = src->open(path, &h, &size, &e);
