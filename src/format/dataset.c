@@ -28,6 +28,7 @@ void ch_dataset_free_fields(chute_dataset *ds)
     free(ds->class_names);
     free(ds->root);
     free(ds->fields);
+    ch_cache_destroy(ds->cache);
     memset(ds, 0, sizeof *ds);
 }
 
@@ -183,6 +184,16 @@ int chute_dataset_open_ex(const char *path, const chute_dataset_options *opt,
     if (!ds)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     ds->src = ch_source_for(path);
+    if (opt && opt->cache_dir) {
+        ch_cache_options co = {.dir = opt->cache_dir, .bytes = opt->cache_bytes,
+                               .block_bytes = opt->cache_block_bytes};
+        rc = ch_cache_create(ds->src, &co, &ds->cache, err);
+        if (rc != CHUTE_OK) {
+            free(ds);
+            return rc;
+        }
+        ds->src = ch_cache_source(ds->cache);
+    }
     ds->fmt = fmt;
     ds->root = strdup(path);
     /* Strip trailing slashes so messages read "root/cls/x.jpg". */

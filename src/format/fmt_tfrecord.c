@@ -151,13 +151,13 @@ static int load_dali_index(const ch_source_ops *src, const char *path, uint64_t 
     for (int k = 0; k < 1 + two; k++) {
         size_t len = 0;
         chute_error e = {0};
-        int rc = src->read_file(cand[k], NULL, 0, &len, &e);
+        int rc = ch_src_read_file(src, cand[k], NULL, 0, &len, &e);
         if (rc != CH_ESMALL && rc != CHUTE_OK)
             continue; /* absent or unreadable: scan instead */
         char *text = malloc(len + 1);
         if (!text)
             return ch_err(err, CHUTE_ENOMEM, "out of memory for %s", cand[k]);
-        rc = len ? src->read_file(cand[k], text, len, &len, err) : CHUTE_OK;
+        rc = len ? ch_src_read_file(src, cand[k], text, len, &len, err) : CHUTE_OK;
         if (rc == CHUTE_OK) {
             text[len] = '\0';
             rc = fmt_tfr_index_parse_dali(text, len, cand[k], size, ix, err);
@@ -247,7 +247,7 @@ static int tfr_open(chute_dataset *ds, const char *path, const chute_dataset_opt
     for (uint32_t fi = 0; fi < t->nfiles && rc == CHUTE_OK; fi++) {
         ch_ds_file *f = &t->files[fi];
         uint64_t size = 0;
-        rc = t->src->open(f->path, &f->h, &size, err);
+        rc = ch_src_open(t->src, f->path, &f->h, &size, err);
         fmt_tfr_index ix = {0};
         if (rc == CHUTE_OK)
             rc = index_file(t, fi, size, &ix, err);

@@ -151,7 +151,7 @@ static int index_shard(chute_dataset *ds, wds_impl *t, uint32_t fi, uint64_t *ca
 {
     ch_ds_file *f = &t->files[fi];
     uint64_t size = 0;
-    int rc = t->src->open(f->path, &f->h, &size, err);
+    int rc = ch_src_open(t->src, f->path, &f->h, &size, err);
     if (rc != CHUTE_OK)
         return rc;
     fmt_reader r;

@@ -713,7 +713,7 @@ static int read_manifest(const ch_source_ops *src, const char *path, char **out,
         }
         buf = nb;
         size_t len = 0;
-        int rc = src->read_file(path, buf, cap, &len, err);
+        int rc = ch_src_read_file(src, path, buf, cap, &len, err);
         if (rc == CHUTE_OK) {
             *out = buf;
             *out_len = len;
@@ -843,7 +843,7 @@ static uint32_t cache_take_slot(shards_impl *s, void **victim)
 static int reopen(shards_impl *s, shard_file *sf, void **out, chute_error *err)
 {
     uint64_t size = 0;
-    int rc = s->src->open(sf->path, out, &size, err);
+    int rc = ch_src_open(s->src, sf->path, out, &size, err);
     if (rc)
         return rc;
     atomic_fetch_add_explicit(&s->cache.opens, 1, memory_order_relaxed);
@@ -1122,7 +1122,7 @@ static int scan_shards(shards_impl *s, chute_error *err)
         shard_file *sf = &s->shards[k];
         uint64_t size = 0;
         void *h = NULL;
-        int rc = s->src->open(sf->path, &h, &size, err);
+        int rc = ch_src_open(s->src, sf->path, &h, &size, err);
         if (rc == CHUTE_EIO && c->nopen > 0) {
             uint32_t drop = (c->nopen + 1) / 2;
             for (uint32_t i = c->nopen - drop; i < c->nopen; i++) {
@@ -1132,7 +1132,7 @@ static int scan_shards(shards_impl *s, chute_error *err)
             }
             c->nopen -= drop;
             c->cap = c->nopen ? c->nopen : 1;
-            rc = s->src->open(sf->path, &h, &size, err);
+            rc = ch_src_open(s->src, sf->path, &h, &size, err);
         }
         if (rc)
             return rc;

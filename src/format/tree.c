@@ -424,7 +424,7 @@ static int tree_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap,
     char path[4096];
     if (tree_path(ds, i, path, sizeof path) != 0)
         return ch_err(err, CHUTE_EINVAL, "sample %llu: path too long", (unsigned long long)i);
-    return ds->src->read_file(path, buf, cap, out_len, err);
+    return ch_src_read_file(ds->src, path, buf, cap, out_len, err);
 }
 
 static uint64_t tree_sample_size(const chute_dataset *ds, uint64_t i)
