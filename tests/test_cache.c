@@ -492,6 +492,66 @@ TEST(threads_one_download_per_block)
     return 0;
 }
 
+typedef struct sh_arg {
+    const ch_source_ops *s;
+    void *h;
+    const char *origin;
+    const uint8_t *want;
+    uint64_t seed;
+    int bad;
+} sh_arg;
+
+static void *sh_main(void *p)
+{
+    sh_arg *a = p;
+    uint8_t *buf = malloc(2 * BLK);
+    chute_error e;
+    for (int i = 0; i < 200 && !a->bad; i++) {
+        uint64_t off = unit_rand(&a->seed) % FSIZE;
+        size_t n = (size_t)(1 + unit_rand(&a->seed) % (2 * BLK));
+        if (n > FSIZE - off)
+            n = FSIZE - off;
+        a->bad = a->s->read_at(a->h, a->origin, off, buf, n, &e) != CHUTE_OK ||
+                 memcmp(buf, a->want + off, n) != 0;
+    }
+    free(buf);
+    return NULL;
+}
+
+/* One handle read by many threads at once (as shards share theirs): the
+ * lazy inner open and the per-handle verification memo are shared. */
+TEST(shared_handle_many_threads)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("shared", origin, cdir, &want) == 0, "setup");
+    ch_cache *c;
+    CHECK(open_cache(cdir, 0, &c) == CHUTE_OK, "create");
+    void *h;
+    uint64_t size;
+    chute_error e;
+    CHECK(ch_src_open(ch_cache_source(c), origin, &h, &size, &e) == CHUTE_OK, "open");
+    pthread_t t[6];
+    sh_arg a[6];
+    for (int i = 0; i < 6; i++) {
+        a[i] = (sh_arg){ch_cache_source(c), h, origin, want, 77 + (uint64_t)i, 0};
+        pthread_create(&t[i], NULL, sh_main, &a[i]);
+    }
+    int bad = 0;
+    for (int i = 0; i < 6; i++) {
+        pthread_join(t[i], NULL);
+        bad |= a[i].bad;
+    }
+    ch_cache_source(c)->close(h);
+    ch_cache_destroy(c);
+    free(want);
+    CHECK(!bad, "a thread read wrong bytes through the shared handle");
+    CHECK(atomic_load(g_origin_reads) <= NBLK, "%llu origin reads for %u blocks",
+          (unsigned long long)atomic_load(g_origin_reads), NBLK);
+    return 0;
+}
+
 TEST(two_processes_one_download_per_block)
 {
     setup();
