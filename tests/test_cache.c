@@ -271,6 +271,19 @@ TEST(corrupt_file_detected_and_refetched)
     /* Refilled: the next pass is all hits. */
     CHECK(read_all(ch_cache_source(c), origin, want, 3) == 0, "after refill");
     CHECK(atomic_load(g_origin_reads) == 2, "refilled blocks were fetched again");
+    /* read_file (no handle) verifies straight into the caller's buffer. */
+    CHECK(corrupt_one(cdir, 0, 3) == 0 && corrupt_one(cdir, 1, 5) == 0, "damage two more");
+    uint8_t *buf = malloc(FSIZE);
+    size_t len = 0;
+    chute_error e;
+    CHECK(ch_src_read_file(ch_cache_source(c), origin, buf, FSIZE, &len, &e) == CHUTE_OK &&
+              len == FSIZE && !memcmp(buf, want, FSIZE),
+          "read_file served a damaged block");
+    free(buf);
+    ch_cache_stats_get(c, &st);
+    CHECK(st.corrupt == 4 && atomic_load(g_origin_reads) == 4,
+          "read_file: corrupt %llu, origin reads %llu: want 4 and 4",
+          (unsigned long long)st.corrupt, (unsigned long long)atomic_load(g_origin_reads));
     ch_cache_destroy(c);
 
     /* A changed origin (new content, new mtime) makes the blocks stale. */

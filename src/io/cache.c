@@ -13,7 +13,8 @@
  *    (magic, block, lengths, the origin's size and mtime, a CRC32C of the
  *    data and one of the header), the key (source name + path), then the
  *    data.  A handle verifies the whole data CRC the first time it meets a
- *    cache file (an inode), and the header on every open; a damaged file
+ *    cache file (an inode), and the header on every open (read_file, with
+ *    no handle, verifies the whole file every time); a damaged file
  *    is removed and the block refetched (counted as corrupt).  A changed
  *    origin (size or mtime differ) makes every old block stale.
  *  - let a key escape the directory.  File names are a 128-bit hash of
@@ -32,7 +33,9 @@
  *    a read-only mount: the block is served from the inner source anyway,
  *    counted as a fallback, and the first reason is kept as the warning
  *    (ch_cache_warning) for a front end to show once.  Only the origin's
- *    own errors (and out of memory) reach the caller.
+ *    own errors (and out of memory) reach the caller.  A directory deleted
+ *    under a running loader is not recreated (someone meant it gone): that
+ *    process reads the origin from then on; the next open recreates it.
  *
  * Budget: every process on the node shares one usage counter stored in
  * locks/evict.lock, updated under its flock at each rename.  When a fill
@@ -99,7 +102,9 @@ typedef struct cache_file {
     int cacheable;
     pthread_mutex_t mu;        /* guards the lazy open of inner_h */
     void *_Atomic inner_h;
-    _Atomic uint64_t memo[MEMO]; /* fingerprint of (block, inode) verified */
+    /* Fingerprints of (block, inode) this handle has verified, MEMO
+     * slots; NULL (read_file) verifies on every open. */
+    _Atomic uint64_t *memo;
 } cache_file;
 
 static void warn_once(ch_cache *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -243,22 +248,30 @@ static int try_hit(cache_file *f, uint64_t k, const char *p, uint64_t boff, void
         (int64_t)get64(h + 48) != f->mtime)
         goto out; /* another key (hash collision) or a changed origin: refill */
     uint64_t fp = memo_fp(k, (uint64_t)st.st_ino);
-    _Atomic uint64_t *m = &f->memo[k % MEMO];
-    if (atomic_load_explicit(m, memory_order_relaxed) == fp) {
+    _Atomic uint64_t *m = f->memo ? &f->memo[k % MEMO] : NULL;
+    if (m && atomic_load_explicit(m, memory_order_relaxed) == fp) {
         n = pread(fd, dst, len, (off_t)(hl + boff));
         served = n == (ssize_t)len;
         goto out;
     }
-    blk = malloc(bl ? bl : 1);
-    if (!blk)
-        goto out;
-    n = pread(fd, blk, bl, (off_t)hl);
-    if (n != (ssize_t)bl || fmt_crc32c(0, blk, bl) != get32(h + 56)) {
+    /* Verify the whole block: straight into dst when it wants all of it
+     * (read_file of a small file: no allocation), else via a buffer.  On
+     * a mismatch dst holds junk, which the refetch overwrites. */
+    uint8_t *v = dst;
+    if (boff != 0 || len != bl) {
+        v = blk = malloc(bl ? bl : 1);
+        if (!blk)
+            goto out;
+    }
+    n = pread(fd, v, bl, (off_t)hl);
+    if (n != (ssize_t)bl || fmt_crc32c(0, v, bl) != get32(h + 56)) {
         drop_corrupt(f, p, &st);
         goto out;
     }
-    memcpy(dst, blk + boff, len);
-    atomic_store_explicit(m, fp, memory_order_relaxed);
+    if (blk)
+        memcpy(dst, blk + boff, len);
+    if (m)
+        atomic_store_explicit(m, fp, memory_order_relaxed);
     futimens(fd, NULL); /* LRU: used now (best effort) */
     served = 1;
 out:
@@ -571,8 +584,7 @@ static int file_init(ch_cache *c, const char *path, cache_file *f, chute_error *
     }
     pthread_mutex_init(&f->mu, NULL);
     atomic_init(&f->inner_h, NULL);
-    for (size_t i = 0; i < MEMO; i++)
-        atomic_init(&f->memo[i], 0);
+    f->memo = NULL;
     return CHUTE_OK;
 }
 
@@ -582,6 +594,7 @@ static void file_fini(cache_file *f)
     if (h)
         f->c->inner->close(h);
     pthread_mutex_destroy(&f->mu);
+    free(f->memo);
 }
 
 static int file_read(cache_file *f, const char *path, uint64_t off, void *buf, size_t len,
@@ -618,8 +631,13 @@ static int cache_open(void *self, const char *path, void **out, uint64_t *out_si
         return rc;
     }
     f->path = strdup(path);
-    if (!f->path) {
+    f->memo = malloc(MEMO * sizeof *f->memo);
+    if (f->memo)
+        for (size_t i = 0; i < MEMO; i++)
+            atomic_init(&f->memo[i], 0);
+    if (!f->path || !f->memo) {
         file_fini(f);
+        free(f->path);
         free(f);
         return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
     }
@@ -648,14 +666,12 @@ static void cache_close(void *h)
 static int cache_read_file(void *self, const char *path, void *buf, size_t cap,
                            size_t *out_len, chute_error *err)
 {
-    cache_file *f = malloc(sizeof *f);
-    if (!f)
-        return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
+    /* On the stack: a tree reads every sample this way, and steady state
+     * allocates nothing (no memo: each open verifies the whole file). */
+    cache_file fs, *f = &fs;
     int rc = file_init(self, path, f, err);
-    if (rc != CHUTE_OK) {
-        free(f);
+    if (rc != CHUTE_OK)
         return rc;
-    }
     f->path = (char *)path;
     if (f->size > SIZE_MAX) {
         rc = ch_err(err, CHUTE_ELIMIT, "%s: too large to read whole", path);
@@ -664,7 +680,6 @@ static int cache_read_file(void *self, const char *path, void *buf, size_t cap,
         rc = f->size > cap ? CH_ESMALL : file_read(f, path, 0, buf, (size_t)f->size, err);
     }
     file_fini(f);
-    free(f);
     return rc;
 }
 
