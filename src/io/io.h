@@ -9,6 +9,11 @@
  *
  * Handles returned by open() are safe to read from many threads at once
  * (pread has no shared file position).
+ *
+ * Reach open/read_file/stat/list through ch_src_open, ch_src_read_file,
+ * ch_src_stat and ch_src_list, never through the table's pointers: since
+ * version 3 a source may be an object (the cache tier wraps another
+ * source), whose entries need its `self`.
  */
 #ifndef CHUTE_IO_H
 #define CHUTE_IO_H
