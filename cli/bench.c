@@ -27,6 +27,8 @@ int cmd_bench(int argc, char **argv)
     uint64_t max_batches = 0;
     const char *crop_pct = NULL, *format = NULL;
     int shuffle_mode = 0;
+    const char *cache_dir = NULL;
+    uint64_t cache_bytes = 0, cache_block = 0;
     /* The loader's rows come from the option table
      * (src/common/loader_options.def); these are bench's own. */
     const cli_opt own[] = {
@@ -48,6 +50,13 @@ int cmd_bench(int argc, char **argv)
         {"--shuffle", CLI_CHOICE, &shuffle_mode, "global|shards", 0, 0,
          "global: one permutation of all samples per epoch (default); shards: files in a seeded "
          "order, each read front to back through a shuffle buffer of --shuffle-buffer samples"},
+        {"--cache-dir", CLI_STR, &cache_dir, NULL, 0, 0,
+         "node-local cache tier: keep blocks of the files read in this directory (shared by "
+         "every process on the node)"},
+        {"--cache-bytes", CLI_SIZE, &cache_bytes, NULL, 0, UINT64_MAX,
+         "disk budget of --cache-dir (default 10G)"},
+        {"--cache-block-bytes", CLI_SIZE, &cache_block, NULL, 4096, 1ull << 30,
+         "block size of --cache-dir (default 8M)"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
     cli_opt opts[CLI_LOADER_OPTS_MAX + sizeof own / sizeof own[0]];
@@ -85,6 +94,9 @@ int cmd_bench(int argc, char **argv)
     double t_open = cli_now_s();
     chute_dataset_options dopt = {0};
     dopt.format = format;
+    dopt.cache_dir = cache_dir;
+    dopt.cache_bytes = cache_bytes;
+    dopt.cache_block_bytes = cache_block;
     rc = chute_dataset_open_ex(pos[0], &dopt, &ds, &err);
     if (rc != CHUTE_OK) {
         fprintf(stderr, "chute bench: %s\n", err.message);

@@ -142,6 +142,18 @@ typedef struct chute_dataset_options {
      * $XDG_CACHE_HOME/chute or ~/.cache/chute; "": beside the data only.
      * Borrowed during chute_dataset_open_ex only. */
     const char *index_dir;
+    /* Node-local cache tier (src/io/cache.c): when cache_dir is set, every
+     * byte the format reads goes through a cache of cache_block_bytes
+     * blocks (0 = 8 MiB; 4 KiB..1 GiB) kept in cache_dir (created if
+     * missing), within cache_bytes of disk (0 = 10 GiB), evicted least
+     * recently used first.  Every process on the node may share one
+     * cache_dir: each block is fetched once per node, files appear whole
+     * (temporary name + rename) and are checksum-verified before use; a
+     * damaged one is refetched.  A full or vanished cache_dir falls back
+     * to reading the origin, never failing a read.  NULL = no cache. */
+    const char *cache_dir;
+    uint64_t cache_bytes;
+    uint64_t cache_block_bytes;
 } chute_dataset_options;
 
 /* chute_dataset_open with options. */

@@ -293,6 +293,11 @@ class Loader:
             (default: forever; Ctrl-C interrupts the wait either way).
         read_delay_us: add this latency to every sample read (testing, or
             "what if my storage were slower"); ignored when source is a Dataset.
+        cache_dir, cache_bytes, cache_block_bytes: node-local cache tier in front
+            of the source: blocks (default 8 MiB) of the files read are kept in
+            cache_dir within cache_bytes of disk (default 10 GiB), shared safely by
+            every process on the node, checksum-verified; a full or deleted
+            directory falls back to the origin.  Ignored when source is a Dataset.
         decoded_cache_bytes: RAM budget (bytes) of the decoded-sample cache, 0 = off.
             Samples decoded in the first epoch are kept while the budget lasts and
             later epochs skip reading and decoding them; train crops/flips are still
@@ -362,6 +367,9 @@ class Loader:
         shuffle_buffer: int = _default("shuffle_buffer"),
         decoded_cache_bytes: int = _default("decoded_cache_bytes"),
         device: Optional[str] = None,
+        cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+        cache_bytes: int = 0,
+        cache_block_bytes: int = 0,
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -447,7 +455,14 @@ class Loader:
                                                               2 ** 32 - 1),
                                           format=format, label_offset=int(label_offset),
                                           image_key=image_key, label_key=label_key,
-                                          extra_keys=_names_csv("extra_keys", extra_keys))
+                                          extra_keys=_names_csv("extra_keys", extra_keys),
+                                          cache_dir=(None if cache_dir is None
+                                                     else os.fspath(cache_dir)),
+                                          cache_bytes=_uint("cache_bytes", cache_bytes, 0,
+                                                            2 ** 64 - 1),
+                                          cache_block_bytes=_uint("cache_block_bytes",
+                                                                  cache_block_bytes, 0,
+                                                                  2 ** 30))
         self._core = _chute._Loader(
             self.dataset,
             batch_size=self.batch_size,

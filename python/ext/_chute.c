@@ -891,17 +891,21 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path", "kind", "read_delay_us", "inject_fail_sample",
                              "inject_fail_reads", "inject_fail_status", "format",
-                             "label_offset", "image_key", "label_key", "extra_keys", NULL};
+                             "label_offset", "image_key", "label_key", "extra_keys",
+                             "cache_dir", "cache_bytes", "cache_block_bytes", NULL};
     const char *format = NULL, *image_key = NULL, *label_key = NULL, *extra_keys = NULL;
+    const char *cache_dir = NULL;
+    unsigned long long cache_bytes = 0, cache_block = 0;
     int label_offset = 0;
     PyObject *path = NULL;
     int kind = CHUTE_SOURCE_AUTO, fail_status = 0;
     unsigned int delay = 0, fail_reads = 0;
     unsigned long long fail_sample = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzz:Dataset", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKK:Dataset", kwlist,
                                      PyUnicode_FSConverter, &path, &kind, &delay, &fail_sample,
                                      &fail_reads, &fail_status, &format, &label_offset,
-                                     &image_key, &label_key, &extra_keys))
+                                     &image_key, &label_key, &extra_keys, &cache_dir,
+                                     &cache_bytes, &cache_block))
         return -1;
     if (self->ref) {
         Py_DECREF(path);
@@ -925,6 +929,9 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     o.image_key = image_key;
     o.label_key = label_key;
     o.extra_keys = extra_keys;
+    o.cache_dir = cache_dir;
+    o.cache_bytes = cache_bytes;
+    o.cache_block_bytes = cache_block;
     Py_BEGIN_ALLOW_THREADS
     rc = chute_dataset_open_ex(p, &o, &ds, &err);
     Py_END_ALLOW_THREADS
@@ -1186,7 +1193,9 @@ static PyTypeObject DatasetType = {
               "any number of loaders may share it.\n\n"
               "inject_fail_*: fault injection for tests only: the first inject_fail_reads reads\n"
               "of sample inject_fail_sample fail with the library status inject_fail_status\n"
-              "(0 = CHUTE_EIO, e.g. -2 CHUTE_ENOMEM, -5 CHUTE_ECORRUPT).",
+              "(0 = CHUTE_EIO, e.g. -2 CHUTE_ENOMEM, -5 CHUTE_ECORRUPT).\n\n"
+              "cache_dir, cache_bytes, cache_block_bytes: the node-local cache tier\n"
+              "(chute_dataset_options in chute.h).",
     .tp_methods = Dataset_methods,
     .tp_getset = Dataset_getset,
     .tp_init = (initproc)Dataset_init,

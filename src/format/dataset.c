@@ -26,6 +26,7 @@ void ch_dataset_free_fields(chute_dataset *ds)
     free(ds->class_names);
     free(ds->root);
     free(ds->fields);
+    ch_cache_destroy(ds->cache);
     memset(ds, 0, sizeof *ds);
 }
 
@@ -178,7 +179,7 @@ int ch_dataset_open_src(const ch_source_ops *src, const char *path,
         return ch_err(err, CHUTE_EINVAL, "chute_dataset_open: path and out_ds are required");
     *out_ds = NULL;
     ch_stat st;
-    int rc = src->stat(path, &st, err);
+    int rc = ch_src_stat(src, path, &st, err);
     if (rc != CHUTE_OK)
         return rc;
     const ch_format_ops *fmt = NULL;
@@ -190,6 +191,16 @@ int ch_dataset_open_src(const ch_source_ops *src, const char *path,
     if (!ds)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     ds->src = src;
+    if (opt && opt->cache_dir) {
+        ch_cache_options co = {.dir = opt->cache_dir, .bytes = opt->cache_bytes,
+                               .block_bytes = opt->cache_block_bytes};
+        rc = ch_cache_create(ds->src, &co, &ds->cache, err);
+        if (rc != CHUTE_OK) {
+            free(ds);
+            return rc;
+        }
+        ds->src = ch_cache_source(ds->cache);
+    }
     ds->fmt = fmt;
     ds->root = strdup(path);
     /* Strip trailing slashes so messages read "root/cls/x.jpg". */
@@ -343,7 +354,7 @@ int ch_path_list(const ch_source_ops *src, const char *path, int (*keep)(const c
     *out = NULL;
     *out_n = 0;
     ch_stat st;
-    int rc = src->stat(path, &st, err);
+    int rc = ch_src_stat(src, path, &st, err);
     if (rc != CHUTE_OK)
         return rc;
     if (st.type != CH_ENT_DIR) {
@@ -357,7 +368,7 @@ int ch_path_list(const ch_source_ops *src, const char *path, int (*keep)(const c
         return CHUTE_OK;
     }
     path_list_ctx c = {path, keep, NULL, 0, 0, CHUTE_OK};
-    rc = src->list(path, path_list_add, &c, err);
+    rc = ch_src_list(src, path, path_list_add, &c, err);
     if (rc == CHUTE_OK && c.rc != CHUTE_OK)
         rc = ch_err(err, c.rc, "%s: out of memory while listing", path);
     if (rc != CHUTE_OK) {

@@ -55,7 +55,7 @@ int ch_fcache_open_scan(ch_fcache *c, uint32_t k, void **out_h, uint64_t *out_si
 {
     ch_fcache_file *f = &c->files[k];
     const char *path = open_path_of(f);
-    int rc = src_of(c, f)->open(path, out_h, out_size, err);
+    int rc = ch_src_open(src_of(c, f), path, out_h, out_size, err);
     if (rc == CHUTE_EIO && c->nopen > 0) {
         uint32_t drop = (c->nopen + 1) / 2;
         for (uint32_t i = c->nopen - drop; i < c->nopen; i++) {
@@ -65,7 +65,7 @@ int ch_fcache_open_scan(ch_fcache *c, uint32_t k, void **out_h, uint64_t *out_si
         }
         c->nopen -= drop;
         c->cap = c->nopen ? c->nopen : 1;
-        rc = src_of(c, f)->open(path, out_h, out_size, err);
+        rc = ch_src_open(src_of(c, f), path, out_h, out_size, err);
     }
     if (rc == CHUTE_OK)
         atomic_fetch_add_explicit(&c->opens, 1, memory_order_relaxed);
@@ -124,7 +124,7 @@ static uint32_t take_slot(ch_fcache *c, void **victim, const ch_source_ops **vic
 static int reopen(ch_fcache *c, ch_fcache_file *f, void **out, chute_error *err)
 {
     uint64_t size = 0;
-    int rc = src_of(c, f)->open(open_path_of(f), out, &size, err);
+    int rc = ch_src_open(src_of(c, f), open_path_of(f), out, &size, err);
     if (rc)
         return rc;
     atomic_fetch_add_explicit(&c->opens, 1, memory_order_relaxed);

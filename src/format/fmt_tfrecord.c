@@ -155,7 +155,7 @@ static int header_ok(const ch_source_ops *src, const char *path)
     void *h = NULL;
     uint64_t size = 0;
     chute_error e = {0};
-    if (src->open(path, &h, &size, &e) != CHUTE_OK)
+    if (ch_src_open(src, path, &h, &size, &e) != CHUTE_OK)
         return 0;
     uint8_t hdr[FMT_TFR_HEADER];
     int ok = size >= FMT_TFR_OVERHEAD &&
@@ -203,13 +203,13 @@ static int load_dali_index(const ch_source_ops *src, const char *path, uint64_t 
     for (int k = 0; k < 1 + two; k++) {
         size_t len = 0;
         chute_error e = {0};
-        int rc = src->read_file(cand[k], NULL, 0, &len, &e);
+        int rc = ch_src_read_file(src, cand[k], NULL, 0, &len, &e);
         if (rc != CH_ESMALL && rc != CHUTE_OK)
             continue; /* absent or unreadable: scan instead */
         char *text = malloc(len + 1);
         if (!text)
             return ch_err(err, CHUTE_ENOMEM, "out of memory for %s", cand[k]);
-        rc = len ? src->read_file(cand[k], text, len, &len, err) : CHUTE_OK;
+        rc = len ? ch_src_read_file(src, cand[k], text, len, &len, err) : CHUTE_OK;
         if (rc == CHUTE_OK) {
             text[len] = '\0';
             rc = fmt_tfr_index_parse_dali(text, len, cand[k], size, ix, err);
@@ -276,7 +276,7 @@ static int tfx_want_for(const tfr_impl *t, const ch_source_ops *src, const char 
                         uint64_t size, ch_tfx_want *w, chute_error *err)
 {
     ch_stat st;
-    int rc = src->stat(path, &st, err);
+    int rc = ch_src_stat(src, path, &st, err);
     if (rc != CHUTE_OK)
         return rc;
     w->data_size = size;
@@ -316,7 +316,7 @@ static int use_inflated(tfr_impl *t, uint32_t fi, int comp, uint64_t fsize, cons
 {
     ch_ds_file *f = &t->files[fi];
     ch_stat st;
-    int rc = t->src->stat(f->path, &st, err);
+    int rc = ch_src_stat(t->src, f->path, &st, err);
     if (rc != CHUTE_OK)
         return rc;
     char copy[4600];

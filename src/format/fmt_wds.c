@@ -78,7 +78,7 @@ static int tar_header_ok(const ch_source_ops *src, const char *path)
     void *h = NULL;
     uint64_t size = 0;
     chute_error e = {0};
-    if (src->open(path, &h, &size, &e) != CHUTE_OK)
+    if (ch_src_open(src, path, &h, &size, &e) != CHUTE_OK)
         return 0;
     uint8_t blk[512];
     int ok = size >= sizeof blk &&

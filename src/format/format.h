@@ -112,6 +112,9 @@ struct chute_dataset {
      * dataset.  Immutable after open. */
     ch_field *fields;
     uint32_t nfields;
+    /* The cache tier wrapping the source (cache_dir set), else NULL;
+     * ds->src is then its ops.  Destroyed after the format closes. */
+    struct ch_cache *cache;
 };
 
 /* The index of field `name` in ds->fields, or -1. */

@@ -788,7 +788,7 @@ static int read_manifest(const ch_source_ops *src, const char *path, char **out,
         }
         buf = nb;
         size_t len = 0;
-        int rc = src->read_file(path, buf, cap, &len, err);
+        int rc = ch_src_read_file(src, path, buf, cap, &len, err);
         if (rc == CHUTE_OK) {
             *out = buf;
             *out_len = len;
@@ -966,7 +966,7 @@ static int check_shard_files(const char *mpath, const ch_manifest *m, shards_imp
         ch_stat st;
         chute_error e2;
         const char *p = s->shards[k].path;
-        int src = s->src->stat(p, &st, &e2);
+        int src = ch_src_stat(s->src, p, &st, &e2);
         if (src != CHUTE_OK)
             rc = ch_err(err, src, "%s (listed on %s:%u)", e2.message, mpath, m->shards[k].line);
         else if (st.is_link)
@@ -1135,7 +1135,7 @@ static int shards_probe(const ch_source_ops *src, const char *path, int is_dir, 
         return CH_PROBE_NO;
     }
     if ((size_t)snprintf(m, sizeof m, "%s/%s", path, CH_MANIFEST_NAME) >= sizeof m ||
-        src->stat(m, &st, &e) != CHUTE_OK || (st.is_link && st.type == CH_ENT_OTHER)) {
+        ch_src_stat(src, m, &st, &e) != CHUTE_OK || (st.is_link && st.type == CH_ENT_OTHER)) {
         snprintf(why, n, "no %s", CH_MANIFEST_NAME);
         return CH_PROBE_NO;
     }

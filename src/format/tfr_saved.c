@@ -228,7 +228,7 @@ static int load_from(const ch_source_ops *src, const char *ipath, const ch_tfx_w
                      ch_tfx *out, chute_error *err)
 {
     size_t len = 0;
-    int rc = src->read_file(ipath, NULL, 0, &len, err);
+    int rc = ch_src_read_file(src, ipath, NULL, 0, &len, err);
     if (rc == CHUTE_OK && len == 0)
         return ch_err(err, CHUTE_ECORRUPT, "%s: empty", ipath);
     if (rc != CH_ESMALL)
@@ -239,7 +239,7 @@ static int load_from(const ch_source_ops *src, const char *ipath, const ch_tfx_w
     if (!buf)
         return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", ipath);
     size_t got = 0;
-    rc = src->read_file(ipath, buf, len, &got, err);
+    rc = ch_src_read_file(src, ipath, buf, len, &got, err);
     if (rc == CH_ESMALL)
         rc = ch_err(err, CHUTE_ECORRUPT, "%s: grew while read", ipath);
     if (rc == CHUTE_OK)

@@ -210,7 +210,7 @@ static int walk(const ch_source_ops *src, const char *root, const char *rel, str
     if (depth > 64)
         return ch_err(err, CHUTE_ELIMIT, "%s: directories nested too deeply (link loop?)", abs);
     walk_ctx c = {abs, rel, {0}, files, out, CHUTE_OK, err};
-    int rc = src->list(abs, walk_entry, &c, err);
+    int rc = ch_src_list(src, abs, walk_entry, &c, err);
     if (rc == CHUTE_OK)
         rc = c.rc;
     for (size_t i = 0; rc == CHUTE_OK && i < c.dirs.n; i++)
@@ -288,13 +288,13 @@ int ch_tree_list_build(const ch_source_ops *src, const char *root, ch_tree_list 
 {
     memset(out, 0, sizeof *out);
     ch_stat st;
-    int rc = src->stat(root, &st, err);
+    int rc = ch_src_stat(src, root, &st, err);
     if (rc != CHUTE_OK)
         return rc;
     if (st.type != CH_ENT_DIR)
         return ch_err(err, CHUTE_EFORMAT, "%s: not a directory", root);
     class_ctx cc = {{0}, CHUTE_OK};
-    rc = src->list(root, class_entry, &cc, err);
+    rc = ch_src_list(src, root, class_entry, &cc, err);
     strvec classes = cc.classes;
     if (rc != CHUTE_OK) {
         strvec_free(&classes);
@@ -371,7 +371,7 @@ static int tree_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap,
     char path[4096];
     if (tree_path(ds, i, path, sizeof path) != 0)
         return ch_err(err, CHUTE_EINVAL, "sample %llu: path too long", (unsigned long long)i);
-    return ds->src->read_file(path, buf, cap, out_len, err);
+    return ch_src_read_file(ds->src, path, buf, cap, out_len, err);
 }
 
 static uint64_t tree_sample_size(const chute_dataset *ds, uint64_t i)
@@ -379,7 +379,7 @@ static uint64_t tree_sample_size(const chute_dataset *ds, uint64_t i)
     char path[4096];
     ch_stat st;
     chute_error e;
-    if (tree_path(ds, i, path, sizeof path) != 0 || ds->src->stat(path, &st, &e) != CHUTE_OK)
+    if (tree_path(ds, i, path, sizeof path) != 0 || ch_src_stat(ds->src, path, &st, &e) != CHUTE_OK)
         return 0;
     return st.type == CH_ENT_FILE ? st.size : 0;
 }
@@ -427,7 +427,7 @@ static int looks_like_partial_pack(const ch_source_ops *src, const char *dir)
 {
     int found = 0;
     chute_error e;
-    src->list(dir, partial_pack_entry, &found, &e);
+    ch_src_list(src, dir, partial_pack_entry, &found, &e);
     return found;
 }
 

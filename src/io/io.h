@@ -9,13 +9,18 @@
  *
  * Handles returned by open() are safe to read from many threads at once
  * (pread has no shared file position).
+ *
+ * Reach open/read_file/stat/list through ch_src_open, ch_src_read_file,
+ * ch_src_stat and ch_src_list, never through the table's pointers: since
+ * version 3 a source may be an object (the cache tier wraps another
+ * source), whose entries need its `self`.
  */
 #ifndef CHUTE_IO_H
 #define CHUTE_IO_H
 
 #include "../common/common.h"
 
-#define CH_SOURCE_OPS_VERSION 2
+#define CH_SOURCE_OPS_VERSION 3
 
 /* Internal, positive: "buffer too small, *out_len says how much". */
 #define CH_ESMALL 100
@@ -73,7 +78,56 @@ typedef struct ch_source_ops {
      * for object stores: the keys and common prefixes one level below
      * "dir/"), each with what stat would say of it. */
     int (*list)(const char *dir, ch_list_fn fn, void *user, chute_error *err);
+    /* --- version 3: sources that are objects ---
+     * A source with per-instance state (the cache tier wraps another
+     * source and owns a directory, a budget and counters) cannot be a
+     * static table: open/read_file/stat/list above get no context.  Such
+     * a source sets `self` and the *_s entries below, and callers reach
+     * every source through ch_src_open/ch_src_read_file/ch_src_stat/
+     * ch_src_list, which pick the *_s entry when there is one.  read_at
+     * and close need nothing new: the handle open returns carries the
+     * instance.  Static sources (local, s3, http) leave all of this zero
+     * and keep working unchanged. */
+    void *self;
+    int (*open_s)(void *self, const char *path, void **out, uint64_t *out_size,
+                  chute_error *err);
+    int (*read_file_s)(void *self, const char *path, void *buf, size_t cap, size_t *out_len,
+                       chute_error *err);
+    int (*stat_s)(void *self, const char *path, ch_stat *out, chute_error *err);
+    int (*list_s)(void *self, const char *dir, ch_list_fn fn, void *user, chute_error *err);
 } ch_source_ops;
+
+/* Calls through a source, object or static (see version 3 above). */
+static inline int ch_src_open(const ch_source_ops *s, const char *path, void **out,
+                              uint64_t *out_size, chute_error *err)
+{
+    return s->open_s ? s->open_s(s->self, path, out, out_size, err)
+                     : s->open(path, out, out_size, err);
+}
+static inline int ch_src_read_file(const ch_source_ops *s, const char *path, void *buf,
+                                   size_t cap, size_t *out_len, chute_error *err)
+{
+    return s->read_file_s ? s->read_file_s(s->self, path, buf, cap, out_len, err)
+                          : s->read_file(path, buf, cap, out_len, err);
+}
+static inline int ch_src_stat(const ch_source_ops *s, const char *path, ch_stat *out,
+                              chute_error *err)
+{
+    if (s->stat_s)
+        return s->stat_s(s->self, path, out, err);
+    if (!s->stat)
+        return ch_err(err, CHUTE_EUNSUPPORTED, "%s: source '%s' cannot stat", path, s->name);
+    return s->stat(path, out, err);
+}
+static inline int ch_src_list(const ch_source_ops *s, const char *dir, ch_list_fn fn, void *user,
+                              chute_error *err)
+{
+    if (s->list_s)
+        return s->list_s(s->self, dir, fn, user, err);
+    if (!s->list)
+        return ch_err(err, CHUTE_EUNSUPPORTED, "%s: source '%s' cannot list", dir, s->name);
+    return s->list(dir, fn, user, err);
+}
 
 /* Local files through open/pread. */
 extern const ch_source_ops ch_source_local;
@@ -88,6 +142,39 @@ extern const ch_source_ops *const ch_sources[];
 /* The source that serves `path`: the first whose scheme prefixes it, else
  * the local source.  Never NULL. */
 const ch_source_ops *ch_source_for(const char *path);
+
+/* ---- The cache tier (cache.c) ----
+ * A source that wraps another: blocks of the inner source's files are
+ * kept in a node-local directory shared by every process on the node. */
+typedef struct ch_cache ch_cache;
+typedef struct ch_cache_options {
+    const char *dir;        /* required; created if missing */
+    uint64_t bytes;         /* disk budget for block files; 0 = 10 GiB */
+    uint64_t block_bytes;   /* block size, 4 KiB..1 GiB; 0 = 8 MiB */
+} ch_cache_options;
+typedef struct ch_cache_stats {
+    uint64_t hits;          /* blocks served from a verified cache file */
+    uint64_t misses;        /* blocks not in the cache (or stale) when asked */
+    uint64_t fetches;       /* blocks read from the inner source */
+    uint64_t bytes_fetched; /* bytes read from the inner source */
+    uint64_t fills;         /* cache files written */
+    uint64_t evictions;     /* cache files removed to stay within the budget */
+    uint64_t corrupt;       /* cache files found damaged, removed, refetched */
+    uint64_t fallbacks;     /* blocks served from the inner source because the
+                               cache directory failed (full, deleted, ...) */
+    uint64_t waits;         /* misses that waited for another filler's lock */
+} ch_cache_stats;
+/* Wrap `inner` (borrowed; must outlive the cache).  The source to use is
+ * ch_cache_source(c), valid until ch_cache_destroy, which must come after
+ * every handle opened through it is closed.  Thread-safe after create. */
+int ch_cache_create(const ch_source_ops *inner, const ch_cache_options *opt, ch_cache **out,
+                    chute_error *err);
+const ch_source_ops *ch_cache_source(ch_cache *c);
+void ch_cache_stats_get(ch_cache *c, ch_cache_stats *out);
+/* The first reason the cache fell back to the inner source ("" if none):
+ * the warning a front end shows once.  Borrowed, valid until destroy. */
+const char *ch_cache_warning(ch_cache *c);
+void ch_cache_destroy(ch_cache *c);
 
 /* Write helpers for producers of files (pack): full writes, fsync, and
  * rename-then-fsync-directory so a file appears complete or not at all. */

@@ -1,0 +1,697 @@
+/*
+ * test_cache.c — the cache tier (src/io/cache.c) around a counting origin.
+ *
+ * The origin is the real local source behind a thin counter (in shared
+ * memory, so forked processes add to one count): "one download per
+ * block" and "second pass from the cache" are read off that count, not
+ * off the cache's own statistics.  Bytes are always compared with a plain
+ * pread of the origin file.
+ */
+#define _GNU_SOURCE
+#include "unit.h"
+
+#include "../src/format/format.h"
+#include "../src/io/io.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#define BLK 65536u
+#define FSIZE (17u * BLK + 12345u) /* 18 blocks, the last one short */
+#define NBLK 18u
+
+static _Atomic uint64_t *g_origin_reads; /* shared with fork children */
+
+static int cnt_read_at(void *h, const char *path, uint64_t off, void *buf, size_t len,
+                       chute_error *err)
+{
+    atomic_fetch_add(g_origin_reads, 1);
+    return ch_source_local.read_at(h, path, off, buf, len, err);
+}
+
+static ch_source_ops g_counting; /* ch_source_local with a counting read_at */
+
+static void setup(void)
+{
+    if (!g_origin_reads) {
+        g_origin_reads = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                              -1, 0);
+        g_counting = ch_source_local;
+        g_counting.name = "counting";
+        g_counting.read_at = cnt_read_at;
+    }
+    atomic_store(g_origin_reads, 0);
+}
+
+static void path_in(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", g_work ? g_work : "/tmp", name);
+}
+
+static int rm_rf(const char *p)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
+    return system(cmd);
+}
+
+/* A fresh origin file of FSIZE random bytes; its content in *out. */
+static int make_origin(const char *p, uint8_t **out, uint64_t seed)
+{
+    uint8_t *b = malloc(FSIZE);
+    if (!b)
+        return -1;
+    for (size_t i = 0; i < FSIZE; i++)
+        b[i] = (uint8_t)(unit_rand(&seed) >> 56);
+    FILE *f = fopen(p, "wb");
+    if (!f || fwrite(b, 1, FSIZE, f) != FSIZE || fclose(f) != 0) {
+        free(b);
+        return -1;
+    }
+    *out = b;
+    return 0;
+}
+
+static int mkwork(const char *name, char *origin, char *cdir, uint8_t **data)
+{
+    char d[4096];
+    path_in(d, sizeof d, name);
+    rm_rf(d);
+    chute_error e;
+    if (ch_mkdir_p(d, &e) != CHUTE_OK)
+        return -1;
+    snprintf(origin, 4096, "%s/origin.bin", d);
+    snprintf(cdir, 4096, "%s/cache", d);
+    return make_origin(origin, data, 0x1234 + strlen(name));
+}
+
+/* Read the whole file through the cache in uneven pieces, crossing block
+ * edges; 0 when every byte equals `want`. */
+static int read_all(const ch_source_ops *s, const char *p, const uint8_t *want, uint64_t seed)
+{
+    void *h = NULL;
+    uint64_t size = 0;
+    chute_error e;
+    if (ch_src_open(s, p, &h, &size, &e) != CHUTE_OK) {
+        fprintf(stderr, "open: %s\n", e.message);
+        return -1;
+    }
+    if (size != FSIZE) {
+        s->close(h);
+        return -1;
+    }
+    uint8_t *buf = malloc(FSIZE);
+    int bad = 0;
+    uint64_t off = 0;
+    while (off < FSIZE && !bad) {
+        size_t n = (size_t)(1 + unit_rand(&seed) % (BLK + BLK / 2));
+        if (n > FSIZE - off)
+            n = FSIZE - off;
+        if (s->read_at(h, p, off, buf, n, &e) != CHUTE_OK) {
+            fprintf(stderr, "read_at %llu: %s\n", (unsigned long long)off, e.message);
+            bad = 1;
+        } else if (memcmp(buf, want + off, n)) {
+            fprintf(stderr, "bytes differ in [%llu, +%zu)\n", (unsigned long long)off, n);
+            bad = 1;
+        }
+        off += n;
+    }
+    s->close(h);
+    free(buf);
+    return bad ? -1 : 0;
+}
+
+static int open_cache(const char *dir, uint64_t bytes, ch_cache **c)
+{
+    ch_cache_options o = {.dir = dir, .bytes = bytes, .block_bytes = BLK};
+    chute_error e;
+    int rc = ch_cache_create(&g_counting, &o, c, &e);
+    if (rc != CHUTE_OK)
+        fprintf(stderr, "ch_cache_create: %s\n", e.message);
+    return rc;
+}
+
+/* Sum of block file sizes and names that are not ours. */
+static uint64_t dir_usage(const char *dir, int *n_files, int *n_foreign)
+{
+    uint64_t total = 0;
+    *n_files = 0;
+    *n_foreign = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+            !strcmp(de->d_name, "locks"))
+            continue;
+        size_t nl = strlen(de->d_name);
+        int hex = nl == 36 && !strcmp(de->d_name + 32, ".blk");
+        for (size_t i = 0; hex && i < 32; i++)
+            hex = strchr("0123456789abcdef", de->d_name[i]) != NULL;
+        if (!hex) {
+            fprintf(stderr, "unexpected entry in cache dir: '%s'\n", de->d_name);
+            (*n_foreign)++;
+            continue;
+        }
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, 0) == 0) {
+            total += (uint64_t)st.st_size;
+            (*n_files)++;
+        }
+    }
+    closedir(d);
+    return total;
+}
+
+TEST(identical_then_served_from_cache)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("identical", origin, cdir, &want) == 0, "setup");
+    ch_cache *c;
+    CHECK(open_cache(cdir, 0, &c) == CHUTE_OK, "create");
+    const ch_source_ops *s = ch_cache_source(c);
+    CHECK(read_all(s, origin, want, 1) == 0, "first pass differs from the origin");
+    CHECK(atomic_load(g_origin_reads) == NBLK, "first pass: %llu origin reads, want one per block (%u)",
+          (unsigned long long)atomic_load(g_origin_reads), NBLK);
+    CHECK(read_all(s, origin, want, 2) == 0, "second pass differs");
+    CHECK(atomic_load(g_origin_reads) == NBLK, "second pass read the origin again");
+    ch_cache_destroy(c);
+    /* A restarted process reuses the directory after verifying it. */
+    CHECK(open_cache(cdir, 0, &c) == CHUTE_OK, "re-create");
+    CHECK(read_all(ch_cache_source(c), origin, want, 3) == 0, "after restart differs");
+    ch_cache_stats st;
+    ch_cache_stats_get(c, &st);
+    CHECK(atomic_load(g_origin_reads) == NBLK && st.fetches == 0 && st.hits > 0,
+          "after restart: %llu origin reads, %llu hits",
+          (unsigned long long)atomic_load(g_origin_reads), (unsigned long long)st.hits);
+    /* read_file goes through the cache too. */
+    uint8_t *buf = malloc(FSIZE);
+    size_t len = 0;
+    chute_error e;
+    CHECK(ch_src_read_file(ch_cache_source(c), origin, buf, 10, &len, &e) == CH_ESMALL &&
+              len == FSIZE,
+          "read_file with a small buffer must say the size");
+    CHECK(ch_src_read_file(ch_cache_source(c), origin, buf, FSIZE, &len, &e) == CHUTE_OK &&
+              len == FSIZE && !memcmp(buf, want, FSIZE),
+          "read_file differs");
+    CHECK(atomic_load(g_origin_reads) == NBLK, "read_file went to the origin");
+    /* Reads past the end are errors, as the local source's. */
+    void *h;
+    uint64_t size;
+    CHECK(ch_src_open(ch_cache_source(c), origin, &h, &size, &e) == CHUTE_OK, "open");
+    CHECK(ch_cache_source(c)->read_at(h, origin, FSIZE - 10, buf, 11, &e) == CHUTE_EIO,
+          "read past the end must fail");
+    ch_cache_source(c)->close(h);
+    free(buf);
+    ch_cache_destroy(c);
+    free(want);
+    return 0;
+}
+
+/* Damage the `which`-th block file in directory order. */
+static int corrupt_one(const char *cdir, int truncate_it, int which)
+{
+    DIR *d = opendir(cdir);
+    if (!d)
+        return -1;
+    struct dirent *de;
+    int done = -1;
+    while ((de = readdir(d)) && done) {
+        if (!strstr(de->d_name, ".blk") || which-- > 0)
+            continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", cdir, de->d_name);
+        int fd = open(p, O_RDWR);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0)
+            break;
+        if (truncate_it) {
+            done = ftruncate(fd, st.st_size - 1);
+        } else {
+            uint8_t b;
+            off_t at = st.st_size - 100; /* inside the data */
+            if (pread(fd, &b, 1, at) == 1) {
+                b ^= 0x40;
+                done = pwrite(fd, &b, 1, at) == 1 ? 0 : -1;
+            }
+        }
+        close(fd);
+    }
+    closedir(d);
+    return done;
+}
+
+TEST(corrupt_file_detected_and_refetched)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("corrupt", origin, cdir, &want) == 0, "setup");
+    ch_cache *c;
+    CHECK(open_cache(cdir, 0, &c) == CHUTE_OK, "create");
+    CHECK(read_all(ch_cache_source(c), origin, want, 1) == 0, "fill");
+    ch_cache_destroy(c);
+    CHECK(corrupt_one(cdir, 0, 0) == 0, "flip a byte");
+    CHECK(corrupt_one(cdir, 1, 1) == 0, "truncate one");
+    atomic_store(g_origin_reads, 0);
+    CHECK(open_cache(cdir, 0, &c) == CHUTE_OK, "re-create");
+    CHECK(read_all(ch_cache_source(c), origin, want, 2) == 0, "a damaged file was served");
+    ch_cache_stats st;
+    ch_cache_stats_get(c, &st);
+    CHECK(st.corrupt == 2 && atomic_load(g_origin_reads) == 2,
+          "corrupt %llu, origin reads %llu: want 2 and 2", (unsigned long long)st.corrupt,
+          (unsigned long long)atomic_load(g_origin_reads));
+    /* Refilled: the next pass is all hits. */
+    CHECK(read_all(ch_cache_source(c), origin, want, 3) == 0, "after refill");
+    CHECK(atomic_load(g_origin_reads) == 2, "refilled blocks were fetched again");
+    /* read_file (no handle) verifies straight into the caller's buffer. */
+    CHECK(corrupt_one(cdir, 0, 3) == 0 && corrupt_one(cdir, 1, 5) == 0, "damage two more");
+    uint8_t *buf = malloc(FSIZE);
+    size_t len = 0;
+    chute_error e;
+    CHECK(ch_src_read_file(ch_cache_source(c), origin, buf, FSIZE, &len, &e) == CHUTE_OK &&
+              len == FSIZE && !memcmp(buf, want, FSIZE),
+          "read_file served a damaged block");
+    free(buf);
+    ch_cache_stats_get(c, &st);
+    CHECK(st.corrupt == 4 && atomic_load(g_origin_reads) == 4,
+          "read_file: corrupt %llu, origin reads %llu: want 4 and 4",
+          (unsigned long long)st.corrupt, (unsigned long long)atomic_load(g_origin_reads));
+    ch_cache_destroy(c);
+
+    /* A changed origin (new content, new mtime) makes the blocks stale. */
+    uint8_t *want2;
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    CHECK(make_origin(origin, &want2, 999) == 0, "rewrite origin");
+    CHECK(open_cache(cdir, 0, &c) == CHUTE_OK, "re-create");
+    CHECK(read_all(ch_cache_source(c), origin, want2, 4) == 0, "stale blocks served");
+    ch_cache_destroy(c);
+    free(want);
+    free(want2);
+    return 0;
+}
+
+TEST(budget_respected_lru)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("budget", origin, cdir, &want) == 0, "setup");
+    uint64_t budget = 5 * (BLK + 200);
+    ch_cache *c;
+    CHECK(open_cache(cdir, budget, &c) == CHUTE_OK, "create");
+    CHECK(read_all(ch_cache_source(c), origin, want, 1) == 0, "pass 1");
+    CHECK(read_all(ch_cache_source(c), origin, want, 2) == 0, "pass 2");
+    int nf, nx;
+    uint64_t used = dir_usage(cdir, &nf, &nx);
+    ch_cache_stats st;
+    ch_cache_stats_get(c, &st);
+    CHECK(used <= budget && nf >= 4 && nx == 0,
+          "%llu bytes in %d files for a budget of %llu", (unsigned long long)used, nf,
+          (unsigned long long)budget);
+    CHECK(st.evictions >= NBLK - 5, "evictions %llu", (unsigned long long)st.evictions);
+    /* LRU: the last blocks read are the ones kept. */
+    uint64_t before = atomic_load(g_origin_reads);
+    void *h;
+    uint64_t size;
+    chute_error e;
+    uint8_t b[16];
+    CHECK(ch_src_open(ch_cache_source(c), origin, &h, &size, &e) == CHUTE_OK, "open");
+    CHECK(ch_cache_source(c)->read_at(h, origin, FSIZE - 16, b, 16, &e) == CHUTE_OK &&
+              !memcmp(b, want + FSIZE - 16, 16),
+          "tail");
+    ch_cache_source(c)->close(h);
+    CHECK(atomic_load(g_origin_reads) == before, "the most recent block was evicted");
+    ch_cache_destroy(c);
+    free(want);
+    return 0;
+}
+
+TEST(dir_removed_midrun_falls_back)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("removed", origin, cdir, &want) == 0, "setup");
+    ch_cache *c;
+    CHECK(open_cache(cdir, 0, &c) == CHUTE_OK, "create");
+    const ch_source_ops *s = ch_cache_source(c);
+    void *h;
+    uint64_t size;
+    chute_error e;
+    CHECK(ch_src_open(s, origin, &h, &size, &e) == CHUTE_OK, "open");
+    uint8_t *buf = malloc(FSIZE);
+    CHECK(s->read_at(h, origin, 0, buf, FSIZE / 2, &e) == CHUTE_OK, "first half");
+    CHECK(rm_rf(cdir) == 0, "rm -rf");
+    CHECK(s->read_at(h, origin, FSIZE / 2, buf + FSIZE / 2, FSIZE - FSIZE / 2, &e) == CHUTE_OK,
+          "second half after the directory vanished: %s", e.message);
+    CHECK(s->read_at(h, origin, 0, buf, FSIZE / 2, &e) == CHUTE_OK, "first half again");
+    CHECK(!memcmp(buf, want, FSIZE), "bytes differ");
+    s->close(h);
+    ch_cache_stats st;
+    ch_cache_stats_get(c, &st);
+    CHECK(st.fallbacks > 0 && *ch_cache_warning(c), "fallbacks %llu, warning '%s'",
+          (unsigned long long)st.fallbacks, ch_cache_warning(c));
+    fprintf(stderr, "warning: %s\n", ch_cache_warning(c));
+    ch_cache_destroy(c);
+    free(buf);
+    free(want);
+    return 0;
+}
+
+/* An origin that serves any name: `..`, slashes, spaces and unicode go
+ * straight into the key. */
+static int mem_stat(const char *path, ch_stat *out, chute_error *err)
+{
+    (void)path;
+    (void)err;
+    memset(out, 0, sizeof *out);
+    out->type = CH_ENT_FILE;
+    out->size = 3 * BLK;
+    out->mtime_ns = 42;
+    return CHUTE_OK;
+}
+static int mem_open(const char *path, void **out, uint64_t *size, chute_error *err)
+{
+    (void)err;
+    *out = (void *)path;
+    *size = 3 * BLK;
+    return CHUTE_OK;
+}
+static int mem_read_at(void *h, const char *path, uint64_t off, void *buf, size_t len,
+                       chute_error *err)
+{
+    (void)h;
+    (void)err;
+    size_t pl = strlen(path);
+    for (size_t i = 0; i < len; i++)
+        ((uint8_t *)buf)[i] = (uint8_t)(path[(off + i) % pl] + (off + i));
+    return CHUTE_OK;
+}
+static void mem_close(void *h) { (void)h; }
+
+TEST(keys_cannot_escape_cache_dir)
+{
+    ch_source_ops mem = {.version = CH_SOURCE_OPS_VERSION, .name = "mem", .open = mem_open,
+                         .read_at = mem_read_at, .close = mem_close, .stat = mem_stat};
+    char base[4096], cdir[4096];
+    path_in(base, sizeof base, "escape");
+    rm_rf(base);
+    snprintf(cdir, sizeof cdir, "%s/a/cache", base);
+    ch_cache_options o = {.dir = cdir, .block_bytes = BLK};
+    ch_cache *c;
+    chute_error e;
+    CHECK(ch_cache_create(&mem, &o, &c, &e) == CHUTE_OK, "%s", e.message);
+    const char *keys[] = {"../../../escaped", "../x", "..", "/etc/passwd", "a b/c d",
+                          "s3://bkt/../../\xc3\xbc\xe2\x82\xac name", "x/../../../../../../tmp/y",
+                          "%2e%2e/%2e%2e/z", "\xff\xfe"};
+    uint8_t *buf = malloc(3 * BLK), *ref = malloc(3 * BLK);
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        for (int pass = 0; pass < 2; pass++) {
+            void *h;
+            uint64_t size;
+            CHECK(ch_src_open(ch_cache_source(c), keys[k], &h, &size, &e) == CHUTE_OK, "open");
+            CHECK(ch_cache_source(c)->read_at(h, keys[k], 0, buf, 3 * BLK, &e) == CHUTE_OK,
+                  "read");
+            ch_cache_source(c)->close(h);
+            mem_read_at(NULL, keys[k], 0, ref, 3 * BLK, &e);
+            CHECK(!memcmp(buf, ref, 3 * BLK), "key '%s' pass %d: wrong bytes", keys[k], pass);
+        }
+    }
+    ch_cache_stats st;
+    ch_cache_stats_get(c, &st);
+    size_t nk = sizeof keys / sizeof *keys;
+    CHECK(st.fills == 3 * nk && st.fetches == 3 * nk, "fills %llu fetches %llu",
+          (unsigned long long)st.fills, (unsigned long long)st.fetches);
+    int nf, nx;
+    dir_usage(cdir, &nf, &nx);
+    CHECK(nf == (int)(3 * nk) && nx == 0, "%d block files, %d foreign entries", nf, nx);
+    /* Nothing appeared beside or above the cache directory. */
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd,
+             "test \"$(find '%s' -mindepth 1 -not -path '%s' -not -path '%s/*' | wc -l)\" = 1",
+             base, cdir, cdir);
+    CHECK(system(cmd) == 0, "files outside %s (only '%s/a' may exist)", cdir, base);
+    ch_cache_destroy(c);
+    free(buf);
+    free(ref);
+    return 0;
+}
+
+typedef struct th_arg {
+    const ch_source_ops *s;
+    const char *origin;
+    const uint8_t *want;
+    uint64_t seed;
+    int bad;
+} th_arg;
+
+static void *th_main(void *p)
+{
+    th_arg *a = p;
+    a->bad = read_all(a->s, a->origin, a->want, a->seed) != 0;
+    return NULL;
+}
+
+/* `threads` threads reading everything through one cache object. */
+static int run_threads(const char *cdir, const char *origin, const uint8_t *want, int threads,
+                       uint64_t seed)
+{
+    ch_cache *c;
+    if (open_cache(cdir, 0, &c) != CHUTE_OK)
+        return -1;
+    pthread_t t[8];
+    th_arg a[8];
+    for (int i = 0; i < threads; i++) {
+        a[i] = (th_arg){ch_cache_source(c), origin, want, seed + (uint64_t)i, 0};
+        pthread_create(&t[i], NULL, th_main, &a[i]);
+    }
+    int bad = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(t[i], NULL);
+        bad |= a[i].bad;
+    }
+    ch_cache_stats st;
+    ch_cache_stats_get(c, &st);
+    fprintf(stderr,
+            "pid %d: hits %llu misses %llu fetches %llu fills %llu waits %llu corrupt %llu "
+            "fallbacks %llu '%s'\n",
+            (int)getpid(), (unsigned long long)st.hits, (unsigned long long)st.misses,
+            (unsigned long long)st.fetches, (unsigned long long)st.fills,
+            (unsigned long long)st.waits, (unsigned long long)st.corrupt,
+            (unsigned long long)st.fallbacks, ch_cache_warning(c));
+    ch_cache_destroy(c);
+    return bad ? -1 : 0;
+}
+
+TEST(threads_one_download_per_block)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("threads", origin, cdir, &want) == 0, "setup");
+    CHECK(run_threads(cdir, origin, want, 6, 10) == 0, "a thread read wrong bytes");
+    CHECK(atomic_load(g_origin_reads) == NBLK, "%llu origin reads for %u blocks",
+          (unsigned long long)atomic_load(g_origin_reads), NBLK);
+    free(want);
+    return 0;
+}
+
+typedef struct sh_arg {
+    const ch_source_ops *s;
+    void *h;
+    const char *origin;
+    const uint8_t *want;
+    uint64_t seed;
+    int bad;
+} sh_arg;
+
+static void *sh_main(void *p)
+{
+    sh_arg *a = p;
+    uint8_t *buf = malloc(2 * BLK);
+    chute_error e;
+    for (int i = 0; i < 200 && !a->bad; i++) {
+        uint64_t off = unit_rand(&a->seed) % FSIZE;
+        size_t n = (size_t)(1 + unit_rand(&a->seed) % (2 * BLK));
+        if (n > FSIZE - off)
+            n = FSIZE - off;
+        a->bad = a->s->read_at(a->h, a->origin, off, buf, n, &e) != CHUTE_OK ||
+                 memcmp(buf, a->want + off, n) != 0;
+    }
+    free(buf);
+    return NULL;
+}
+
+/* One handle read by many threads at once (as shards share theirs): the
+ * lazy inner open and the per-handle verification memo are shared. */
+TEST(shared_handle_many_threads)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("shared", origin, cdir, &want) == 0, "setup");
+    ch_cache *c;
+    CHECK(open_cache(cdir, 0, &c) == CHUTE_OK, "create");
+    void *h;
+    uint64_t size;
+    chute_error e;
+    CHECK(ch_src_open(ch_cache_source(c), origin, &h, &size, &e) == CHUTE_OK, "open");
+    pthread_t t[6];
+    sh_arg a[6];
+    for (int i = 0; i < 6; i++) {
+        a[i] = (sh_arg){ch_cache_source(c), h, origin, want, 77 + (uint64_t)i, 0};
+        pthread_create(&t[i], NULL, sh_main, &a[i]);
+    }
+    int bad = 0;
+    for (int i = 0; i < 6; i++) {
+        pthread_join(t[i], NULL);
+        bad |= a[i].bad;
+    }
+    ch_cache_source(c)->close(h);
+    ch_cache_destroy(c);
+    free(want);
+    CHECK(!bad, "a thread read wrong bytes through the shared handle");
+    CHECK(atomic_load(g_origin_reads) <= NBLK, "%llu origin reads for %u blocks",
+          (unsigned long long)atomic_load(g_origin_reads), NBLK);
+    return 0;
+}
+
+TEST(two_processes_one_download_per_block)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("procs", origin, cdir, &want) == 0, "setup");
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++) {
+        pid[i] = fork();
+        CHECK(pid[i] >= 0, "fork");
+        if (pid[i] == 0)
+            _exit(run_threads(cdir, origin, want, 3, 100 * (uint64_t)(i + 1)) == 0 ? 0 : 1);
+    }
+    for (int i = 0; i < 2; i++) {
+        int ws = 0;
+        CHECK(waitpid(pid[i], &ws, 0) == pid[i] && WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+              "child %d read wrong bytes", i);
+    }
+    CHECK(atomic_load(g_origin_reads) == NBLK, "%llu origin reads for %u blocks by 2 processes",
+          (unsigned long long)atomic_load(g_origin_reads), NBLK);
+    free(want);
+    return 0;
+}
+
+/* ENOSPC on every write under the cache directory (tests/tools/faultfs.c,
+ * preloaded into a re-run of this test): reads still succeed. */
+TEST(enospc_falls_back_to_origin)
+{
+    char origin[4096], cdir[4096];
+    if (!getenv("CHUTE_FAULT_PATH")) {
+        const char *lib = getenv("CHUTE_FAULTFS");
+        if (!lib || access(lib, R_OK) != 0)
+            SKIP("CHUTE_FAULTFS (tests/tools/faultfs.c) not available");
+#if defined(__SANITIZE_THREAD__)
+        SKIP("faultfs is not preloaded into TSan builds");
+#endif
+        path_in(cdir, sizeof cdir, "enospc/cache");
+        setenv("LD_PRELOAD", lib, 1);
+        setenv("CHUTE_FAULT_PATH", cdir, 1);
+        setenv("CHUTE_FAULT_OP", "write", 1);
+        setenv("CHUTE_FAULT_ERRNO", "ENOSPC", 1);
+        const char *ao = getenv("ASAN_OPTIONS");
+        char asan[1024];
+        snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", ao ? ao : "", ao ? ":" : "");
+        setenv("ASAN_OPTIONS", asan, 1);
+        char *av[] = {(char *)"cache_test", (char *)"enospc_falls_back_to_origin",
+                      (char *)"--work", (char *)(g_work ? g_work : "/tmp"), NULL};
+        execv("/proc/self/exe", av);
+        CHECK(0, "execv: %s", strerror(errno));
+    }
+    setup();
+    uint8_t *want;
+    CHECK(mkwork("enospc", origin, cdir, &want) == 0, "setup");
+    ch_cache *c;
+    CHECK(open_cache(cdir, 0, &c) == CHUTE_OK, "create");
+    CHECK(read_all(ch_cache_source(c), origin, want, 1) == 0, "reads must succeed on ENOSPC");
+    ch_cache_stats st;
+    ch_cache_stats_get(c, &st);
+    CHECK(st.fills == 0 && st.fallbacks >= NBLK &&
+              st.fallbacks == atomic_load(g_origin_reads) && strstr(ch_cache_warning(c), "No space"),
+          "fills %llu fallbacks %llu warning '%s'", (unsigned long long)st.fills,
+          (unsigned long long)st.fallbacks, ch_cache_warning(c));
+    int nf, nx;
+    dir_usage(cdir, &nf, &nx);
+    CHECK(nf == 0 && nx == 0, "left %d files, %d foreign (temporaries?)", nf, nx);
+    ch_cache_destroy(c);
+    free(want);
+    return 0;
+}
+
+/* A dataset opened with cache_dir reads every sample byte for byte as
+ * without it, for the tree (read_file) and shards (open + read_at); a
+ * second open of the same directory (a restarted process) fetches nothing. */
+static int ds_compare(const char *root, const char *cdir, int expect_cached)
+{
+    chute_dataset_options plain = {0}, cached = {0};
+    cached.cache_dir = cdir;
+    cached.cache_bytes = 64ull << 20;
+    cached.cache_block_bytes = 256 << 10;
+    chute_dataset *a = NULL, *b = NULL;
+    chute_error e;
+    CHECK(chute_dataset_open_ex(root, &plain, &a, &e) == CHUTE_OK, "%s", e.message);
+    CHECK(chute_dataset_open_ex(root, &cached, &b, &e) == CHUTE_OK, "%s", e.message);
+    CHECK(b->cache && chute_dataset_size(a) == chute_dataset_size(b) && chute_dataset_size(a),
+          "sizes");
+    size_t cap = 1 << 24;
+    uint8_t *x = malloc(cap), *y = malloc(cap);
+    for (uint64_t i = 0; i < chute_dataset_size(a); i++) {
+        size_t lx = 0, ly = 0;
+        CHECK(chute_dataset_read(a, i, x, cap, &lx, &e) == CHUTE_OK, "%s", e.message);
+        CHECK(chute_dataset_read(b, i, y, cap, &ly, &e) == CHUTE_OK, "%s", e.message);
+        CHECK(lx == ly && !memcmp(x, y, lx), "%s: sample %llu differs through the cache", root,
+              (unsigned long long)i);
+    }
+    ch_cache_stats st;
+    ch_cache_stats_get(b->cache, &st);
+    fprintf(stderr, "%s: hits %llu misses %llu fetches %llu fills %llu\n", root,
+            (unsigned long long)st.hits, (unsigned long long)st.misses,
+            (unsigned long long)st.fetches, (unsigned long long)st.fills);
+    CHECK(expect_cached ? st.fetches == 0 && st.hits > 0 : st.fetches > 0 && st.fills > 0,
+          "%s: fetches %llu hits %llu (second open: %d)", root, (unsigned long long)st.fetches,
+          (unsigned long long)st.hits, expect_cached);
+    chute_dataset_close(a);
+    chute_dataset_close(b);
+    free(x);
+    free(y);
+    return 0;
+}
+
+TEST(dataset_through_cache_identical)
+{
+    if (!g_data)
+        SKIP("no --data");
+    char ready[4200], root[4200], cdir[4200];
+    snprintf(ready, sizeof ready, "%s/READY", g_data);
+    if (access(ready, F_OK) != 0)
+        SKIP("fixture data missing (run the data_setup test)");
+    const char *kinds[] = {"tree", "shards"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(root, sizeof root, "%s/%s", g_data, kinds[k]);
+        path_in(cdir, sizeof cdir, kinds[k]);
+        rm_rf(cdir);
+        for (int pass = 0; pass < 2; pass++)
+            if (ds_compare(root, cdir, pass))
+                return 1;
+    }
+    return 0;
+}
+
+UNIT_MAIN
