@@ -456,6 +456,15 @@ typedef struct chute_field_view {
  * CHUTE_OK, or CHUTE_ENOTFOUND when the loader was not asked for it.  Any
  * thread that may use the batch; the view lives as long as the batch.   */
 CHUTE_API int chute_batch_field(const chute_batch *b, const char *name, chute_field_view *out);
+/* Whether the dataset's samples carry an image: 1 for the image formats
+ * (tree, shards, TFRecord, WebDataset), 0 for formats whose samples are
+ * only a label and typed fields (a NumPy array of tensors, CSV rows).  A
+ * loader over an image-less dataset reads no image, decodes and
+ * transforms nothing: its batch views have data NULL, nbytes 0, shape
+ * {count, 0, 0, 0} (labels, indices and count as usual), the fields
+ * carry the samples, and a device other than the CPU is refused.  The
+ * image options (size, transform, dtype...) are ignored.  Thread-safe. */
+CHUTE_API int chute_dataset_has_images(const chute_dataset *ds);
 /* CUDA batches (options.device = "cuda[:N]").
  *
  * The CPU workers write uint8 NHWC pixels into the ring, whose buffers are

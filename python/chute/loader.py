@@ -599,7 +599,7 @@ class Loader:
         return self.dataset.fields()
 
     def _convert(self, b: _chute.Batch) -> Any:
-        if self.fields_requested:
+        if self.fields_requested or not self._has_images:
             return self._convert_fields(b)
         fd = self._from_dlpack
         if fd is not None:
@@ -612,7 +612,9 @@ class Loader:
 
     def _convert_fields(self, b: _chute.Batch) -> Dict[str, Any]:
         fd = self._from_dlpack or (lambda a: a)
-        out: Dict[str, Any] = {"images": fd(b.images), "labels": fd(b.labels)}
+        images = b.images
+        out: Dict[str, Any] = {} if images is None else {"images": fd(images)}
+        out["labels"] = fd(b.labels)
         if self.return_indices:
             out["indices"] = fd(b.indices)
         for name in self.fields_requested:
@@ -620,6 +622,16 @@ class Loader:
             if name in self._bytes_fields:
                 out[name + "_lengths"] = fd(b.field_lengths(name))
         return out
+
+    @property
+    def _has_images(self) -> bool:
+        # False for image-less datasets (NumPy tensors, CSV rows): batches
+        # are then dicts without "images".
+        cached = getattr(self, "_has_images_cache", None)
+        if cached is None:
+            cached = bool(self.dataset.has_images)
+            self._has_images_cache = cached
+        return cached
 
     @property
     def _bytes_fields(self) -> Tuple[str, ...]:

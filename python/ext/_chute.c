@@ -753,6 +753,8 @@ static void Batch_dealloc(BatchObject *b)
 static PyObject *Batch_get_images(BatchObject *b, void *c)
 {
     const chute_batch_view *v = &b->ref->v;
+    if (!v->data) /* an image-less dataset (chute_dataset_has_images) */
+        Py_RETURN_NONE;
     int type = v->dtype == CHUTE_DTYPE_UINT8 ? ARR_U8 : v->dtype == CHUTE_DTYPE_FLOAT16 ? ARR_F16
                                                                                        : ARR_F32;
     return array_new(b->ref, v->data, type, 4, v->shape);
@@ -1010,6 +1012,10 @@ static PyObject *Dataset_get_classes(DatasetObject *self, void *c)
     return t;
 }
 
+static PyObject *Dataset_get_has_images(DatasetObject *self, void *c)
+{
+    return PyBool_FromLong(chute_dataset_has_images(self->ref->ds));
+}
 static PyObject *Dataset_get_num_classes(DatasetObject *self, void *c)
 {
     if (ds_check(self))
@@ -1163,6 +1169,8 @@ static PyMethodDef Dataset_methods[] = {
 static PyGetSetDef Dataset_getset[] = {
     {"classes", (getter)Dataset_get_classes, NULL, "Class names, indexed by label.", NULL},
     {"num_classes", (getter)Dataset_get_num_classes, NULL, "Number of classes.", NULL},
+    {"has_images", (getter)Dataset_get_has_images, NULL,
+     "False when samples are only a label and typed fields (NumPy tensors, CSV rows).", NULL},
     {"kind", (getter)Dataset_get_kind, NULL, "'tree' (ImageFolder) or 'shards'.", NULL},
     {"path", (getter)Dataset_get_path, NULL, "The path it was opened from.", NULL},
     {NULL},

@@ -105,6 +105,9 @@ struct chute_dataset {
      * dataset.  Immutable after open. */
     ch_field *fields;
     uint32_t nfields;
+    /* Set by open when samples carry no image (fields and label only):
+     * the loader then skips read/decode/transform (chute_dataset_has_images). */
+    int no_image;
 };
 
 /* The index of field `name` in ds->fields, or -1. */
