@@ -74,6 +74,13 @@ typedef struct ch_npy_info {
 int ch_npy_parse(const uint8_t *p, size_t len, const char *name, uint64_t base,
                  ch_npy_info *out, chute_error *err);
 
+/* ch_npy_parse for a value too large to hold: p[len] holds at least the
+ * preamble and the whole header (read CH_NPY_MAX_HEADER + 12 bytes, or the
+ * file when smaller), `total` is the whole value's size (the file's), and
+ * the same checks apply, the data size against total. */
+int ch_npy_parse_head(const uint8_t *p, size_t len, uint64_t total, const char *name,
+                      uint64_t base, ch_npy_info *out, chute_error *err);
+
 /* Check a parsed .npy against a field's declared dtype and shape:
  * CHUTE_ECORRUPT "WHERE: field NAME: .npy is int64[2], the dataset's is
  * float32[3]" when they differ. */
