@@ -197,3 +197,16 @@ def test_directory_flat_and_bad_file_policy(tmp_path):
             assert ld.stats()["corrupt"] >= 1
     for pos, i in enumerate(idx):
         assert i != 3 and np.array_equal(val[pos], np.full(4, i, np.float32))
+
+
+def test_inspect_summarises_fields(feats):
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "chute", "inspect", "--json",
+                        str(feats / "feat.npy")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    assert j["format"] == "npy" and j["samples"] == 37 and j["images"] is False
+    assert j["fields"] == [{"name": "feat", "kind": "tensor", "dtype": "float32",
+                            "shape": [3, 5]}]
+    assert j["size_histogram"] == {"32": 37}  # 60 bytes a sample
