@@ -221,4 +221,31 @@ TEST(directory_of_npy_files_in_class_dirs)
     return 0;
 }
 
+TEST(directory_of_npz_files_one_field_per_member)
+{
+    chute_dataset *ds = NULL;
+    chute_error e = {0};
+    CHECK(open_npy("npzdir", &ds, &e) == CHUTE_OK, "%s", e.message);
+    chute_field_info x, y;
+    CHECK(chute_dataset_num_fields(ds) == 2 && chute_dataset_field_info(ds, 0, &x) == CHUTE_OK &&
+              chute_dataset_field_info(ds, 1, &y) == CHUTE_OK,
+          "fields");
+    CHECK(!strcmp(x.name, "x") && x.dtype == CHUTE_DTYPE_FLOAT32 && x.ndim == 2 &&
+              !strcmp(y.name, "y") && y.dtype == CHUTE_DTYPE_INT64 && y.ndim == 0,
+          "x %s/%d/%u y %s/%d/%u", x.name, x.dtype, x.ndim, y.name, y.dtype, y.ndim);
+    chute_loader_options o = {0};
+    o.batch_size = 3;
+    o.workers = 2;
+    o.seed = 3;
+    o.fields = "y,x";
+    int seen[4] = {0}, nx = 0, ny = 0;
+    CHECK_OK(run_epoch(ds, &o, "npz", "x", &nx, seen, 4));
+    CHECK_OK(run_epoch(ds, &o, "npz", "y", &ny, seen, 4));
+    for (int i = 0; i < 4; i++)
+        CHECK(seen[i] == 2, "sample %d delivered %d times in 2 epochs", i, seen[i]);
+    CHECK(nx == 8 && ny == 8, "%d/%d values (labels included) compared", nx, ny);
+    chute_dataset_close(ds);
+    return 0;
+}
+
 UNIT_MAIN

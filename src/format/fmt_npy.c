@@ -30,6 +30,8 @@
  *     the first file; a later file that disagrees, or whose header does not
  *     parse, is corrupt content naming the file, for the loader's policy.
  *     A sample is one whole-file read into the worker's scratch buffer.
+ *     `.npz` files (numpy.savez) work the same way, one field per member
+ *     (npz.c finds them; only stored members, as savez writes them).
  * Never: a read that trusts a size from the file without checking it
  * against the file's size, or any allocation after open.
  */
@@ -57,6 +59,7 @@ typedef struct npy_impl {
     /* directory */
     char **files;             /* full paths, nfiles of them */
     uint64_t nfiles;
+    int npz;                  /* .npz files: one field per member */
 } npy_impl;
 
 static int ends_with(const char *s, const char *suffix)
@@ -65,7 +68,10 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-static int npy_name(const char *name) { return name[0] != '.' && ends_with(name, ".npy"); }
+static int npy_name(const char *name)
+{
+    return name[0] != '.' && (ends_with(name, ".npy") || ends_with(name, ".npz"));
+}
 
 /* Read the head of a .npy file (at most CH_NPY_MAX_HEADER + 12 bytes) and
  * parse it against the file's size. */
@@ -116,7 +122,8 @@ static int head_ok(const char *path)
         return 0;
     uint8_t m[6];
     int ok = size >= 6 && src->read_at(h, path, 0, m, 6, &e) == CHUTE_OK &&
-             memcmp(m, "\x93NUMPY", 6) == 0;
+             (ends_with(path, ".npz") ? memcmp(m, "PK\x03\x04", 4) == 0
+                                      : memcmp(m, "\x93NUMPY", 6) == 0);
     src->close(h);
     return ok;
 }
@@ -345,7 +352,8 @@ static int list_sorted(const ch_source_ops *src, const char *dir, int dirs, name
         names_free(out);
         return rc;
     }
-    qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    if (out->n > 1)
+        qsort(out->v, out->n, sizeof *out->v, cmp_str);
     return CHUTE_OK;
 }
 
@@ -372,6 +380,44 @@ static int add_file(npy_impl *t, chute_dataset *ds, uint64_t *cap, char *full, i
     ds->labels[ds->n] = label;
     ds->n++;
     return CHUTE_OK;
+}
+
+/* A member's field name: its name without ".npy" (what np.load calls it). */
+static size_t member_stem(const ch_npz_member *m)
+{
+    size_t n = m->name_len;
+    return n > 4 && memcmp(m->name + n - 4, ".npy", 4) == 0 ? n - 4 : n;
+}
+
+/* .npz samples: the fields are the first file's members. */
+static int learn_npz(chute_dataset *ds, npy_impl *t, chute_error *err)
+{
+    ch_buf b = {0};
+    size_t len = 0;
+    int rc = ch_ds_read_buf(ds, 0, &b, (uint64_t)1 << 30, &len, err);
+    ch_npz_member m[CH_FIELD_MAX];
+    size_t nm = 0;
+    if (rc == CHUTE_OK)
+        rc = ch_npz_members((const uint8_t *)b.data, len, t->files[0], m, CH_FIELD_MAX, &nm, err);
+    for (size_t k = 0; rc == CHUTE_OK && k < nm; k++) {
+        ch_npy_info a;
+        char where[4200];
+        snprintf(where, sizeof where, "%s:%.*s", t->files[0], (int)m[k].name_len, m[k].name);
+        rc = ch_npy_parse((const uint8_t *)b.data + m[k].offset, (size_t)m[k].size, where,
+                          m[k].offset, &a, err);
+        if (rc != CHUTE_OK)
+            break;
+        int fi = ch_ds_field_add(ds, m[k].name, member_stem(&m[k]), CHUTE_FIELD_TENSOR, a.dtype,
+                                 err);
+        if (fi < 0)
+            rc = err->code ? err->code : CHUTE_EINVAL;
+        else
+            ch_field_from_npy(&ds->fields[fi], &a);
+    }
+    if (rc == CHUTE_OK && nm == 0)
+        rc = ch_err(err, CHUTE_EFORMAT, "%s: an .npz without members", t->files[0]);
+    ch_buf_free(&b);
+    return rc;
 }
 
 static int open_dir(chute_dataset *ds, npy_impl *t, const char *path, chute_error *err)
@@ -434,6 +480,11 @@ static int open_dir(chute_dataset *ds, npy_impl *t, const char *path, chute_erro
         return rc;
     if (ds->n == 0)
         return ch_err(err, CHUTE_ENOTFOUND, "%s: no .npy files in it or its subdirectories", path);
+    ds->no_image = 1;
+    if (ends_with(t->files[0], ".npz")) {
+        t->npz = 1;
+        return learn_npz(ds, t, err);
+    }
     /* The field's dtype and shape: the first file's. */
     int fi = ch_ds_field_add(ds, NPY_FIELD_DIR, strlen(NPY_FIELD_DIR), CHUTE_FIELD_TENSOR, 0, err);
     if (fi < 0)
@@ -449,7 +500,6 @@ static int open_dir(chute_dataset *ds, npy_impl *t, const char *path, chute_erro
     if (rc != CHUTE_OK)
         return rc;
     ch_field_from_npy(&ds->fields[fi], &a);
-    ds->no_image = 1;
     return CHUTE_OK;
 }
 
@@ -501,6 +551,35 @@ static int npy_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, 
     return rc;
 }
 
+/* The requested members of one .npz held in p[len]. */
+static int read_npz(const chute_dataset *ds, const char *file, const uint8_t *p, size_t len,
+                    const ch_field_req *req, size_t nreq, chute_error *err)
+{
+    ch_npz_member m[CH_FIELD_MAX];
+    size_t nm = 0;
+    int rc = ch_npz_members(p, len, file, m, CH_FIELD_MAX, &nm, err);
+    if (rc != CHUTE_OK)
+        return ch_error_kind(rc) == CH_ERR_CONTENT || rc == CHUTE_EUNSUPPORTED ? CHUTE_ECORRUPT : rc;
+    for (size_t r = 0; r < nreq; r++) {
+        const ch_field *f = &ds->fields[req[r].field];
+        size_t k = 0, fl = strlen(f->name);
+        while (k < nm && !(member_stem(&m[k]) == fl && memcmp(m[k].name, f->name, fl) == 0))
+            k++;
+        if (k == nm)
+            return ch_err(err, CHUTE_ECORRUPT, "%s: npz: no member \"%s\"", file, f->name);
+        char where[4200];
+        snprintf(where, sizeof where, "%s:%s", file, f->name);
+        ch_npy_info a;
+        rc = ch_npy_parse(p + m[k].offset, (size_t)m[k].size, where, m[k].offset, &a, err);
+        if (rc == CHUTE_OK)
+            rc = ch_npy_check(&a, f, where, err);
+        if (rc != CHUTE_OK)
+            return ch_error_kind(rc) == CH_ERR_CONTENT ? CHUTE_ECORRUPT : rc;
+        memcpy(req[r].dst, p + m[k].offset + a.data_offset, (size_t)a.data_bytes);
+    }
+    return CHUTE_OK;
+}
+
 static int npy_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_req *req,
                            size_t nreq, ch_buf *scratch, uint64_t max_bytes, chute_error *err)
 {
@@ -516,6 +595,8 @@ static int npy_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_r
     int rc = ch_ds_read_buf(ds, i, scratch, max_bytes, &len, err);
     if (rc != CHUTE_OK)
         return rc;
+    if (t->npz)
+        return read_npz(ds, t->files[i], (const uint8_t *)scratch->data, len, req, nreq, err);
     ch_npy_info a;
     rc = ch_npy_parse((const uint8_t *)scratch->data, len, t->files[i], 0, &a, err);
     if (rc == CHUTE_OK)

@@ -210,3 +210,35 @@ def test_inspect_summarises_fields(feats):
     assert j["fields"] == [{"name": "feat", "kind": "tensor", "dtype": "float32",
                             "shape": [3, 5]}]
     assert j["size_histogram"] == {"32": 37}  # 60 bytes a sample
+
+
+def test_directory_of_npz_members_are_fields(tmp_path):
+    rs = np.random.RandomState(8)
+    for c in ("neg", "pos"):
+        (tmp_path / "z" / c).mkdir(parents=True)
+        for k in range(3):
+            np.savez(tmp_path / "z" / c / ("%d.npz" % k), emb=rs.randn(4).astype(np.float32),
+                     tok=rs.randint(0, 1000, 5).astype(np.int32), w=np.float64(rs.rand()))
+    files = sorted(str(p) for p in (tmp_path / "z").glob("*/*.npz"))
+    ds = chute.Dataset(str(tmp_path / "z"))
+    assert [f["name"] for f in ds.fields()] == ["emb", "tok", "w"] and ds.classes == ("neg", "pos")
+    with L(tmp_path / "z", batch_size=4, fields=["tok", "emb", "w"], seed=6) as ld:
+        got = {}
+        for b in ld:
+            for pos, i in enumerate(np.asarray(b["indices"]).tolist()):
+                got[i] = {k: np.array(b[k])[pos] for k in ("emb", "tok", "w")}
+                assert int(np.asarray(b["labels"])[pos]) == (0 if "/neg/" in files[i] else 1)
+    assert sorted(got) == list(range(6))
+    for i, f in enumerate(files):
+        z = np.load(f)
+        for k in ("emb", "tok", "w"):
+            assert got[i][k].dtype == z[k].dtype and got[i][k].tobytes() == z[k].tobytes()
+
+
+def test_compressed_npz_is_refused_naming_it(tmp_path):
+    (tmp_path / "z").mkdir()
+    np.savez(tmp_path / "z" / "0.npz", a=np.zeros(3, np.int16))
+    np.savez_compressed(tmp_path / "z" / "1.npz", a=np.zeros(3, np.int16))
+    with pytest.raises(chute.ChuteError) as e:
+        list(L(tmp_path / "z", batch_size=2, fields=["a"], on_corrupt="fail", shuffle=False))
+    assert "1.npz" in str(e.value) and "savez_compressed" in str(e.value)
