@@ -133,6 +133,19 @@ typedef struct chute_dataset_options {
      * bytes_list (one value) a bytes field, or a tensor field parsed as
      * .npy when the key ends in ".npy".  See chute_dataset_field_info. */
     const char *extra_keys;
+    /* CSV (format "csv"): the typed columns, comma-separated
+     * "NAME:TYPE[=DEFAULT]" with TYPE int64, float32 or category (strings
+     * numbered 0.. in sorted order of the values the files hold, as
+     * pandas' astype("category").cat.codes), each a scalar field of that
+     * name (category: int64).  DEFAULT fills an empty cell; without one an
+     * empty cell is a malformed row.  With a header, names pick columns by
+     * name and other columns are ignored; without one (csv_no_header),
+     * the schema lists every column in order (TYPE "skip" ignores one).
+     * NULL: every column but the label's is float32.  label_key names the
+     * label column (integers, or strings numbered as a category); none
+     * gives label 0.  Also label_key for format "npy": the labels array. */
+    const char *schema;
+    int32_t csv_no_header;    /* 1: the first row is data, not a header */
 } chute_dataset_options;
 
 /* chute_dataset_open with options. */

@@ -196,6 +196,11 @@ class Loader:
             str, or a comma-separated str): an int64_list/float_list becomes
             a fixed-length int64/float32 field, a bytes_list a bytes field, or
             a tensor when the key ends in ``".npy"``.
+        schema, csv_no_header: CSV columns as typed fields,
+            ``"NAME:TYPE[=DEFAULT],..."`` with TYPE int64, float32, category
+            or skip (see ``chute_dataset_options.schema``); label_key names
+            the label column (its number when ``csv_no_header``).  NumPy:
+            label_key names the labels array (default ``labels.npy``).
 
     Typed fields
         fields: names of typed fields to deliver besides images and labels
@@ -357,6 +362,8 @@ class Loader:
         crop_pct: Optional[float] = None,
         fields: Optional[Sequence[str]] = None,
         extra_keys: Optional[Union[str, Sequence[str]]] = None,
+        schema: Optional[str] = None,
+        csv_no_header: bool = False,
         field_bytes: int = _default("field_bytes"),
         resize_size: Optional[int] = None,
         shuffle_buffer: int = _default("shuffle_buffer"),
@@ -447,7 +454,8 @@ class Loader:
                                                               2 ** 32 - 1),
                                           format=format, label_offset=int(label_offset),
                                           image_key=image_key, label_key=label_key,
-                                          extra_keys=_names_csv("extra_keys", extra_keys))
+                                          extra_keys=_names_csv("extra_keys", extra_keys),
+                                          schema=schema, csv_no_header=bool(csv_no_header))
         self._core = _chute._Loader(
             self.dataset,
             batch_size=self.batch_size,

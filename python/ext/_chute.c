@@ -893,17 +893,21 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path", "kind", "read_delay_us", "inject_fail_sample",
                              "inject_fail_reads", "inject_fail_status", "format",
-                             "label_offset", "image_key", "label_key", "extra_keys", NULL};
+                             "label_offset", "image_key", "label_key", "extra_keys", "schema",
+                             "csv_no_header", NULL};
     const char *format = NULL, *image_key = NULL, *label_key = NULL, *extra_keys = NULL;
+    const char *schema = NULL;
+    int csv_no_header = 0;
     int label_offset = 0;
     PyObject *path = NULL;
     int kind = CHUTE_SOURCE_AUTO, fail_status = 0;
     unsigned int delay = 0, fail_reads = 0;
     unsigned long long fail_sample = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzz:Dataset", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzp:Dataset", kwlist,
                                      PyUnicode_FSConverter, &path, &kind, &delay, &fail_sample,
                                      &fail_reads, &fail_status, &format, &label_offset,
-                                     &image_key, &label_key, &extra_keys))
+                                     &image_key, &label_key, &extra_keys, &schema,
+                                     &csv_no_header))
         return -1;
     if (self->ref) {
         Py_DECREF(path);
@@ -927,6 +931,8 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     o.image_key = image_key;
     o.label_key = label_key;
     o.extra_keys = extra_keys;
+    o.schema = schema;
+    o.csv_no_header = csv_no_header;
     Py_BEGIN_ALLOW_THREADS
     rc = chute_dataset_open_ex(p, &o, &ds, &err);
     Py_END_ALLOW_THREADS

@@ -438,8 +438,8 @@ static int fill_record(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
 {
     /* Image-less datasets (ds->no_image): no image to read or make. */
     int rc = ld->ds->no_image ? CHUTE_OK : fill_sample(ld, w, idx, dst, err);
-    if (rc != CHUTE_OK || ld->nlf == 0)
-        return rc;
+    if (rc != CHUTE_OK || (ld->nlf == 0 && (!ld->ds->no_image || !ld->ds->fmt->read_fields)))
+        return rc; /* image-less samples are still read (checked) with no fields asked */
     ch_field_req req[CH_FIELD_MAX];
     for (uint32_t k = 0; k < ld->nlf; k++) {
         const lfield *f = &ld->lf[k];
