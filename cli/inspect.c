@@ -182,6 +182,73 @@ static void insp_free(insp *s)
     chute_dataset_close((chute_dataset *)s->ds);
 }
 
+/* Image-less datasets (NumPy tensors, CSV rows): nothing to decode, so
+ * the summary is the count, the classes, each field's kind, dtype and
+ * per-sample shape, and the histogram of sample sizes (sizes from the
+ * format's index, no data read). */
+static void insp_fields(const char *src, const chute_dataset *ds, int json)
+{
+    static const char *kinds[] = {"?", "int64", "float32", "tensor", "bytes"};
+    static const char *dtypes[] = {"float32", "uint8", "float16", "int64", "int32", "float64",
+                                   "int8", "int16", "uint16", "uint32", "uint64", "bool"};
+    uint64_t n = chute_dataset_size(ds), bins[64] = {0}, bytes = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t z = chute_dataset_sample_size(ds, i);
+        bytes += z;
+        bins[z ? 63 - __builtin_clzll(z) : 0]++;
+    }
+    uint32_t nf = chute_dataset_num_fields(ds), nc = chute_dataset_num_classes(ds);
+    if (json) {
+        printf("{\"source\":");
+        cli_json_str(stdout, src);
+        printf(",\"format\":\"%s\",\"samples\":%llu,\"classes\":%u,\"images\":false,"
+               "\"bytes\":%llu,\"fields\":[", chute_dataset_format_name(ds),
+               (unsigned long long)n, nc, (unsigned long long)bytes);
+    } else {
+        printf("%s: %s, %llu samples in %u classes, no images, %.1f MB (mean %.1f B)\n", src,
+               chute_dataset_format_name(ds), (unsigned long long)n, nc, bytes / 1e6,
+               n ? (double)bytes / n : 0);
+        printf("fields:\n");
+    }
+    for (uint32_t k = 0; k < nf; k++) {
+        chute_field_info f;
+        if (chute_dataset_field_info(ds, k, &f) != CHUTE_OK)
+            continue;
+        const char *kd = (unsigned)f.kind < 5 ? kinds[f.kind] : "?";
+        const char *dt = (unsigned)f.dtype < 12 ? dtypes[f.dtype] : "?";
+        if (json) {
+            printf("%s{\"name\":", k ? "," : "");
+            cli_json_str(stdout, f.name);
+            printf(",\"kind\":\"%s\",\"dtype\":\"%s\",\"shape\":[", kd, dt);
+        } else {
+            printf("  %-20s %-7s %s[", f.name, kd, dt);
+        }
+        for (uint32_t d = 0; d < f.ndim && d < CHUTE_FIELD_MAX_DIMS; d++)
+            printf("%s%lld", d ? "," : "", (long long)f.shape[d]);
+        printf(json ? "]}" : "]\n");
+    }
+    if (json) {
+        printf("],\"size_histogram\":{");
+        int first = 1;
+        for (int b = 0; b < 64; b++)
+            if (bins[b]) {
+                printf("%s\"%llu\":%llu", first ? "" : ",", 1ull << b, (unsigned long long)bins[b]);
+                first = 0;
+            }
+        printf("}}\n");
+        return;
+    }
+    printf("sample sizes:\n");
+    for (int b = 0; b < 64; b++)
+        if (bins[b])
+            printf("  >= %-12llu %8llu %5.1f%%\n", 1ull << b, (unsigned long long)bins[b],
+                   100.0 * bins[b] / (n ? n : 1));
+    printf("classes:");
+    for (uint32_t c = 0; c < nc && c < 10; c++)
+        printf(" %s", chute_dataset_class_name(ds, c));
+    printf("%s\n", nc > 10 ? " ..." : "");
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     int json = 0, verify = 0;
@@ -210,6 +277,11 @@ int cmd_inspect(int argc, char **argv)
     if (chute_dataset_open_ex(pos[0], &dopt, &ds, &err) != CHUTE_OK) {
         fprintf(stderr, "chute inspect: %s\n", err.message);
         return 1;
+    }
+    if (!chute_dataset_has_images(ds)) {
+        insp_fields(pos[0], ds, json);
+        chute_dataset_close(ds);
+        return 0;
     }
     insp s;
     memset(&s, 0, sizeof s);

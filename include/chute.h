@@ -154,6 +154,19 @@ typedef struct chute_dataset_options {
     const char *cache_dir;
     uint64_t cache_bytes;
     uint64_t cache_block_bytes;
+    /* CSV (format "csv"): the typed columns, comma-separated
+     * "NAME:TYPE[=DEFAULT]" with TYPE int64, float32 or category (strings
+     * numbered 0.. in sorted order of the values the files hold, as
+     * pandas' astype("category").cat.codes), each a scalar field of that
+     * name (category: int64).  DEFAULT fills an empty cell; without one an
+     * empty cell is a malformed row.  With a header, names pick columns by
+     * name and other columns are ignored; without one (csv_no_header),
+     * the schema lists every column in order (TYPE "skip" ignores one).
+     * NULL: every column but the label's is float32.  label_key names the
+     * label column (integers, or strings numbered as a category); none
+     * gives label 0.  Also label_key for format "npy": the labels array. */
+    const char *schema;
+    int32_t csv_no_header;    /* 1: the first row is data, not a header */
 } chute_dataset_options;
 
 /* chute_dataset_open with options. */
@@ -477,6 +490,15 @@ typedef struct chute_field_view {
  * CHUTE_OK, or CHUTE_ENOTFOUND when the loader was not asked for it.  Any
  * thread that may use the batch; the view lives as long as the batch.   */
 CHUTE_API int chute_batch_field(const chute_batch *b, const char *name, chute_field_view *out);
+/* Whether the dataset's samples carry an image: 1 for the image formats
+ * (tree, shards, TFRecord, WebDataset), 0 for formats whose samples are
+ * only a label and typed fields (a NumPy array of tensors, CSV rows).  A
+ * loader over an image-less dataset reads no image, decodes and
+ * transforms nothing: its batch views have data NULL, nbytes 0, shape
+ * {count, 0, 0, 0} (labels, indices and count as usual), the fields
+ * carry the samples, and a device other than the CPU is refused.  The
+ * image options (size, transform, dtype...) are ignored.  Thread-safe. */
+CHUTE_API int chute_dataset_has_images(const chute_dataset *ds);
 /* CUDA batches (options.device = "cuda[:N]").
  *
  * The CPU workers write uint8 NHWC pixels into the ring, whose buffers are

@@ -196,6 +196,11 @@ class Loader:
             str, or a comma-separated str): an int64_list/float_list becomes
             a fixed-length int64/float32 field, a bytes_list a bytes field, or
             a tensor when the key ends in ``".npy"``.
+        schema, csv_no_header: CSV columns as typed fields,
+            ``"NAME:TYPE[=DEFAULT],..."`` with TYPE int64, float32, category
+            or skip (see ``chute_dataset_options.schema``); label_key names
+            the label column (its number when ``csv_no_header``).  NumPy:
+            label_key names the labels array (default ``labels.npy``).
 
     Typed fields
         fields: names of typed fields to deliver besides images and labels
@@ -362,6 +367,8 @@ class Loader:
         crop_pct: Optional[float] = None,
         fields: Optional[Sequence[str]] = None,
         extra_keys: Optional[Union[str, Sequence[str]]] = None,
+        schema: Optional[str] = None,
+        csv_no_header: bool = False,
         field_bytes: int = _default("field_bytes"),
         resize_size: Optional[int] = None,
         shuffle_buffer: int = _default("shuffle_buffer"),
@@ -462,7 +469,8 @@ class Loader:
                                                             2 ** 64 - 1),
                                           cache_block_bytes=_uint("cache_block_bytes",
                                                                   cache_block_bytes, 0,
-                                                                  2 ** 30))
+                                                                  2 ** 30),
+                                          schema=schema, csv_no_header=bool(csv_no_header))
         self._core = _chute._Loader(
             self.dataset,
             batch_size=self.batch_size,
@@ -614,7 +622,7 @@ class Loader:
         return self.dataset.fields()
 
     def _convert(self, b: _chute.Batch) -> Any:
-        if self.fields_requested:
+        if self.fields_requested or not self._has_images:
             return self._convert_fields(b)
         fd = self._from_dlpack
         if fd is not None:
@@ -627,7 +635,9 @@ class Loader:
 
     def _convert_fields(self, b: _chute.Batch) -> Dict[str, Any]:
         fd = self._from_dlpack or (lambda a: a)
-        out: Dict[str, Any] = {"images": fd(b.images), "labels": fd(b.labels)}
+        images = b.images
+        out: Dict[str, Any] = {} if images is None else {"images": fd(images)}
+        out["labels"] = fd(b.labels)
         if self.return_indices:
             out["indices"] = fd(b.indices)
         for name in self.fields_requested:
@@ -635,6 +645,16 @@ class Loader:
             if name in self._bytes_fields:
                 out[name + "_lengths"] = fd(b.field_lengths(name))
         return out
+
+    @property
+    def _has_images(self) -> bool:
+        # False for image-less datasets (NumPy tensors, CSV rows): batches
+        # are then dicts without "images".
+        cached = getattr(self, "_has_images_cache", None)
+        if cached is None:
+            cached = bool(self.dataset.has_images)
+            self._has_images_cache = cached
+        return cached
 
     @property
     def _bytes_fields(self) -> Tuple[str, ...]:

@@ -753,6 +753,8 @@ static void Batch_dealloc(BatchObject *b)
 static PyObject *Batch_get_images(BatchObject *b, void *c)
 {
     const chute_batch_view *v = &b->ref->v;
+    if (!v->data) /* an image-less dataset (chute_dataset_has_images) */
+        Py_RETURN_NONE;
     int type = v->dtype == CHUTE_DTYPE_UINT8 ? ARR_U8 : v->dtype == CHUTE_DTYPE_FLOAT16 ? ARR_F16
                                                                                        : ARR_F32;
     return array_new(b->ref, v->data, type, 4, v->shape);
@@ -892,20 +894,23 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"path", "kind", "read_delay_us", "inject_fail_sample",
                              "inject_fail_reads", "inject_fail_status", "format",
                              "label_offset", "image_key", "label_key", "extra_keys",
-                             "cache_dir", "cache_bytes", "cache_block_bytes", NULL};
+                             "cache_dir", "cache_bytes", "cache_block_bytes", "schema",
+                             "csv_no_header", NULL};
     const char *format = NULL, *image_key = NULL, *label_key = NULL, *extra_keys = NULL;
     const char *cache_dir = NULL;
     unsigned long long cache_bytes = 0, cache_block = 0;
+    const char *schema = NULL;
+    int csv_no_header = 0;
     int label_offset = 0;
     PyObject *path = NULL;
     int kind = CHUTE_SOURCE_AUTO, fail_status = 0;
     unsigned int delay = 0, fail_reads = 0;
     unsigned long long fail_sample = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKK:Dataset", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKKzp:Dataset", kwlist,
                                      PyUnicode_FSConverter, &path, &kind, &delay, &fail_sample,
                                      &fail_reads, &fail_status, &format, &label_offset,
                                      &image_key, &label_key, &extra_keys, &cache_dir,
-                                     &cache_bytes, &cache_block))
+                                     &cache_bytes, &cache_block, &schema, &csv_no_header))
         return -1;
     if (self->ref) {
         Py_DECREF(path);
@@ -932,6 +937,8 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     o.cache_dir = cache_dir;
     o.cache_bytes = cache_bytes;
     o.cache_block_bytes = cache_block;
+    o.schema = schema;
+    o.csv_no_header = csv_no_header;
     Py_BEGIN_ALLOW_THREADS
     rc = chute_dataset_open_ex(p, &o, &ds, &err);
     Py_END_ALLOW_THREADS
@@ -1017,6 +1024,10 @@ static PyObject *Dataset_get_classes(DatasetObject *self, void *c)
     return t;
 }
 
+static PyObject *Dataset_get_has_images(DatasetObject *self, void *c)
+{
+    return PyBool_FromLong(chute_dataset_has_images(self->ref->ds));
+}
 static PyObject *Dataset_get_num_classes(DatasetObject *self, void *c)
 {
     if (ds_check(self))
@@ -1170,6 +1181,8 @@ static PyMethodDef Dataset_methods[] = {
 static PyGetSetDef Dataset_getset[] = {
     {"classes", (getter)Dataset_get_classes, NULL, "Class names, indexed by label.", NULL},
     {"num_classes", (getter)Dataset_get_num_classes, NULL, "Number of classes.", NULL},
+    {"has_images", (getter)Dataset_get_has_images, NULL,
+     "False when samples are only a label and typed fields (NumPy tensors, CSV rows).", NULL},
     {"kind", (getter)Dataset_get_kind, NULL, "'tree' (ImageFolder) or 'shards'.", NULL},
     {"path", (getter)Dataset_get_path, NULL, "The path it was opened from.", NULL},
     {NULL},

@@ -512,3 +512,5 @@ int chute_dataset_field_info(const chute_dataset *ds, uint32_t k, chute_field_in
     memcpy(out->shape, f->shape, sizeof out->shape);
     return CHUTE_OK;
 }
+
+int chute_dataset_has_images(const chute_dataset *ds) { return ds && !ds->no_image; }

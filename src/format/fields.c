@@ -148,8 +148,10 @@ static int descr_dtype(const char *s, size_t n, int *out)
     return -2;
 }
 
-int ch_npy_parse(const uint8_t *p, size_t len, const char *name, uint64_t base,
-                 ch_npy_info *out, chute_error *err)
+/* The parser behind ch_npy_parse and ch_npy_parse_head: the header is in
+ * p[len]; the whole value is `total` bytes (== len for a value in memory). */
+static int npy_parse(const uint8_t *p, size_t len, uint64_t total, const char *name,
+                     uint64_t base, ch_npy_info *out, chute_error *err)
 {
 #define NPY_BAD(code, ...)                                                                      \
     do {                                                                                         \
@@ -257,12 +259,25 @@ int ch_npy_parse(const uint8_t *p, size_t len, const char *name, uint64_t base,
         if (__builtin_mul_overflow(bytes, (uint64_t)out->shape[d], &bytes))
             NPY_BAD(CHUTE_ECORRUPT, "shape's size overflows");
     out->data_offset = pre + hlen;
-    if (bytes != len - out->data_offset)
+    if (total < out->data_offset || bytes != total - out->data_offset)
         NPY_BAD(CHUTE_ECORRUPT, "shape needs %llu data bytes, the value has %llu",
-                (unsigned long long)bytes, (unsigned long long)(len - out->data_offset));
+                (unsigned long long)bytes,
+                (unsigned long long)(total < out->data_offset ? 0 : total - out->data_offset));
     out->data_bytes = bytes;
     return CHUTE_OK;
 #undef NPY_BAD
+}
+
+int ch_npy_parse(const uint8_t *p, size_t len, const char *name, uint64_t base,
+                 ch_npy_info *out, chute_error *err)
+{
+    return npy_parse(p, len, len, name, base, out, err);
+}
+
+int ch_npy_parse_head(const uint8_t *p, size_t len, uint64_t total, const char *name,
+                      uint64_t base, ch_npy_info *out, chute_error *err)
+{
+    return npy_parse(p, len, total, name, base, out, err);
 }
 
 int ch_npy_check(const ch_npy_info *a, const ch_field *f, const char *where, chute_error *err)

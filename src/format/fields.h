@@ -74,6 +74,27 @@ typedef struct ch_npy_info {
 int ch_npy_parse(const uint8_t *p, size_t len, const char *name, uint64_t base,
                  ch_npy_info *out, chute_error *err);
 
+/* ch_npy_parse for a value too large to hold: p[len] holds at least the
+ * preamble and the whole header (read CH_NPY_MAX_HEADER + 12 bytes, or the
+ * file when smaller), `total` is the whole value's size (the file's), and
+ * the same checks apply, the data size against total. */
+int ch_npy_parse_head(const uint8_t *p, size_t len, uint64_t total, const char *name,
+                      uint64_t base, ch_npy_info *out, chute_error *err);
+
+/* ---- .npz (numpy.savez: a zip archive of .npy members; npz.c) --------- */
+typedef struct ch_npz_member {
+    const char *name;             /* into the archive, name_len bytes, no NUL */
+    size_t name_len;
+    uint64_t offset, size;        /* the member's .npy bytes in the archive */
+} ch_npz_member;
+/* The members of a whole .npz in p[len], at most `max` of them (more:
+ * CHUTE_ELIMIT), from its central directory; every offset checked against
+ * len.  Deflated (savez_compressed), encrypted and zip64-directory
+ * archives are CHUTE_EUNSUPPORTED, damage CHUTE_ECORRUPT, each
+ * "NAME: npz: reason".  Allocates nothing; names point into p. */
+int ch_npz_members(const uint8_t *p, size_t len, const char *name, ch_npz_member *out,
+                   size_t max, size_t *out_n, chute_error *err);
+
 /* Check a parsed .npy against a field's declared dtype and shape:
  * CHUTE_ECORRUPT "WHERE: field NAME: .npy is int64[2], the dataset's is
  * float32[3]" when they differ. */

@@ -115,6 +115,9 @@ struct chute_dataset {
     /* The cache tier wrapping the source (cache_dir set), else NULL;
      * ds->src is then its ops.  Destroyed after the format closes. */
     struct ch_cache *cache;
+    /* Set by open when samples carry no image (fields and label only):
+     * the loader then skips read/decode/transform (chute_dataset_has_images). */
+    int no_image;
 };
 
 /* The index of field `name` in ds->fields, or -1. */
@@ -152,6 +155,7 @@ void ch_ds_drop_cache(const chute_dataset *ds, uint64_t i);
  * probes run and names are listed. */
 extern const ch_format_ops *const ch_formats[];
 extern const ch_format_ops ch_format_tree, ch_format_shards, ch_format_tfrecord, ch_format_wds;
+extern const ch_format_ops ch_format_npy, ch_format_csv;
 /* The registered format called name, or NULL. */
 const ch_format_ops *ch_format_find(const char *name);
 

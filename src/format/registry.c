@@ -18,6 +18,8 @@ const ch_format_ops *const ch_formats[] = {
     &ch_format_shards,    /* chute shard directory (shard.c, docs/FORMAT.md) */
     &ch_format_tfrecord,  /* TFRecord files of tf.train.Example (fmt_tfrecord.c) */
     &ch_format_wds,       /* WebDataset tar shards (fmt_wds.c) */
+    &ch_format_npy,       /* NumPy: one large .npy, or a directory of .npy files (fmt_npy.c) */
+    &ch_format_csv,       /* CSV rows as typed scalar fields (fmt_csv.c, csv.c) */
     NULL,
 };
 

@@ -436,9 +436,10 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
 static int fill_record(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, slot *s,
                        uint64_t pos, chute_error *err)
 {
-    int rc = fill_sample(ld, w, idx, dst, err);
-    if (rc != CHUTE_OK || ld->nlf == 0)
-        return rc;
+    /* Image-less datasets (ds->no_image): no image to read or make. */
+    int rc = ld->ds->no_image ? CHUTE_OK : fill_sample(ld, w, idx, dst, err);
+    if (rc != CHUTE_OK || (ld->nlf == 0 && (!ld->ds->no_image || !ld->ds->fmt->read_fields)))
+        return rc; /* image-less samples are still read (checked) with no fields asked */
     ch_field_req req[CH_FIELD_MAX];
     for (uint32_t k = 0; k < ld->nlf; k++) {
         const lfield *f = &ld->lf[k];
@@ -892,6 +893,12 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         }
     }
     /* device "cuda[:N]": the workers make uint8 NHWC, the GPU the rest. */
+    if (ds->no_image && o->device && *o->device && strcmp(o->device, "cpu") != 0) {
+        ch_sampler_free(&ld->sampler);
+        free(ld);
+        return ch_err(err, CHUTE_EINVAL, "device: the dataset's samples have no image, so there "
+                      "is nothing for the device to make; use the CPU (device \"cpu\")");
+    }
     rc = ch_cuda_loader_open(o, &ld->out, &ld->gpu, err);
     if (rc) {
         ch_sampler_free(&ld->sampler);
@@ -900,6 +907,8 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
     }
     size_t esz = o->dtype == CHUTE_DTYPE_FLOAT32 ? 4 : o->dtype == CHUTE_DTYPE_FLOAT16 ? 2 : 1;
     ld->sample_bytes = (size_t)o->size * o->size * 3 * esz;
+    if (ds->no_image) /* no pixels in a slot: labels, indices and fields */
+        ld->sample_bytes = 0;
     /* Slot layout: pixels | labels | indices, each on a BATCH_ALIGN
      * boundary; slots start on 2 MiB boundaries so they can be backed by
      * huge pages.  The options are bounded (size <= 8192, batch <= 2^20,
@@ -974,7 +983,7 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         return rc;
     }
 
-    if (o->decoded_cache_bytes) {
+    if (o->decoded_cache_bytes && !ds->no_image) { /* caches images only */
         rc = ch_dcache_create(&ld->dc, o->decoded_cache_bytes, ds->n, err);
         if (rc != CHUTE_OK) {
             chute_loader_destroy(ld);
@@ -1274,6 +1283,11 @@ void chute_batch_view_get(const chute_batch *b, chute_batch_view *v)
     v->strides[1] = v->shape[2] * v->shape[3];
     v->strides[0] = v->shape[1] * v->strides[1];
     v->nbytes = ld->sample_bytes * s->count;
+    if (ld->ds->no_image) { /* chute_dataset_has_images: no pixels */
+        v->data = NULL;
+        memset(v->shape + 1, 0, 3 * sizeof v->shape[0]);
+        memset(v->strides, 0, sizeof v->strides);
+    }
     v->labels = s->labels;
     v->indices = s->indices;
     v->epoch = s->epoch;
