@@ -21,12 +21,18 @@ int chute_version_number(void) { return CHUTE_VERSION_NUMBER; }
 #else
 #define CH_FEATURE_CUDA ""
 #endif
+/* "hdf5": the hdf5 format (libhdf5 found at build time). */
+#ifdef CHUTE_HAVE_HDF5
+#define CH_FEATURE_HDF5 " hdf5"
+#else
+#define CH_FEATURE_HDF5 ""
+#endif
 const char *chute_features(void)
 {
 #ifdef CHUTE_HAVE_SPNG
-    return "jpeg png" CH_FEATURE_CUDA;
+    return "jpeg png" CH_FEATURE_CUDA CH_FEATURE_HDF5;
 #else
-    return "jpeg" CH_FEATURE_CUDA;
+    return "jpeg" CH_FEATURE_CUDA CH_FEATURE_HDF5;
 #endif
 }
 

@@ -18,6 +18,9 @@ const ch_format_ops *const ch_formats[] = {
     &ch_format_shards,    /* chute shard directory (shard.c, docs/FORMAT.md) */
     &ch_format_tfrecord,  /* TFRecord files of tf.train.Example (fmt_tfrecord.c) */
     &ch_format_wds,       /* WebDataset tar shards (fmt_wds.c) */
+#ifdef CHUTE_HAVE_HDF5
+    &ch_format_hdf5,      /* HDF5 file via libhdf5 at open only (fmt_hdf5.c) */
+#endif
     NULL,
 };
 
