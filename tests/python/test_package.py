@@ -29,7 +29,8 @@ def test_features_names_and_types():
     assert set(f) == FEATURE_NAMES
     assert all(isinstance(v, bool) for v in f.values())
     assert f["jpeg"] is True
-    assert not (f["s3"] or f["hdf5"] or f["kafka"])  # not part of any build yet
+    assert not (f["s3"] or f["kafka"])  # not part of any build yet
+    assert f["hdf5"] == ("hdf5" in chute._chute.features().split())
 
 
 def test_features_png_agrees_with_decoding_a_png():
@@ -55,7 +56,7 @@ def test_python_m_chute_runs_the_bundled_cli():
     listed = set(lines[1].split()[1:])
     assert lines[1].startswith("features: ")
     f = chute.features()
-    assert {k for k in ("jpeg", "png", "io_uring", "nvml", "cuda") if f[k]} == listed
+    assert {k for k in ("jpeg", "png", "io_uring", "nvml", "cuda", "hdf5") if f[k]} == listed
     p = _run([sys.executable, "-m", "chute", "no-such-command"])
     assert p.returncode == 2 and "unknown command" in p.stderr
 
