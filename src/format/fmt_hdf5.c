@@ -33,7 +33,10 @@
  *   live in global heap collections that only libhdf5 follows, so such a
  *   read is an H5Dread of one element under the library lock, with a
  *   memory manager that makes HDF5 write the bytes straight into the
- *   worker's buffer.  bench/hdf5.py measures what that lock costs.
+ *   worker's buffer.  bench/hdf5.py measures what that lock costs.  (A
+ *   libhdf5 built without thread safety gets a lock of ours around those
+ *   calls instead; datasets must then be opened from one thread at a
+ *   time, as libhdf5 itself requires.)
  *   Filters other than deflate and shuffle, external storage and virtual
  *   datasets are refused at open (CHUTE_EUNSUPPORTED naming the dataset).
  * A chunk that lies past the end of the file (a truncated file) fails the
@@ -45,6 +48,7 @@
 #include "h5chunk.h"
 
 #include <hdf5.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -79,6 +83,11 @@ typedef struct h5_impl {
     h5_var img;
     int vlen;                 /* images are variable-length encoded bytes */
     hid_t vdset, vtype, vxfer;
+    /* A libhdf5 built without thread safety must never see two calls at
+     * once: then variable-length reads take this lock (Debian's build is
+     * thread-safe and serialises them itself). */
+    int own_lock;
+    pthread_mutex_t vlock;
     uint32_t H, W, C;
     h5_var *fields;           /* nvars of them, ds->fields' order */
     uint32_t nvars;
@@ -394,6 +403,9 @@ static int open_images(chute_dataset *ds, h5_impl *t, const char *name, chute_er
                         "%s: dataset \"%s\": variable-length, but not a 1-D dataset of uint8 "
                         "sequences (encoded images)", t->path, name);
         } else {
+            hbool_t safe = 0;
+            H5is_library_threadsafe(&safe);
+            t->own_lock = !safe;
             t->vlen = 1;
             t->vdset = d;
             t->vtype = H5Tvlen_create(H5T_NATIVE_UCHAR);
@@ -549,6 +561,7 @@ static int h5_open(chute_dataset *ds, const char *path, const chute_dataset_opti
     ds->impl = t;
     t->src = ds->src;
     t->file = t->vdset = t->vtype = t->vxfer = -1;
+    pthread_mutex_init(&t->vlock, NULL);
     t->path = strdup(path);
     if (!t->path)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
@@ -635,6 +648,8 @@ static int vlen_read(const h5_impl *t, uint64_t i, void *buf, size_t cap, size_t
     h5_vdst dst = {buf, cap, 0, 0};
     hvl_t v = {0, NULL};
     herr_t hr = -1;
+    if (t->own_lock)
+        pthread_mutex_lock((pthread_mutex_t *)&t->vlock);
     h5_cur = &dst;
     H5E_BEGIN_TRY
     {
@@ -644,6 +659,8 @@ static int vlen_read(const h5_impl *t, uint64_t i, void *buf, size_t cap, size_t
     }
     H5E_END_TRY;
     h5_cur = NULL;
+    if (t->own_lock)
+        pthread_mutex_unlock((pthread_mutex_t *)&t->vlock);
     int rc = CHUTE_OK;
     if (hr < 0 && dst.need > cap) {
         H5Eclear2(H5E_DEFAULT);
@@ -716,6 +733,8 @@ static uint64_t h5_sample_size(const chute_dataset *ds, uint64_t i)
     if (!t->vlen)
         return H5_RAW_HDR + t->img.g.row_bytes;
     hsize_t start = i, one = 1, size = 0;
+    if (t->own_lock)
+        pthread_mutex_lock((pthread_mutex_t *)&t->vlock);
     H5E_BEGIN_TRY
     {
         hid_t fs = H5Dget_space(t->vdset);
@@ -727,6 +746,8 @@ static uint64_t h5_sample_size(const chute_dataset *ds, uint64_t i)
         H5Eclear2(H5E_DEFAULT);
     }
     H5E_END_TRY;
+    if (t->own_lock)
+        pthread_mutex_unlock((pthread_mutex_t *)&t->vlock);
     return size;
 }
 
@@ -778,6 +799,7 @@ static void h5_close_impl(void *impl)
     if (t->h)
         t->src->close(t->h);
     free(t->path);
+    pthread_mutex_destroy(&t->vlock);
     free(t);
 }
 
