@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/formats.sh — issue #12's benches in one command: HDF5 (bench/hdf5.py:
-# chute vs h5py + DataLoader, and HDF5's lock) and uncompressed images
+# chute vs h5py + DataLoader, and HDF5's lock in situ; bench/hdf5_lock.c:
+# H5Dread vs pread from T threads, the lock alone) and uncompressed images
 # (bench/uncompressed.py: BMP and PNG level 0 vs JPEG on the train transform).
 #
 #   bash bench/formats.sh [--images N] [--no-build] [--only hdf5|uncompressed]
@@ -39,6 +40,10 @@ export PYTHONPATH="$LIB${PYTHONPATH:+:$PYTHONPATH}"
 rc=0
 if [ -z "$ONLY" ] || [ "$ONLY" = hdf5 ]; then
     "$PY" bench/hdf5.py "$DATA/tree" --images "$IMAGES" || rc=1
+    if [ -x build/tests/hdf5_lock ]; then
+        cat "$DATA/tree.h5/raw.h5" >/dev/null  # page cache: measure the lock, not the disk
+        build/tests/hdf5_lock "$DATA/tree.h5/raw.h5" images 2000 "$CORES" || rc=1
+    fi
 fi
 if [ -z "$ONLY" ] || [ "$ONLY" = uncompressed ]; then
     "$PY" bench/uncompressed.py "$DATA/tree" --images "$IMAGES" || rc=1
