@@ -72,6 +72,14 @@ def main(out):
           fld={"chunks": True, "compression": "gzip", "shuffle": True})
     write(p("grey.h5"), imgs[..., 0], labels.astype(np.uint8), None,
           img={"chunks": (2, 16, 16), "compression": "gzip"})
+    # Chunks never written (rows 3.. of a gzip dataset with a fill value).
+    with h5py.File(p("sparse.h5"), "w") as f:
+        d = f.create_dataset("images", (N, H, W, 3), dtype=np.uint8, chunks=(1, H, W, 3),
+                             compression="gzip", fillvalue=7)
+        d[:3] = imgs[:3]
+        f.create_dataset("labels", data=labels)
+    with h5py.File(p("sparse.h5"), "r") as f:
+        dump(p("sparse.h5"), f, list(f.keys()))
     # Encoded images in a variable-length uint8 dataset (PNG, lossless).
     with h5py.File(p("vlen.h5"), "w") as f:
         d = f.create_dataset("images", (N,), dtype=h5py.vlen_dtype(np.uint8))
