@@ -167,6 +167,15 @@ typedef struct chute_dataset_options {
      * gives label 0.  Also label_key for format "npy": the labels array. */
     const char *schema;
     int32_t csv_no_header;    /* 1: the first row is data, not a header */
+    /* HDF5 (format "hdf5", present when libhdf5 was found at build time:
+     * chute_features() lists "hdf5"; without it an HDF5 file is
+     * CHUTE_EUNSUPPORTED): one .h5 file.  image_key names the images
+     * dataset (default "images": N x H x W x C or N x H x W uint8 pixels,
+     * or 1-D variable-length uint8 encoded images), label_key the labels
+     * (default "labels", N integers; absent under the default name: all
+     * 0), extra_keys further datasets of N rows delivered as fields of the
+     * row's shape and dtype.  Reads are thread-safe and take no HDF5 lock
+     * except for variable-length images (docs/DESIGN.md, "HDF5"). */
 } chute_dataset_options;
 
 /* chute_dataset_open with options. */

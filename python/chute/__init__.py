@@ -85,7 +85,8 @@ def features() -> _Dict[str, bool]:
     ``chute`` command was built with liburing (``chute iobench``); ``nvml``
     whether the NVIDIA management library can be loaded now (``chute doctor``'s
     GPU utilisation).  ``s3`` is whether libchute was built with libcurl (the
-    s3:// and http(s):// sources); hdf5 and kafka are not part of this build.
+    s3:// and http(s):// sources); ``hdf5``: the HDF5 format (libhdf5 found
+    at build time).  Kafka is not part of this build.
     Never raises: what cannot be determined is reported as False.
     """
     from ._chute import features as _lib_features
@@ -108,6 +109,8 @@ def features() -> _Dict[str, bool]:
     out["nvml"] = "nvml" in cli
     for name in _FUTURE:
         out[name] = False
+    # The hdf5 format: libhdf5 was found when libchute was built.
+    out["hdf5"] = "hdf5" in have
     # The CUDA module was built with this package (lib/libchute_cuda.so);
     # using it needs the driver and a device too (Loader(device="cuda")).
     out["cuda"] = "cuda" in have

@@ -32,9 +32,15 @@ int chute_version_number(void) { return CHUTE_VERSION_NUMBER; }
 #else
 #define CH_FEATURE_CURL ""
 #endif
+/* "hdf5": the hdf5 format (libhdf5 found at build time). */
+#ifdef CHUTE_HAVE_HDF5
+#define CH_FEATURE_HDF5 " hdf5"
+#else
+#define CH_FEATURE_HDF5 ""
+#endif
 const char *chute_features(void)
 {
-    return "jpeg" CH_FEATURE_PNG CH_FEATURE_CURL CH_FEATURE_CUDA;
+    return "jpeg" CH_FEATURE_PNG CH_FEATURE_CURL CH_FEATURE_CUDA CH_FEATURE_HDF5;
 }
 
 const char *chute_status_name(int status)

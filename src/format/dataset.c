@@ -112,6 +112,33 @@ void ch_ds_drop_cache(const chute_dataset *ds, uint64_t i)
     ch_drop_page_cache(path);
 }
 
+#ifndef CHUTE_HAVE_HDF5
+/* Built without libhdf5: an HDF5 path (by name or signature) or the format
+ * named "hdf5" gets CHUTE_EUNSUPPORTED saying so, not "no format". */
+static int hdf5_missing(const char *path, int is_dir, const char *name, chute_error *err)
+{
+    static const uint8_t sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    size_t l = strlen(path);
+    if (name && strcmp(name, "hdf5") != 0)
+        return CHUTE_OK;
+    int hit = name != NULL;
+    hit = hit || (!is_dir && l > 3 && (!strcmp(path + l - 3, ".h5") ||
+                                      (l > 5 && !strcmp(path + l - 5, ".hdf5"))));
+    FILE *f = !hit && !is_dir ? fopen(path, "rb") : NULL;
+    if (f) {
+        uint8_t b[8];
+        hit = fread(b, 1, 8, f) == 8 && memcmp(b, sig, 8) == 0;
+        fclose(f);
+    }
+    if (!hit)
+        return CHUTE_OK;
+    return ch_err(err, CHUTE_EUNSUPPORTED,
+                  "%s: an HDF5 file, but this libchute was built without libhdf5 (install "
+                  "libhdf5-dev and rebuild; chute_features() lists \"hdf5\" when present)",
+                  path);
+}
+#endif
+
 /* The format for path: the one named (opt->format, or the legacy kind),
  * else the one whose probe is most sure.  Nothing sure, or a tie at the
  * top, is an error listing every format and what its probe said. */
@@ -133,6 +160,10 @@ static int pick_format(const ch_source_ops *src, const char *path, int is_dir,
     for (size_t k = 0; ch_formats[k]; k++)
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "",
                  ch_formats[k]->name);
+#ifndef CHUTE_HAVE_HDF5
+    if (hdf5_missing(path, is_dir, name, err) != CHUTE_OK)
+        return err->code;
+#endif
     if (name) {
         *out = ch_format_find(name);
         if (!*out)

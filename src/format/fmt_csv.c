@@ -94,7 +94,8 @@ static int ends_csv(const char *name)
     return name[0] != '.' && n > 4 && strcmp(name + n - 4, ".csv") == 0;
 }
 
-static int csv_probe(const char *path, int is_dir, char *why, size_t n)
+static int csv_probe(const ch_source_ops *src, const char *path, int is_dir, char *why,
+                     size_t n)
 {
     if (!is_dir) {
         if (ends_csv(strrchr(path, '/') ? strrchr(path, '/') + 1 : path))
@@ -105,7 +106,7 @@ static int csv_probe(const char *path, int is_dir, char *why, size_t n)
     char **v = NULL;
     size_t k = 0;
     chute_error e = {0};
-    if (ch_path_list(path, ends_csv, &v, &k, &e) != CHUTE_OK || k == 0) {
+    if (ch_path_list(src, path, ends_csv, &v, &k, &e) != CHUTE_OK || k == 0) {
         ch_path_list_free(v, k);
         snprintf(why, n, "no .csv files");
         return CH_PROBE_NO;
@@ -482,14 +483,14 @@ static int csv_open(chute_dataset *ds, const char *path, const chute_dataset_opt
                           "column is given by its number (0 = the first)", opt->label_key);
         t->label_src = v;
     }
-    int rc = ch_ds_files_list(path, ends_csv, "CSV files (*.csv)", &t->files, &t->nfiles, err);
+    int rc = ch_ds_files_list(ds->src, path, ends_csv, "CSV files (*.csv)", &t->files, &t->nfiles, err);
     if (rc != CHUTE_OK)
         return rc;
     ch_buf b = {0};
     int64_t maxlabel = 0;
     for (uint32_t fi = 0; fi < t->nfiles && rc == CHUTE_OK; fi++) {
         uint64_t size = 0;
-        rc = t->src->open(t->files[fi].path, &t->files[fi].h, &size, err);
+        rc = ch_src_open(t->src, t->files[fi].path, &t->files[fi].h, &size, err);
         if (rc == CHUTE_OK)
             rc = index_file(ds, t, fi, size, &b, &maxlabel, opt, err);
     }

@@ -112,13 +112,12 @@ static int probe_entry(void *user, const char *name, const ch_stat *st)
 /* The probe looks at the magic only: a file that has it but whose header
  * is bad must reach open, whose message names the file, the offset and
  * what is wrong, rather than "no format matched". */
-static int head_ok(const char *path)
+static int head_ok(const ch_source_ops *src, const char *path)
 {
-    const ch_source_ops *src = ch_source_for(path);
     void *h = NULL;
     uint64_t size = 0;
     chute_error e = {0};
-    if (src->open(path, &h, &size, &e) != CHUTE_OK)
+    if (ch_src_open(src, path, &h, &size, &e) != CHUTE_OK)
         return 0;
     uint8_t m[6];
     int ok = size >= 6 && src->read_at(h, path, 0, m, 6, &e) == CHUTE_OK &&
@@ -128,36 +127,36 @@ static int head_ok(const char *path)
     return ok;
 }
 
-static int npy_probe(const char *path, int is_dir, char *why, size_t n)
+static int npy_probe(const ch_source_ops *src, const char *path, int is_dir, char *why,
+                     size_t n)
 {
     if (!is_dir) {
         if (!ends_with(path, ".npy")) {
             snprintf(why, n, "not a .npy file");
             return CH_PROBE_NO;
         }
-        if (!head_ok(path)) {
+        if (!head_ok(src, path)) {
             snprintf(why, n, "no \\x93NUMPY magic");
             return CH_PROBE_NO;
         }
         return CH_PROBE_LIKELY;
     }
-    const ch_source_ops *src = ch_source_for(path);
     probe_walk p = {.dir = path};
     chute_error e = {0};
-    if (src->list(path, probe_entry, &p, &e) != CHUTE_OK)
+    if (ch_src_list(src, path, probe_entry, &p, &e) != CHUTE_OK)
         return CH_PROBE_NO;
     if (!p.first_npy[0] && p.first_dir[0]) {
         char sub[4200];
         snprintf(sub, sizeof sub, "%s/%s", path, p.first_dir);
         probe_walk q = {.dir = sub};
-        if (src->list(sub, probe_entry, &q, &e) == CHUTE_OK)
+        if (ch_src_list(src, sub, probe_entry, &q, &e) == CHUTE_OK)
             memcpy(p.first_npy, q.first_npy, sizeof p.first_npy);
     }
     if (!p.first_npy[0]) {
         snprintf(why, n, "no .npy file in it or its first subdirectory");
         return CH_PROBE_NO;
     }
-    if (!head_ok(p.first_npy)) {
+    if (!head_ok(src, p.first_npy)) {
         snprintf(why, n, "%s: no \\x93NUMPY magic", p.first_npy);
         return CH_PROBE_NO;
     }
@@ -171,7 +170,7 @@ static int load_labels(chute_dataset *ds, npy_impl *t, const char *lpath,
 {
     void *h = NULL;
     uint64_t size = 0;
-    int rc = t->src->open(lpath, &h, &size, err);
+    int rc = ch_src_open(t->src, lpath, &h, &size, err);
     if (rc != CHUTE_OK)
         return rc;
     ch_npy_info a;
@@ -224,7 +223,7 @@ static int open_single(chute_dataset *ds, npy_impl *t, const char *path,
     if (!t->path)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     uint64_t size = 0;
-    int rc = t->src->open(path, &t->h, &size, err);
+    int rc = ch_src_open(t->src, path, &t->h, &size, err);
     if (rc != CHUTE_OK)
         return rc;
     ch_npy_info a;
@@ -280,7 +279,7 @@ static int open_single(chute_dataset *ds, npy_impl *t, const char *path,
         snprintf(lpath, sizeof lpath, "%.*s/%s", dirlen, dir, NPY_LABELS);
         ch_stat st;
         chute_error e = {0};
-        if (t->src->stat(lpath, &st, &e) != CHUTE_OK || st.type != CH_ENT_FILE ||
+        if (ch_src_stat(t->src, lpath, &st, &e) != CHUTE_OK || st.type != CH_ENT_FILE ||
             strcmp(lpath, path) == 0)
             lpath[0] = '\0';
     }
@@ -345,7 +344,7 @@ static int list_sorted(const ch_source_ops *src, const char *dir, int dirs, name
 {
     memset(out, 0, sizeof *out);
     out->dirs = dirs;
-    int rc = src->list(dir, collect, out, err);
+    int rc = ch_src_list(src, dir, collect, out, err);
     if (rc == CHUTE_OK && out->oom)
         rc = ch_err(err, CHUTE_ENOMEM, "out of memory listing %s", dir);
     if (rc != CHUTE_OK) {
@@ -491,7 +490,7 @@ static int open_dir(chute_dataset *ds, npy_impl *t, const char *path, chute_erro
         return err->code ? err->code : CHUTE_EINVAL;
     void *h = NULL;
     uint64_t size = 0;
-    rc = t->src->open(t->files[0], &h, &size, err);
+    rc = ch_src_open(t->src, t->files[0], &h, &size, err);
     if (rc != CHUTE_OK)
         return rc;
     ch_npy_info a;
@@ -512,7 +511,7 @@ static int npy_open(chute_dataset *ds, const char *path, const chute_dataset_opt
     ds->impl = t;
     t->src = ds->src;
     ch_stat st;
-    int rc = t->src->stat(path, &st, err);
+    int rc = ch_src_stat(t->src, path, &st, err);
     if (rc != CHUTE_OK)
         return rc;
     if (st.type == CH_ENT_DIR)
@@ -527,7 +526,7 @@ static int npy_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, 
 {
     const npy_impl *t = ds->impl;
     if (!t->single)
-        return t->src->read_file(t->files[i], buf, cap, out_len, err);
+        return ch_src_read_file(t->src, t->files[i], buf, cap, out_len, err);
     size_t hdr = t->image ? CHRAW_HDR : 0, need = hdr + (size_t)t->per;
     if (need > cap) {
         *out_len = need;
@@ -614,7 +613,7 @@ static uint64_t npy_sample_size(const chute_dataset *ds, uint64_t i)
         return (t->image ? CHRAW_HDR : 0) + t->per;
     ch_stat st;
     chute_error e = {0};
-    return t->src->stat(t->files[i], &st, &e) == CHUTE_OK ? st.size : 0;
+    return ch_src_stat(t->src, t->files[i], &st, &e) == CHUTE_OK ? st.size : 0;
 }
 
 static void npy_describe(const chute_dataset *ds, uint64_t i, char *buf, size_t n)

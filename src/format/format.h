@@ -156,6 +156,7 @@ void ch_ds_drop_cache(const chute_dataset *ds, uint64_t i);
 extern const ch_format_ops *const ch_formats[];
 extern const ch_format_ops ch_format_tree, ch_format_shards, ch_format_tfrecord, ch_format_wds;
 extern const ch_format_ops ch_format_npy, ch_format_csv;
+extern const ch_format_ops ch_format_hdf5; /* only with CHUTE_HAVE_HDF5 */
 /* The registered format called name, or NULL. */
 const ch_format_ops *ch_format_find(const char *name);
 

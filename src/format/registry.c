@@ -20,6 +20,9 @@ const ch_format_ops *const ch_formats[] = {
     &ch_format_wds,       /* WebDataset tar shards (fmt_wds.c) */
     &ch_format_npy,       /* NumPy: one large .npy, or a directory of .npy files (fmt_npy.c) */
     &ch_format_csv,       /* CSV rows as typed scalar fields (fmt_csv.c, csv.c) */
+#ifdef CHUTE_HAVE_HDF5
+    &ch_format_hdf5,      /* HDF5 file via libhdf5 at open only (fmt_hdf5.c) */
+#endif
     NULL,
 };
 
