@@ -531,6 +531,39 @@ static int wds_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_r
     return CHUTE_OK;
 }
 
+/* Read-ahead (format.h): the image member's bytes.  A sample found bad at
+ * open has none: the worker's read reports why. */
+static int wds_locate(const chute_dataset *ds, uint64_t i, ch_locator *out, chute_error *err)
+{
+    (void)err;
+    const wds_impl *t = ds->impl;
+    const wds_sample *s = &t->samples[i];
+    const ch_ds_file *f = &t->files[s->file];
+    if (s->bad || !f->h)
+        return CH_LOC_NONE;
+    out->h = f->h;
+    out->path = f->path;
+    out->off = s->offset;
+    out->len = s->size;
+    out->file = s->file;
+    out->pin = 0;
+    return CHUTE_OK;
+}
+
+static int wds_from_bytes(const chute_dataset *ds, uint64_t i, const uint8_t *raw, size_t len,
+                          const uint8_t **out, size_t *out_len, chute_error *err)
+{
+    const wds_impl *t = ds->impl;
+    const wds_sample *s = &t->samples[i];
+    if (len != s->size)
+        return ch_err(err, CHUTE_EIO, "%s@%llu: read %zu bytes of a %llu-byte member",
+                      t->files[s->file].path, (unsigned long long)s->offset, len,
+                      (unsigned long long)s->size);
+    *out = raw;
+    *out_len = len;
+    return CHUTE_OK;
+}
+
 const ch_format_ops ch_format_wds = {
     .version = CH_FORMAT_OPS_VERSION,
     .name = "wds",
@@ -543,4 +576,6 @@ const ch_format_ops ch_format_wds = {
     .close = wds_close,
     .unit_of = wds_unit_of,
     .read_fields = wds_read_fields,
+    .locate = wds_locate,
+    .from_bytes = wds_from_bytes,
 };
