@@ -134,24 +134,25 @@ static int same_as_without(const char *path, int mode)
     CHECK_OK(run(ds, &o, 2, 0, &ref));
     CHECK(ref.status == CHUTE_OK && ref.batches > 0, "reference run failed: %s", ref.msg);
     CHECK(ref.ra.depth == 0, "readahead 0 must be off");
-    static const uint32_t workers[] = {1, 3, 8};
-    static const uint32_t depths[] = {1, 5, 64};
-    for (size_t wi = 0; wi < 3; wi++)
-        for (size_t di = 0; di < 3; di++) {
-            chute_loader_options q = base_opts(workers[wi], depths[di]);
-            q.shuffle = mode;
-            q.shuffle_buffer = 16;
-            CHECK_OK(run(ds, &q, 2, 0, &got));
-            CHECK(got.status == CHUTE_OK, "%s workers %u readahead %u: %s", path, workers[wi],
-                  depths[di], got.msg);
-            CHECK(got.hash == ref.hash && got.batches == ref.batches,
-                  "%s workers %u readahead %u: batches differ from readahead 0", path,
-                  workers[wi], depths[di]);
-            CHECK(got.ra.depth == depths[di], "read-ahead not created");
-            CHECK(got.ra.hits > 0, "%s workers %u readahead %u: no sample came from the "
-                  "read-ahead (hits 0, misses %llu)", path, workers[wi], depths[di],
-                  (unsigned long long)got.ra.misses);
-        }
+    /* (workers, depth): one worker behind a deep pool, a pool of one
+     * buffer (every task waits on its predecessor's release), more workers
+     * than buffers, many of both. */
+    static const uint32_t cfg[][2] = {{1, 64}, {3, 1}, {8, 5}, {8, 64}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        chute_loader_options q = base_opts(cfg[c][0], cfg[c][1]);
+        q.shuffle = mode;
+        q.shuffle_buffer = 16;
+        CHECK_OK(run(ds, &q, 2, 0, &got));
+        CHECK(got.status == CHUTE_OK, "%s workers %u readahead %u: %s", path, cfg[c][0],
+              cfg[c][1], got.msg);
+        CHECK(got.hash == ref.hash && got.batches == ref.batches,
+              "%s workers %u readahead %u: batches differ from readahead 0", path, cfg[c][0],
+              cfg[c][1]);
+        CHECK(got.ra.depth == cfg[c][1], "read-ahead not created");
+        CHECK(got.ra.hits > 0, "%s workers %u readahead %u: no sample came from the "
+              "read-ahead (hits 0, misses %llu)", path, cfg[c][0], cfg[c][1],
+              (unsigned long long)got.ra.misses);
+    }
     chute_dataset_close(ds);
     return 0;
 }
@@ -183,21 +184,28 @@ TEST(tree_identical)
 
 /* TFRecord and WebDataset: the fixture shards converted by `chute convert`
  * (small files, so several files and many neighbours). */
-TEST(tfrecord_wds_identical)
+static int converted_identical(const char *fmt)
+{
+    char dir[4096], cmd[12288], p[4200];
+    unit_scratch(fmt, dir, sizeof dir);
+    snprintf(p, sizeof p, "%s/%s", dir, fmt);
+    snprintf(cmd, sizeof cmd, "'%s' convert '%s/shards' '%s' --format %s --shard-size 200k",
+             CHUTE_CLI, g_data, p, fmt);
+    CHECK(system(cmd) == 0, "%s failed", cmd);
+    CHECK_OK(same_as_without(p, CHUTE_SHUFFLE_GLOBAL));
+    return same_as_without(p, CHUTE_SHUFFLE_SHARDS);
+}
+
+TEST(tfrecord_identical)
 {
     NEED_DATA();
-    char dir[4096], cmd[12288], p[4200];
-    unit_scratch("tfrecord_wds", dir, sizeof dir);
-    static const char *const fmts[] = {"tfrecord", "wds"};
-    for (int k = 0; k < 2; k++) {
-        snprintf(p, sizeof p, "%s/%s", dir, fmts[k]);
-        snprintf(cmd, sizeof cmd, "'%s' convert '%s/shards' '%s' --format %s --shard-size 200k",
-                 CHUTE_CLI, g_data, p, fmts[k]);
-        CHECK(system(cmd) == 0, "%s failed", cmd);
-        CHECK_OK(same_as_without(p, CHUTE_SHUFFLE_GLOBAL));
-        CHECK_OK(same_as_without(p, CHUTE_SHUFFLE_SHARDS));
-    }
-    return 0;
+    return converted_identical("tfrecord");
+}
+
+TEST(wds_identical)
+{
+    NEED_DATA();
+    return converted_identical("wds");
 }
 
 /* Resuming mid-epoch, and restarting an epoch while reads are in flight
