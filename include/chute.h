@@ -377,6 +377,15 @@ typedef struct chute_loader_options {
      * found)").  See "CUDA batches" below chute_batch_view.  The string is
      * read during chute_loader_create only. */
     const char *device;
+    /* Read-ahead (0, the default: off): up to this many samples of this
+     * rank's epoch order are read ahead of the workers into a pool of as
+     * many buffers (each at most max_sample_bytes), so decode threads find
+     * their bytes ready instead of waiting on storage; reads in flight are
+     * min(readahead, 64).  Formats without a locator (format.h) read as
+     * before.  Output is identical with or without it; I/O errors are
+     * retried and fail exactly as without it.  docs/DESIGN.md "Read-ahead"
+     * says how to size it (in flight = throughput x latency). */
+    uint32_t readahead;
 } chute_loader_options;
 
 typedef struct chute_loader chute_loader;

@@ -309,6 +309,9 @@ class Loader:
             drawn fresh per (seed, epoch, sample), and every batch is bit-identical to
             a run without the cache (see chute.h).  stats(): cache_hits, cache_misses,
             cache_bytes, cache_entries.
+        readahead: samples read ahead of the workers in the sampler's order, 0 = off
+            (default).  Hides storage latency (cold page cache, network) from the
+            decode threads; batches are identical either way (docs/DESIGN.md).
 
     Memory lifetime: a tensor from a batch keeps the batch's buffer alive —
     across iterations, epochs, and even after the loader is closed or freed —
@@ -377,6 +380,7 @@ class Loader:
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache_bytes: int = 0,
         cache_block_bytes: int = 0,
+        readahead: int = _default("readahead"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -506,6 +510,7 @@ class Loader:
             fields=None if fields is None else _names_list("fields", fields),
             decoded_cache_bytes=_opt("decoded_cache_bytes", decoded_cache_bytes),
             device=device,
+            readahead=_opt("readahead", readahead),
         )
         self.device = device or "cpu"
         self.fields_requested: Tuple[str, ...] = (

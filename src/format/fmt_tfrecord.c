@@ -797,6 +797,50 @@ static int tfr_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_r
     return CHUTE_OK;
 }
 
+/* Read-ahead (format.h): the whole framed record; from_bytes checks both
+ * CRCs and walks the Example as read() does. */
+static int tfr_locate(const chute_dataset *ds, uint64_t i, ch_locator *out, chute_error *err)
+{
+    const tfr_impl *t = ds->impl;
+    const tfr_sample *s = &t->samples[i];
+    const ch_ds_file *f = &t->files[s->file];
+    if (t->inflated && t->inflated[s->file])
+        return CH_LOC_NONE; /* read from a local copy, not through ds->src */
+    void *h = NULL;
+    int transient = 0;
+    int rc = ch_fcache_acquire((ch_fcache *)&t->fc, s->file, &h, &transient, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    out->h = h;
+    out->path = f->path;
+    out->off = s->offset;
+    out->len = s->length + FMT_TFR_OVERHEAD;
+    out->file = s->file;
+    out->pin = (uint32_t)transient;
+    return CHUTE_OK;
+}
+
+/* The handle tfr_locate took from the open-file cache goes back. */
+static void tfr_unlocate(const chute_dataset *ds, ch_locator *loc)
+{
+    const tfr_impl *t = ds->impl;
+    ch_fcache_release((ch_fcache *)&t->fc, (uint32_t)loc->file, loc->h, (int)loc->pin);
+    loc->h = NULL;
+}
+
+static int tfr_from_bytes(const chute_dataset *ds, uint64_t i, const uint8_t *raw, size_t len,
+                          const uint8_t **out, size_t *out_len, chute_error *err)
+{
+    const tfr_impl *t = ds->impl;
+    const tfr_sample *s = &t->samples[i];
+    const ch_ds_file *f = &t->files[s->file];
+    if (len != s->length + FMT_TFR_OVERHEAD)
+        return ch_err(err, CHUTE_EIO, "%s@%llu: read %zu bytes of a %llu-byte record", f->path,
+                      (unsigned long long)s->offset, len,
+                      (unsigned long long)(s->length + FMT_TFR_OVERHEAD));
+    return parse_record(t, f->path, s->offset, s->length, raw, out, out_len, NULL, err);
+}
+
 const ch_format_ops ch_format_tfrecord = {
     .version = CH_FORMAT_OPS_VERSION,
     .name = "tfrecord",
@@ -809,4 +853,7 @@ const ch_format_ops ch_format_tfrecord = {
     .close = tfr_close,
     .unit_of = tfr_unit_of,
     .read_fields = tfr_read_fields,
+    .locate = tfr_locate,
+    .unlocate = tfr_unlocate,
+    .from_bytes = tfr_from_bytes,
 };

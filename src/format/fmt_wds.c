@@ -566,6 +566,51 @@ static int wds_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_r
     return CHUTE_OK;
 }
 
+/* Read-ahead (format.h): the image member's bytes.  A sample found bad at
+ * open has none: the worker's read reports why. */
+static int wds_locate(const chute_dataset *ds, uint64_t i, ch_locator *out, chute_error *err)
+{
+    const wds_impl *t = ds->impl;
+    const wds_sample *s = &t->samples[i];
+    const ch_ds_file *f = &t->files[s->file];
+    if (s->bad)
+        return CH_LOC_NONE;
+    void *h = NULL;
+    int transient = 0;
+    int rc = ch_fcache_acquire((ch_fcache *)&t->fc, s->file, &h, &transient, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    out->h = h;
+    out->path = f->path;
+    out->off = s->offset;
+    out->len = s->size;
+    out->file = s->file;
+    out->pin = (uint32_t)transient;
+    return CHUTE_OK;
+}
+
+/* The handle wds_locate took from the open-file cache goes back. */
+static void wds_unlocate(const chute_dataset *ds, ch_locator *loc)
+{
+    const wds_impl *t = ds->impl;
+    ch_fcache_release((ch_fcache *)&t->fc, (uint32_t)loc->file, loc->h, (int)loc->pin);
+    loc->h = NULL;
+}
+
+static int wds_from_bytes(const chute_dataset *ds, uint64_t i, const uint8_t *raw, size_t len,
+                          const uint8_t **out, size_t *out_len, chute_error *err)
+{
+    const wds_impl *t = ds->impl;
+    const wds_sample *s = &t->samples[i];
+    if (len != s->size)
+        return ch_err(err, CHUTE_EIO, "%s@%llu: read %zu bytes of a %llu-byte member",
+                      t->files[s->file].path, (unsigned long long)s->offset, len,
+                      (unsigned long long)s->size);
+    *out = raw;
+    *out_len = len;
+    return CHUTE_OK;
+}
+
 const ch_format_ops ch_format_wds = {
     .version = CH_FORMAT_OPS_VERSION,
     .name = "wds",
@@ -578,4 +623,7 @@ const ch_format_ops ch_format_wds = {
     .close = wds_close,
     .unit_of = wds_unit_of,
     .read_fields = wds_read_fields,
+    .locate = wds_locate,
+    .unlocate = wds_unlocate,
+    .from_bytes = wds_from_bytes,
 };

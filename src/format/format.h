@@ -23,6 +23,8 @@
 
 #define CH_FORMAT_OPS_VERSION 3
 
+struct ch_locator;
+
 /* How sure a probe is that a path holds its format (0 = not this one). */
 enum {
     CH_PROBE_NO = 0,
@@ -90,7 +92,41 @@ typedef struct ch_format_ops {
      * max_bytes. */
     int (*read_fields)(const chute_dataset *ds, uint64_t i, const ch_field_req *req, size_t nreq,
                        ch_buf *scratch, uint64_t max_bytes, chute_error *err);
+    /* --- read-ahead (src/pipeline/readahead.c), optional: NULL in locate
+     * means the format gets no read-ahead and workers read as always. ---
+     * locate: where sample i's bytes are, without reading them: fills
+     *   *out (ch_locator below) and returns CHUTE_OK, or CH_LOC_NONE when
+     *   this sample has no plain byte range (a sample already known to be
+     *   bad: the worker's own read reports why), or an error (opening a
+     *   file).  Called from the read-ahead threads, concurrently.
+     * unlocate (may be NULL): give back what locate took (a pinned handle).
+     * from_bytes: the sample's bytes out of the located range raw[len]
+     *   (exactly what the source returned), checked as read() checks them
+     *   (CRC, framing), with the same messages: *out points into raw (no
+     *   copy).  Called from workers, concurrently.  With these, reading the
+     *   locator's range and calling from_bytes is read() split in two. */
+    int (*locate)(const chute_dataset *ds, uint64_t i, struct ch_locator *out, chute_error *err);
+    void (*unlocate)(const chute_dataset *ds, struct ch_locator *loc);
+    int (*from_bytes)(const chute_dataset *ds, uint64_t i, const uint8_t *raw, size_t len,
+                      const uint8_t **out, size_t *out_len, chute_error *err);
 } ch_format_ops;
+
+/* Where a sample's bytes live (see locate above).  h is the source's handle
+ * for the file (valid until unlocate), or NULL: then the range is the whole
+ * file at `path` (len CH_LOC_WHOLE), read with the source's read_file.
+ * `file` numbers the format's files (neighbours: same file, adjacent
+ * ranges); `pin` and `path_buf` are the format's. */
+#define CH_LOC_NONE 101
+#define CH_LOC_WHOLE UINT64_MAX
+#define CH_LOC_PATH 4096
+typedef struct ch_locator {
+    void *h;
+    const char *path;         /* for messages; the file when h is NULL */
+    uint64_t off, len;
+    uint64_t file;
+    uint32_t pin;
+    char path_buf[CH_LOC_PATH];
+} ch_locator;
 
 struct chute_dataset {
     const ch_format_ops *fmt;

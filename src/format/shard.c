@@ -1142,6 +1142,53 @@ static int shards_probe(const ch_source_ops *src, const char *path, int is_dir, 
     return CH_PROBE_CERTAIN;
 }
 
+/* Read-ahead (format.h): the record's bytes, its handle pinned while the
+ * read is in flight (the open-file cache must not close it under us). */
+static int shards_locate(const chute_dataset *ds, uint64_t i, ch_locator *out, chute_error *err)
+{
+    shards_impl *s = ds->impl;
+    uint32_t k = s->sample_shard[i];
+    const shard_file *sf = &s->shards[k];
+    const ch_shard_entry *e = &sf->ix.entries[i - s->shard_first[k]];
+    int transient = 0;
+    void *h = NULL;
+    int rc = ch_fcache_acquire(&s->cache, k, &h, &transient, err);
+    if (rc)
+        return rc;
+    out->h = h;
+    out->path = sf->path;
+    out->off = e->offset;
+    out->len = e->length;
+    out->file = k;
+    out->pin = (uint32_t)transient;
+    return CHUTE_OK;
+}
+
+static void shards_unlocate(const chute_dataset *ds, ch_locator *loc)
+{
+    ch_fcache_release(&((shards_impl *)ds->impl)->cache, (uint32_t)loc->file, loc->h, (int)loc->pin);
+    loc->h = NULL;
+}
+
+static int shards_from_bytes(const chute_dataset *ds, uint64_t i, const uint8_t *raw, size_t len,
+                             const uint8_t **out, size_t *out_len, chute_error *err)
+{
+    const shard_file *sf;
+    const ch_shard_entry *e;
+    uint64_t local;
+    locate(ds, i, &sf, &e, &local);
+    if (len != e->length)
+        return ch_err(err, CHUTE_EIO, "%s@%llu: record %llu: read %zu bytes, expected %u",
+                      sf->path, (unsigned long long)e->offset, (unsigned long long)local, len,
+                      e->length);
+    if (ch_crc32(raw, e->length) != e->crc32)
+        return ch_err(err, CHUTE_ECORRUPT, "%s@%llu: record %llu (%s) fails its checksum", sf->path,
+                      (unsigned long long)e->offset, (unsigned long long)local, sf->ix.names[local]);
+    *out = raw;
+    *out_len = len;
+    return CHUTE_OK;
+}
+
 const ch_format_ops ch_format_shards = {
     .version = CH_FORMAT_OPS_VERSION,
     .name = "shards",
@@ -1153,4 +1200,7 @@ const ch_format_ops ch_format_shards = {
     .file_of = shards_file_of,
     .close = shards_close,
     .unit_of = shards_unit_of,
+    .locate = shards_locate,
+    .unlocate = shards_unlocate,
+    .from_bytes = shards_from_bytes,
 };

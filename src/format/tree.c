@@ -479,6 +479,29 @@ static int tree_open(chute_dataset *ds, const char *root, const chute_dataset_op
     return CHUTE_OK;
 }
 
+/* Read-ahead (format.h): the whole file, read by path. */
+static int tree_locate(const chute_dataset *ds, uint64_t i, ch_locator *out, chute_error *err)
+{
+    if (tree_path(ds, i, out->path_buf, sizeof out->path_buf) != 0)
+        return ch_err(err, CHUTE_EINVAL, "sample %llu: path too long", (unsigned long long)i);
+    out->h = NULL;
+    out->path = out->path_buf;
+    out->off = 0;
+    out->len = CH_LOC_WHOLE;
+    out->file = i;
+    out->pin = 0;
+    return CHUTE_OK;
+}
+
+static int tree_from_bytes(const chute_dataset *ds, uint64_t i, const uint8_t *raw, size_t len,
+                           const uint8_t **out, size_t *out_len, chute_error *err)
+{
+    (void)ds, (void)i, (void)err;
+    *out = raw;
+    *out_len = len;
+    return CHUTE_OK;
+}
+
 const ch_format_ops ch_format_tree = {
     .version = CH_FORMAT_OPS_VERSION,
     .name = "tree",
@@ -490,4 +513,6 @@ const ch_format_ops ch_format_tree = {
     .file_of = tree_describe,
     .close = tree_close,
     .skipped = tree_skipped,
+    .locate = tree_locate,
+    .from_bytes = tree_from_bytes,
 };

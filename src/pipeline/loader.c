@@ -69,6 +69,7 @@
 #include "../cuda/cuda_loader.h"
 #include "sampler.h"
 #include "dcache.h"
+#include "readahead.h"
 
 #include <errno.h>
 #include <math.h>
@@ -121,6 +122,7 @@ typedef struct worker {
     ch_decoder *dec;
     ch_worker_stats *stats;
     ch_hist read_lat;         /* this worker's read latencies (its own writer) */
+    uint64_t ra_task;         /* task whose read-ahead bytes are still to take, or UINT64_MAX */
 } worker;
 
 /* One delivered typed field: where it lives in a slot. */
@@ -184,6 +186,7 @@ struct chute_loader {
     lfield lf[CH_FIELD_MAX];
     ch_dcache *dc;            /* decoded-sample cache, NULL when off (lock-free; dcache.c) */
     ch_cuda_loader *gpu;      /* device "cuda[:N]": the device side (src/cuda/), else NULL */
+    ch_ra *ra;                /* read-ahead (readahead.c), NULL when off */
 };
 
 /* ------------------------------------------------------------------ */
@@ -296,8 +299,8 @@ static int cache_hit(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, ch
  * must make it as without a cache (the decoder is then ready again, as
  * begin() left it); or an error. */
 static int cache_frame(chute_loader *ld, worker *w, uint64_t idx, const ch_image_info *info,
-                       size_t len, const ch_crop *crop, uint32_t denom, uint8_t *dst,
-                       chute_error *err)
+                       const uint8_t *enc, size_t len, const ch_crop *crop, uint32_t denom,
+                       uint8_t *dst, chute_error *err)
 {
     double m = train_min_side(info->width, info->height, ld->o.scale_min_pct / 100.0);
     uint32_t dc = dct_denom(ld, info->caps, m, m);
@@ -317,7 +320,7 @@ static int cache_frame(chute_loader *ld, worker *w, uint64_t idx, const ch_image
     if (rc != CHUTE_OK || img.x != 0 || img.y != 0 || img.w != sw || img.h != sh) {
         ch_dcache_abandon(ld->dc, idx);
         ch_image_info again;
-        rc = ch_decoder_begin(w->dec, w->rbuf.data, len, ld->o.max_pixels, &again, err);
+        rc = ch_decoder_begin(w->dec, enc, len, ld->o.max_pixels, &again, err);
         return rc == CHUTE_OK ? DC_MISS : rc;
     }
     uint8_t *out = (uint8_t *)ch_dcache_data(e);
@@ -343,7 +346,7 @@ static int cache_frame(chute_loader *ld, worker *w, uint64_t idx, const ch_image
         return rc;
     }
     ch_image_info again;
-    rc = ch_decoder_begin(w->dec, w->rbuf.data, len, ld->o.max_pixels, &again, err);
+    rc = ch_decoder_begin(w->dec, enc, len, ld->o.max_pixels, &again, err);
     return rc == CHUTE_OK ? DC_MISS : rc;
 }
 
@@ -358,9 +361,32 @@ static void cache_sample(chute_loader *ld, uint64_t idx, const uint8_t *dst)
     ch_dcache_publish(ld->dc, idx, e);
 }
 
-static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, chute_error *err)
+/* Sample idx's encoded bytes: from the read-ahead when this is the task's
+ * first read and its bytes were read ahead (checked by the format's
+ * from_bytes), else read into the worker's buffer as always.  A failed
+ * read-ahead read is returned as this (first) attempt's result. */
+static int read_bytes(chute_loader *ld, worker *w, uint64_t idx, const uint8_t **bytes,
+                      size_t *len, chute_error *err)
 {
     const chute_dataset *ds = ld->ds;
+    if (ld->ra && w->ra_task != UINT64_MAX) {
+        uint64_t t = w->ra_task;
+        w->ra_task = UINT64_MAX;
+        const uint8_t *raw = NULL;
+        size_t rl = 0;
+        int rc = ch_ra_take(ld->ra, t, &raw, &rl, err);
+        if (rc == CHUTE_OK)
+            return ds->fmt->from_bytes(ds, idx, raw, rl, bytes, len, err);
+        if (rc != CH_RA_MISS)
+            return rc;
+    }
+    int rc = ch_ds_read_buf(ds, idx, &w->rbuf, ld->o.max_sample_bytes, len, err);
+    *bytes = w->rbuf.data;
+    return rc;
+}
+
+static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, chute_error *err)
+{
     ch_worker_stats *st = w->stats;
     if (ld->dc) {
         int hrc = cache_hit(ld, w, idx, dst, err);
@@ -370,7 +396,8 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     }
     uint64_t t0 = ch_now_ns();
     size_t len = 0;
-    int rc = ch_ds_read_buf(ds, idx, &w->rbuf, ld->o.max_sample_bytes, &len, err);
+    const uint8_t *bytes = NULL;
+    int rc = read_bytes(ld, w, idx, &bytes, &len, err);
     if (rc != CHUTE_OK)
         return rc;
     uint64_t t1 = ch_now_ns();
@@ -378,7 +405,7 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     ch_hist_add(&w->read_lat, t1 - t0);
 
     ch_image_info info;
-    rc = ch_decoder_begin(w->dec, w->rbuf.data, len, ld->o.max_pixels, &info, err);
+    rc = ch_decoder_begin(w->dec, bytes, len, ld->o.max_pixels, &info, err);
     if (rc != CHUTE_OK)
         return rc;
     ch_crop crop;
@@ -393,7 +420,7 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     }
     uint32_t denom = dct_denom(ld, info.caps, crop.x1 - crop.x0, crop.y1 - crop.y0);
     if (ld->dc && ld->o.transform == CHUTE_TRANSFORM_TRAIN) {
-        rc = cache_frame(ld, w, idx, &info, len, &crop, denom, dst, err);
+        rc = cache_frame(ld, w, idx, &info, bytes, len, &crop, denom, dst, err);
         if (rc != DC_MISS)
             return rc;
     }
@@ -583,6 +610,7 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
     uint8_t *dst = s->data + pos * ld->sample_bytes;
     chute_error err = {0};
     int rc = make_sample(ld, w, idx, dst, s, pos, gen, &err);
+    w->ra_task = UINT64_MAX; /* replacements read for themselves */
     uint64_t used = idx;
     if (rc != CHUTE_OK) {
         char where[512];
@@ -668,7 +696,10 @@ static void *worker_main(void *arg)
                     ch_cuda_loader_host_wait(ld->gpu, s->handle.index);
                 cur_seq = seq;
             }
+            w->ra_task = ld->ra ? t : UINT64_MAX;
             run_task(ld, w, s, seq, t % B, gen);
+            if (ld->ra)
+                ch_ra_done(ld->ra, t);
         }
 
         pthread_mutex_lock(&ld->mu);
@@ -990,6 +1021,12 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
             return rc;
         }
     }
+    rc = ch_ra_create(&ld->ra, ds, &ld->sampler, o->readahead, o->max_sample_bytes, &ld->next_task,
+                      err);
+    if (rc != CHUTE_OK) {
+        chute_loader_destroy(ld);
+        return rc;
+    }
     ld->nworkers = o->workers;
     ld->workers = calloc(ld->nworkers, sizeof *ld->workers);
     ld->wstats = ch_aligned_alloc(CH_CACHELINE, ld->nworkers * sizeof *ld->wstats);
@@ -1034,8 +1071,10 @@ static void cancel_run_locked(chute_loader *ld)
     atomic_store_explicit(&ld->cancel_gen, ld->gen, memory_order_release);
     pthread_cond_broadcast(&ld->slot_cv);
     pthread_cond_broadcast(&ld->work_cv);
+    ch_ra_cancel(ld->ra); /* wakes workers waiting for a read-ahead read */
     while (ld->active > 0)
         pthread_cond_wait(&ld->idle_cv, &ld->mu);
+    ch_ra_quiesce(ld->ra);
     for (uint32_t i = 0; i < ld->nslots; i++)
         if (ld->slots[i].state == SLOT_FILLING || ld->slots[i].state == SLOT_READY)
             ld->slots[i].state = SLOT_FREE;
@@ -1085,6 +1124,7 @@ static void free_memory(chute_loader *ld)
 
 static void destroy_in_child(chute_loader *ld)
 {
+    ch_ra_free_forked(ld->ra);
     free_memory(ld);
     free(ld);
 }
@@ -1107,6 +1147,8 @@ void chute_loader_destroy(chute_loader *ld)
             if (ld->workers[i].started)
                 pthread_join(ld->workers[i].thread, NULL);
     }
+    ch_ra_destroy(ld->ra);
+    ld->ra = NULL;
     free_memory(ld);
     pthread_mutex_destroy(&ld->mu);
     pthread_cond_destroy(&ld->work_cv);
@@ -1130,6 +1172,7 @@ static void start_locked(chute_loader *ld, uint64_t epoch, uint64_t start_batch)
     uint64_t end = CH_MIN(ld->nbatches * B, per);
     ld->total_tasks = end > start_batch * B ? end - start_batch * B : 0;
     atomic_store(&ld->next_task, 0);
+    ch_ra_start(ld->ra, start_batch * B, ld->total_tasks);
     ld->running = 1;
     ld->errmsg[0] = '\0';
     pthread_cond_broadcast(&ld->work_cv);
@@ -1424,4 +1467,9 @@ int chute_batch_use_stream(chute_batch *b, void *cuda_stream)
     if (rc == CHUTE_OK)
         ch_cuda_loader_set_release_stream(ld->gpu, b->index, cuda_stream);
     return rc;
+}
+
+void ch_loader_ra_stats(const chute_loader *ld, ch_ra_stats *out)
+{
+    ch_ra_get_stats(ld ? ld->ra : NULL, out);
 }

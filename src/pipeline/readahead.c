@@ -1,0 +1,453 @@
+/*
+ * readahead.c — keep reads in flight ahead of the decode workers.
+ *
+ * Why.  A worker that reads its own sample blocks for the storage's
+ * latency: on a cold page cache that is a disk seek per sample, behind
+ * HTTP or S3 a round trip of milliseconds.  With W workers at most W reads
+ * are in flight, so throughput = W / latency (Little's law) and the only
+ * lever was more threads than cores.  But the order is no secret: the
+ * sampler fixed this rank's whole epoch at set_epoch.  So this stage walks
+ * the order ahead of the workers — the sampler knows positions, the format
+ * knows locators (format.h: locate), the source knows bytes — and keeps up
+ * to `depth` samples read or being read into a fixed pool of buffers.  A
+ * worker then finds its bytes ready and only decodes.
+ *
+ * Shape.  The pool has `depth` buffers; task t (the loader's task number,
+ * sample sampler[base + t]) may only use buffer t % depth, and only after
+ * task t - depth released it.  Each buffer has one atomic word, (turn,
+ * state): `turn` is the task it serves now, state FREE (nobody started),
+ * ISSUED (a read is in flight), READY (bytes or an error are there), BUSY
+ * (a worker owns it) or GONE (its worker finished before the read did: the
+ * reader frees it on completion).  Every change is a compare-and-swap on
+ * that word, so a read-ahead thread and a worker can never both own task
+ * t: if the worker comes first it takes FREE -> BUSY and reads the sample
+ * itself, as without read-ahead; if the reader comes first it takes FREE
+ * -> ISSUED and the worker waits for READY (the read is already under
+ * way: a second one would only compete with it).  The reader never starts
+ * a task that workers have already claimed (it skips below `claimed`).
+ * Depth therefore bounds both memory (depth buffers, each grown once to
+ * the largest sample it held, never past max_sample_bytes: no allocation
+ * per sample once warm) and how far reads run ahead of decoding.
+ *
+ * Engine.  Reads are issued by `threads` = min(depth, 64) reader threads,
+ * each a blocking read_at (or read_file for formats whose locator is a
+ * whole file) through the dataset's source: any source works, local or
+ * remote, and reads in flight = threads.  (An asynchronous submit/poll
+ * engine — io_uring locally, curl multi remotely — would do the same with
+ * one thread; it is not written yet.)
+ *
+ * Correctness never depends on this stage.  A sample without a locator
+ * (CH_LOC_NONE), over the size limit, or one the dataset's test fault
+ * injection targets is handed back as CH_RA_MISS and read by its worker
+ * as always.  A read that fails hands its status and message to the
+ * worker as the result of its first read attempt; the loader's retries
+ * (ordinary reads) and its final failure are exactly those of a run
+ * without read-ahead.  Content checks (CRCs, framing) run in the worker
+ * through the format's from_bytes, with read()'s messages.
+ *
+ * Waiting.  The hot path (a READY buffer) takes no lock.  Anyone who must
+ * wait (a worker for an in-flight read, a reader for a buffer still in
+ * use) counts itself in `waiters` under `mu` and sleeps on `cv`; whoever
+ * changes a word broadcasts only when `waiters` is nonzero (seq_cst on
+ * both sides, so no wakeup is lost).
+ *
+ * Runs.  ch_ra_cancel bumps `gen`: readers stop after their current read,
+ * waiting workers return CH_RA_MISS.  ch_ra_quiesce waits until no reader
+ * is inside a run, so ch_ra_start may reset the words and the loader may
+ * rewrite the sampler's order.
+ */
+#define _GNU_SOURCE
+#include "readahead.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define RA_MAX_THREADS 64u
+
+enum { ST_FREE = 0, ST_ISSUED, ST_READY, ST_BUSY, ST_GONE };
+#define WORD(turn, st) (((uint64_t)(turn) << 3) | (uint64_t)(st))
+#define TURN(w) ((w) >> 3)
+#define STATE(w) ((int)((w) & 7u))
+
+typedef struct ra_buf {
+    _Atomic uint64_t word;
+    ch_buf data;              /* owned by whoever owns the word (ISSUED: its reader) */
+    size_t len;               /* bytes of the sample (READY) */
+    int rc;                   /* READY: CHUTE_OK, CH_RA_MISS or the read's error */
+    chute_error err;          /* the read's message when rc is an error */
+    ch_locator loc;           /* the reader's scratch */
+} ra_buf;
+
+typedef struct ra_thread {
+    ch_ra *ra;
+    pthread_t thread;
+    int started;
+} ra_thread;
+
+struct ch_ra {
+    const chute_dataset *ds;
+    const ch_sampler *sampler;
+    const _Atomic uint64_t *claimed;
+    uint64_t max_bytes;
+    uint32_t depth;
+    ra_buf *bufs;
+    uint32_t nthreads;
+    ra_thread *threads;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* a word changed, or gen changed */
+    pthread_cond_t run_cv;    /* readers: a run started, or shutdown */
+    pthread_cond_t idle_cv;   /* quiesce: busy reached 0 */
+    _Atomic uint32_t waiters; /* sleepers on cv */
+    _Atomic uint64_t gen;     /* changed by start and cancel */
+    int running;              /* (mu) */
+    int shutdown;             /* (mu) */
+    uint32_t busy;            /* (mu) readers inside a run */
+    uint64_t base, total;     /* set while readers are idle */
+    _Atomic uint64_t cursor;  /* next task a reader looks at */
+
+    _Atomic uint64_t hits, misses, failed, pool_bytes;
+};
+
+static void wake(ch_ra *ra)
+{
+    if (atomic_load(&ra->waiters) > 0) {
+        pthread_mutex_lock(&ra->mu);
+        pthread_cond_broadcast(&ra->cv);
+        pthread_mutex_unlock(&ra->mu);
+    }
+}
+
+/* Sleep until buffer b's word differs from `seen` or gen moves on. */
+static void wait_change(ch_ra *ra, ra_buf *b, uint64_t seen, uint64_t gen)
+{
+    pthread_mutex_lock(&ra->mu);
+    atomic_fetch_add(&ra->waiters, 1);
+    while (atomic_load(&b->word) == seen && atomic_load(&ra->gen) == gen && !ra->shutdown)
+        pthread_cond_wait(&ra->cv, &ra->mu);
+    atomic_fetch_sub(&ra->waiters, 1);
+    pthread_mutex_unlock(&ra->mu);
+}
+
+static void ra_sleep_us(uint32_t us)
+{
+    struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* The reader's part for task t, whose buffer it now owns (ISSUED). */
+static void read_task(ch_ra *ra, ra_buf *b, uint64_t t)
+{
+    const chute_dataset *ds = ra->ds;
+    uint64_t idx = ch_sampler_get(ra->sampler, ra->base + t);
+    b->rc = CH_RA_MISS;
+    b->len = 0;
+    /* The dataset's test faults are injected in ch_ds_read: leave the
+     * target to its worker so they count exactly as without read-ahead. */
+    if (idx == ds->inject_sample && atomic_load_explicit(&ds->inject_left, memory_order_relaxed))
+        return;
+    ch_locator *loc = &b->loc;
+    chute_error err = {0};
+    int rc = ds->fmt->locate(ds, idx, loc, &err);
+    if (rc == CH_LOC_NONE)
+        return;
+    if (rc == CHUTE_OK) {
+        if (ds->read_delay_us)
+            ra_sleep_us(ds->read_delay_us);
+        if (loc->h) {
+            if (loc->len <= ra->max_bytes) {
+                size_t before = b->data.cap;
+                if (ch_buf_reserve(&b->data, (size_t)loc->len) != CHUTE_OK) {
+                    rc = CH_RA_MISS; /* the worker's own read reports memory */
+                } else {
+                    atomic_fetch_add(&ra->pool_bytes, b->data.cap - before);
+                    rc = ds->src->read_at(loc->h, loc->path, loc->off, b->data.data,
+                                          (size_t)loc->len, &err);
+                    b->len = (size_t)loc->len;
+                }
+            } else {
+                rc = CH_RA_MISS; /* over the limit: the worker says so */
+            }
+        } else {
+            size_t cap = b->data.cap < ra->max_bytes ? b->data.cap : (size_t)ra->max_bytes;
+            size_t need = 0;
+            rc = cap ? ch_src_read_file(ds->src, loc->path, b->data.data, cap, &need, &err) : CH_ESMALL;
+            if (rc == CH_ESMALL && need <= ra->max_bytes) {
+                size_t before = b->data.cap;
+                if (ch_buf_reserve(&b->data, need ? need : 1) != CHUTE_OK) {
+                    rc = CH_RA_MISS;
+                } else {
+                    atomic_fetch_add(&ra->pool_bytes, b->data.cap - before);
+                    rc = ch_src_read_file(ds->src, loc->path, b->data.data, b->data.cap, &need, &err);
+                }
+            }
+            if (rc == CH_ESMALL)
+                rc = CH_RA_MISS; /* over the limit, or grew meanwhile: the worker's read */
+            b->len = need;
+        }
+        if (ds->fmt->unlocate)
+            ds->fmt->unlocate(ds, loc);
+    }
+    if (rc != CHUTE_OK && rc != CH_RA_MISS) {
+        b->err = err;
+        atomic_fetch_add_explicit(&ra->failed, 1, memory_order_relaxed);
+    }
+    b->rc = rc;
+}
+
+/* One reader's share of the current run (generation gen). */
+static void run_reader(ch_ra *ra, uint64_t gen)
+{
+    const uint64_t D = ra->depth;
+    for (;;) {
+        if (atomic_load(&ra->gen) != gen)
+            return;
+        uint64_t t = atomic_fetch_add(&ra->cursor, 1);
+        if (t >= ra->total)
+            return;
+        uint64_t c = atomic_load_explicit(ra->claimed, memory_order_relaxed);
+        if (t < c) {
+            /* Workers got here first: jump to where they are. */
+            uint64_t cur = t + 1;
+            while (cur < c && !atomic_compare_exchange_weak(&ra->cursor, &cur, c))
+                ;
+            continue;
+        }
+        ra_buf *b = &ra->bufs[t % D];
+        uint64_t w = atomic_load(&b->word);
+        while (TURN(w) < t) { /* buffer still serves task t - depth (or older) */
+            wait_change(ra, b, w, gen);
+            if (atomic_load(&ra->gen) != gen)
+                return;
+            w = atomic_load(&b->word);
+        }
+        if (w != WORD(t, ST_FREE) ||
+            !atomic_compare_exchange_strong(&b->word, &w, WORD(t, ST_ISSUED)))
+            continue; /* its worker took it */
+        read_task(ra, b, t);
+        uint64_t exp = WORD(t, ST_ISSUED);
+        if (!atomic_compare_exchange_strong(&b->word, &exp, WORD(t, ST_READY)))
+            atomic_store(&b->word, WORD(t + D, ST_FREE)); /* GONE: its worker is done */
+        wake(ra);
+    }
+}
+
+static void *reader_main(void *arg)
+{
+    ra_thread *th = arg;
+    ch_ra *ra = th->ra;
+    uint64_t done_gen = UINT64_MAX;
+    pthread_mutex_lock(&ra->mu);
+    for (;;) {
+        while (!ra->shutdown && !(ra->running && atomic_load(&ra->gen) != done_gen))
+            pthread_cond_wait(&ra->run_cv, &ra->mu);
+        if (ra->shutdown)
+            break;
+        uint64_t gen = atomic_load(&ra->gen);
+        ra->busy++;
+        pthread_mutex_unlock(&ra->mu);
+        run_reader(ra, gen);
+        pthread_mutex_lock(&ra->mu);
+        done_gen = gen;
+        if (--ra->busy == 0)
+            pthread_cond_broadcast(&ra->idle_cv);
+    }
+    pthread_mutex_unlock(&ra->mu);
+    return NULL;
+}
+
+int ch_ra_create(ch_ra **out, const chute_dataset *ds, const ch_sampler *sampler, uint32_t depth,
+                 uint64_t max_bytes, const _Atomic uint64_t *claimed, chute_error *err)
+{
+    *out = NULL;
+    if (depth == 0 || !ds->fmt->locate || !ds->fmt->from_bytes)
+        return CHUTE_OK;
+    ch_ra *ra = calloc(1, sizeof *ra);
+    if (!ra)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory for the read-ahead");
+    ra->ds = ds;
+    ra->sampler = sampler;
+    ra->claimed = claimed;
+    ra->max_bytes = max_bytes < SIZE_MAX / 2 ? max_bytes : SIZE_MAX / 2;
+    ra->depth = depth;
+    ra->nthreads = depth < RA_MAX_THREADS ? depth : RA_MAX_THREADS;
+    pthread_mutex_init(&ra->mu, NULL);
+    pthread_cond_init(&ra->cv, NULL);
+    pthread_cond_init(&ra->run_cv, NULL);
+    pthread_cond_init(&ra->idle_cv, NULL);
+    atomic_store(&ra->gen, 1);
+    ra->bufs = calloc(depth, sizeof *ra->bufs);
+    ra->threads = calloc(ra->nthreads, sizeof *ra->threads);
+    if (!ra->bufs || !ra->threads) {
+        ch_ra_destroy(ra);
+        return ch_err(err, CHUTE_ENOMEM, "out of memory for %u read-ahead buffers", depth);
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256u << 10); /* readers only call read paths */
+    for (uint32_t i = 0; i < ra->nthreads; i++) {
+        ra->threads[i].ra = ra;
+        int rc = pthread_create(&ra->threads[i].thread, &attr, reader_main, &ra->threads[i]);
+        if (rc != 0) {
+            pthread_attr_destroy(&attr);
+            ch_ra_destroy(ra);
+            return ch_err_errno(err, CHUTE_ENOMEM, rc, "cannot start read-ahead thread %u", i);
+        }
+        ra->threads[i].started = 1;
+    }
+    pthread_attr_destroy(&attr);
+    *out = ra;
+    return CHUTE_OK;
+}
+
+void ch_ra_destroy(ch_ra *ra)
+{
+    if (!ra)
+        return;
+    pthread_mutex_lock(&ra->mu);
+    ra->shutdown = 1;
+    atomic_fetch_add(&ra->gen, 1);
+    pthread_cond_broadcast(&ra->run_cv);
+    pthread_cond_broadcast(&ra->cv);
+    pthread_mutex_unlock(&ra->mu);
+    for (uint32_t i = 0; ra->threads && i < ra->nthreads; i++)
+        if (ra->threads[i].started)
+            pthread_join(ra->threads[i].thread, NULL);
+    for (uint32_t i = 0; ra->bufs && i < ra->depth; i++)
+        ch_buf_free(&ra->bufs[i].data);
+    free(ra->bufs);
+    free(ra->threads);
+    pthread_mutex_destroy(&ra->mu);
+    pthread_cond_destroy(&ra->cv);
+    pthread_cond_destroy(&ra->run_cv);
+    pthread_cond_destroy(&ra->idle_cv);
+    free(ra);
+}
+
+void ch_ra_start(ch_ra *ra, uint64_t base, uint64_t total)
+{
+    if (!ra)
+        return;
+    pthread_mutex_lock(&ra->mu);
+    ra->base = base;
+    ra->total = total;
+    for (uint32_t i = 0; i < ra->depth; i++)
+        atomic_store(&ra->bufs[i].word, WORD(i, ST_FREE));
+    atomic_store(&ra->cursor, 0);
+    atomic_fetch_add(&ra->gen, 1);
+    ra->running = 1;
+    pthread_cond_broadcast(&ra->run_cv);
+    pthread_mutex_unlock(&ra->mu);
+}
+
+void ch_ra_cancel(ch_ra *ra)
+{
+    if (!ra)
+        return;
+    pthread_mutex_lock(&ra->mu);
+    ra->running = 0;
+    atomic_fetch_add(&ra->gen, 1);
+    pthread_cond_broadcast(&ra->cv);
+    pthread_mutex_unlock(&ra->mu);
+}
+
+void ch_ra_quiesce(ch_ra *ra)
+{
+    if (!ra)
+        return;
+    pthread_mutex_lock(&ra->mu);
+    while (ra->busy > 0)
+        pthread_cond_wait(&ra->idle_cv, &ra->mu);
+    pthread_mutex_unlock(&ra->mu);
+}
+
+int ch_ra_take(ch_ra *ra, uint64_t t, const uint8_t **raw, size_t *len, chute_error *err)
+{
+    ra_buf *b = &ra->bufs[t % ra->depth];
+    uint64_t gen = atomic_load(&ra->gen);
+    for (;;) {
+        uint64_t w = atomic_load(&b->word);
+        if (TURN(w) > t)
+            break; /* cannot happen for a task being run; be safe */
+        if (TURN(w) == t) {
+            int st = STATE(w);
+            if (st == ST_FREE) {
+                if (atomic_compare_exchange_strong(&b->word, &w, WORD(t, ST_BUSY)))
+                    break; /* the reader has not come yet: read it yourself */
+                continue;
+            }
+            if (st == ST_READY) {
+                if (!atomic_compare_exchange_strong(&b->word, &w, WORD(t, ST_BUSY)))
+                    continue;
+                if (b->rc == CH_RA_MISS)
+                    break;
+                if (b->rc != CHUTE_OK) {
+                    if (err)
+                        *err = b->err;
+                    return b->rc;
+                }
+                atomic_fetch_add_explicit(&ra->hits, 1, memory_order_relaxed);
+                *raw = b->data.data;
+                *len = b->len;
+                return CHUTE_OK;
+            }
+            if (st != ST_ISSUED)
+                break; /* BUSY: taken already (a retry) */
+        }
+        /* In flight, or the buffer still serves an older task. */
+        if (atomic_load(&ra->gen) != gen)
+            break;
+        wait_change(ra, b, w, gen);
+        if (atomic_load(&ra->gen) != gen)
+            break;
+    }
+    atomic_fetch_add_explicit(&ra->misses, 1, memory_order_relaxed);
+    return CH_RA_MISS;
+}
+
+void ch_ra_done(ch_ra *ra, uint64_t t)
+{
+    ra_buf *b = &ra->bufs[t % ra->depth];
+    const uint64_t D = ra->depth;
+    for (;;) {
+        uint64_t w = atomic_load(&b->word);
+        if (TURN(w) != t)
+            return;
+        int st = STATE(w);
+        if (st == ST_GONE)
+            return;
+        uint64_t to = st == ST_ISSUED ? WORD(t, ST_GONE) : WORD(t + D, ST_FREE);
+        if (atomic_compare_exchange_strong(&b->word, &w, to))
+            break;
+    }
+    wake(ra);
+}
+
+void ch_ra_get_stats(const ch_ra *ra, ch_ra_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!ra)
+        return;
+    ch_ra *m = (ch_ra *)ra; /* atomics only */
+    out->hits = atomic_load(&m->hits);
+    out->misses = atomic_load(&m->misses);
+    out->failed = atomic_load(&m->failed);
+    out->pool_bytes = atomic_load(&m->pool_bytes);
+    out->depth = ra->depth;
+    out->threads = ra->nthreads;
+}
+
+void ch_ra_free_forked(ch_ra *ra)
+{
+    if (!ra)
+        return;
+    for (uint32_t i = 0; ra->bufs && i < ra->depth; i++)
+        ch_buf_free(&ra->bufs[i].data);
+    free(ra->bufs);
+    free(ra->threads);
+    free(ra);
+}
