@@ -288,7 +288,7 @@ def http(ctx):
             ctx.check("CHUTE_EUNSUPPORTED" in p.err and "no directory listing" in p.err
                       and base + rel.rstrip("/") in p.err, "%s over HTTP: %r" % (rel, p.err))
         p = ctx.run([ctx.dsinfo, base + "shards"], expect="nonzero")
-        ctx.check("CHUTE_ENOTFOUND" in p.err and "ends in '/'" in p.err,
+        ctx.check("CHUTE_ENOTFOUND" in p.err and "must end in '/'" in p.err,
                   "a directory URL without its '/': %r" % p.err)
     finally:
         srv.kill()

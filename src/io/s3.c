@@ -1013,7 +1013,7 @@ static int http_stat(const char *path, ch_stat *out, chute_error *err)
     if (rc == CHUTE_OK)
         out->type = CH_ENT_FILE;
     else if (rc == CHUTE_ENOTFOUND && err)
-        ch_err(err, rc, "%s (a directory's URL ends in '/')", err->message);
+        ch_err(err, rc, "%s (if it is a directory, its URL must end in '/')", err->message);
     client_free(cl);
     return rc;
 }
