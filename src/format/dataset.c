@@ -144,8 +144,9 @@ static int hdf5_missing(const char *path, int is_dir, const char *name, chute_er
  * top, is an error listing every format and what its probe said. */
 static int pick_format(const ch_source_ops *src, const char *path, int is_dir,
                        const chute_dataset_options *opt, const ch_format_ops **out,
-                       chute_error *err)
+                       int *out_best, chute_error *err)
 {
+    *out_best = CH_PROBE_CERTAIN; /* a named format */
     static const char *const legacy[] = {NULL, "tree", "shards"};
     chute_source_kind kind = opt ? opt->kind : CHUTE_SOURCE_AUTO;
     const char *name = opt ? opt->format : NULL;
@@ -193,6 +194,24 @@ static int pick_format(const ch_source_ops *src, const char *path, int is_dir,
                       "%s: more than one format matches equally (%s): name one with the format "
                       "option",
                       path, tried);
+    *out_best = best;
+    return CHUTE_OK;
+}
+
+static int stop_at_first(void *user, const char *name, const ch_stat *st)
+{
+    (void)user, (void)name, (void)st;
+    return 1;
+}
+
+/* Only the fallback (a tree of files) matched a directory.  A source that
+ * cannot list (HTTP) could not have let any probe see inside it, so say
+ * that rather than failing later on a HEAD of the directory's URL. */
+static int fallback_needs_listing(const ch_source_ops *src, const char *dir, chute_error *err)
+{
+    chute_error e = {0};
+    if (src->list(dir, stop_at_first, NULL, &e) == CHUTE_EUNSUPPORTED)
+        return ch_err(err, CHUTE_EUNSUPPORTED, "%s", e.message);
     return CHUTE_OK;
 }
 
@@ -213,14 +232,30 @@ int ch_dataset_open_src(const ch_source_ops *src, const char *path,
     int rc = ch_src_stat(src, path, &st, err);
     if (rc != CHUTE_OK)
         return rc;
+    /* Strip trailing slashes so messages read "root/cls/x.jpg" -- and
+     * before probing: the probes join names onto the path, and on S3
+     * "prefix//manifest" is another key than "prefix/manifest". */
+    char *root = strdup(path);
+    if (!root)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    size_t n = strlen(root);
+    while (n > 1 && root[n - 1] == '/')
+        root[--n] = '\0';
     const ch_format_ops *fmt = NULL;
-    rc = pick_format(src, path, st.type == CH_ENT_DIR, opt, &fmt, err);
-    if (rc != CHUTE_OK)
+    int best;
+    rc = pick_format(src, root, st.type == CH_ENT_DIR, opt, &fmt, &best, err);
+    if (rc == CHUTE_OK && best == CH_PROBE_FALLBACK)
+        rc = fallback_needs_listing(src, root, err);
+    if (rc != CHUTE_OK) {
+        free(root);
         return rc;
+    }
     chute_dataset_options zero = {0};
     chute_dataset *ds = calloc(1, sizeof *ds);
-    if (!ds)
+    if (!ds) {
+        free(root);
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    }
     ds->src = src;
     if (opt && opt->cache_dir) {
         ch_cache_options co = {.dir = opt->cache_dir, .bytes = opt->cache_bytes,
@@ -233,15 +268,8 @@ int ch_dataset_open_src(const ch_source_ops *src, const char *path,
         ds->src = ch_cache_source(ds->cache);
     }
     ds->fmt = fmt;
-    ds->root = strdup(path);
-    /* Strip trailing slashes so messages read "root/cls/x.jpg". */
-    size_t n = ds->root ? strlen(ds->root) : 0;
-    while (n > 1 && ds->root[n - 1] == '/')
-        ds->root[--n] = '\0';
-    if (!ds->root)
-        rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
-    else
-        rc = fmt->open(ds, ds->root, opt ? opt : &zero, err);
+    ds->root = root;
+    rc = fmt->open(ds, ds->root, opt ? opt : &zero, err);
     if (rc != CHUTE_OK) {
         ch_dataset_free_fields(ds);
         free(ds);

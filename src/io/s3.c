@@ -1021,6 +1021,16 @@ static int http_stat(const char *path, ch_stat *out, chute_error *err)
     char url[URL_MAX];
     client *cl = NULL;
     memset(out, 0, sizeof *out);
+    /* HTTP has no directories: a URL ending in '/' is one by how it is
+     * written, and a HEAD of it tells nothing (servers answer it with an
+     * index page, 403 or 404).  What lies inside is found by name: a
+     * shard directory's manifest; other formats need a listing and fail
+     * in list with a message saying so. */
+    size_t pl = strlen(path);
+    if (pl && path[pl - 1] == '/') {
+        out->type = CH_ENT_DIR;
+        return CHUTE_OK;
+    }
     int rc = resolve(path, &c, url, sizeof url, err);
     if (rc == CHUTE_OK)
         rc = client_new(&c, path, &cl, err);
@@ -1028,7 +1038,9 @@ static int http_stat(const char *path, ch_stat *out, chute_error *err)
     if (rc == CHUTE_OK)
         rc = head(cl, url, path, &out->size, &out->mtime_ns, err);
     if (rc == CHUTE_OK)
-        out->type = path[strlen(path) - 1] == '/' ? CH_ENT_DIR : CH_ENT_FILE;
+        out->type = CH_ENT_FILE;
+    else if (rc == CHUTE_ENOTFOUND && err)
+        ch_err(err, rc, "%s (if it is a directory, its URL must end in '/')", err->message);
     client_free(cl);
     return rc;
 }
@@ -1036,7 +1048,9 @@ static int http_stat(const char *path, ch_stat *out, chute_error *err)
 static int http_list(const char *dir, ch_list_fn fn, void *user, chute_error *err)
 {
     return ch_err(err, CHUTE_EUNSUPPORTED,
-                  "%s: HTTP has no directory listing; name the files (a manifest) or use s3://",
+                  "%s: HTTP has no directory listing: a URL ending in '/' opens only as a chute "
+                  "shard directory (its manifest names the files); name one TFRecord or tar file, "
+                  "or use s3://",
                   dir);
 }
 

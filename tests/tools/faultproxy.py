@@ -4,6 +4,7 @@ faults between chute and a real S3 server (tests/test_remote.py).
 
     faultproxy.py --upstream HOST:PORT --port-file F --stats F
                   [--mode 503|reset|none] [--every K] [--count C] [--delay-ms D]
+                  [--log F]
 
 Every K-th request (1-based) gets the fault, C faults in all (0 = no
 limit): "503" answers 503 with S3's <Code>SlowDown</Code> error document,
@@ -13,6 +14,8 @@ Host header too: SigV4 signed it).  When the upstream cannot be reached
 (the server was killed) the client's connection is reset, as a dead
 server's would be.  The stats file holds "requests faults" after every
 request.  The chosen port is written to --port-file once listening.
+--log appends "METHOD PATH" (the request line's target) per request, so a
+test can see which keys a client asked for.
 """
 import argparse
 import http.client
@@ -42,6 +45,7 @@ def main():
     ap.add_argument("--every", type=int, default=1)
     ap.add_argument("--count", type=int, default=0)
     ap.add_argument("--delay-ms", type=int, default=0)
+    ap.add_argument("--log")
     a = ap.parse_args()
     uh, up = a.upstream.rsplit(":", 1)
 
@@ -70,6 +74,9 @@ def main():
                     State.faults += 1
                 with open(a.stats, "w") as f:
                     f.write("%d %d\n" % (State.requests, State.faults))
+                if a.log:
+                    with open(a.log, "a") as f:
+                        f.write("%s %s\n" % (self.command, self.path))
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
             if fault and a.mode == "reset":
