@@ -1269,6 +1269,11 @@ static int opts_from_py(PyObject *const vals[CH_LOPT_COUNT], chute_loader_option
     return 0;
 }
 
+/* The integer rows only (the other kinds are keywords of their own below). */
+#define CH_LOADER_ENUM(name, field, choices, layers, help)
+#define CH_LOADER_FLOAT(name, field, n, def, lo, hi, layers, help)
+#define CH_LOADER_NEG(name, field, layers, help)
+#define CH_LOADER_STR(name, field, layers, help)
 static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
 {
     /* The table's options first (as objects, checked by opts_from_py),
@@ -1303,6 +1308,10 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
                                      &copy_on_limit, &crop_pct, &shuffle_mode, &fields,
                                      &device))
         return -1;
+#undef CH_LOADER_ENUM
+#undef CH_LOADER_FLOAT
+#undef CH_LOADER_NEG
+#undef CH_LOADER_STR
     /* A CUDA batch cannot be copied out of its slot on the host: the hold
      * limit raises BusyError instead (hold_policy "raise"). */
     if (device && strncmp(device, "cuda", 4) == 0)
