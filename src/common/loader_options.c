@@ -42,7 +42,7 @@
 static const ch_loader_opt table[CH_LOPT_COUNT] = {
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help)                             \
     {#name, kind, offsetof(chute_loader_options, field), (uint64_t)(def), (uint64_t)(lo),       \
-     (uint64_t)(hi), (layers), help},
+     (uint64_t)(hi), (layers), help, #field},
 #include "common/loader_options.def"
 #undef CH_LOADER_OPT
 };

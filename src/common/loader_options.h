@@ -37,6 +37,7 @@ typedef struct ch_loader_opt {
     uint64_t def, min, max;
     unsigned layers;
     const char *help;
+    const char *field; /* the member's name */
 } ch_loader_opt;
 
 /* Index of each option in the table: CH_LOPT_batch_size, ... */
