@@ -22,46 +22,29 @@ int cmd_bench(int argc, char **argv)
         if (strcmp(argv[i], "--latency") == 0)
             return cmd_bench_latency(argc, argv);
     chute_loader_options o = {0};
-    int transform = 0, dtype = 0, json = 0, no_dct = 0, quiet = 0, latency_mode = 0;
+    int json = 0, quiet = 0, latency_mode = 0;
+    chute_dataset_options dopt = {0};
     uint32_t epochs = 1, step_ms = 0;
     uint64_t max_batches = 0;
-    const char *crop_pct = NULL, *format = NULL;
-    int shuffle_mode = 0;
-    const char *cache_dir = NULL;
-    uint64_t cache_bytes = 0, cache_block = 0;
-    /* The loader's rows come from the option table
-     * (src/common/loader_options.def); these are bench's own. */
+    /* The loader's and the dataset's rows come from the option table
+     * (src/common/loader_options.def, dataset_options.def); these are
+     * bench's own. */
     const cli_opt own[] = {
-        {"--transform", CLI_CHOICE, &transform, "train|eval|none", 0, 0, "transform (default train)"},
         {"--epochs", CLI_U32, &epochs, NULL, 1, 1000000, "epochs to run (default 1)"},
         {"--max-batches", CLI_U64, &max_batches, NULL, 0, UINT64_MAX,
          "stop after this many batches in total (default: no limit)"},
-        {"--dtype", CLI_CHOICE, &dtype, "float32|uint8|float16", 0, 0, "output type (default float32)"},
-        {"--no-dct-scale", CLI_FLAG, &no_dct, NULL, 0, 0, "never decode JPEGs at reduced DCT scale"},
         {"--step-ms", CLI_U32, &step_ms, NULL, 0, 3600000,
          "simulate a training step: the consumer spends this long on each batch"},
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
         {"--latency", CLI_FLAG, &latency_mode, NULL, 0, 0,
          "inference-latency mode, its own options: chute bench --latency --help"},
         {"--quiet", CLI_FLAG, &quiet, NULL, 0, 0, "no live progress line"},
-        {"--format", CLI_STR, &format, NULL, 0, 0, CLI_FORMAT_HELP},
-        {"--crop-pct", CLI_STR, &crop_pct, NULL, 0, 0,
-         "eval: resize to floor(size / crop_pct), crop_pct in (0, 1] (default 0.875)"},
-        {"--shuffle", CLI_CHOICE, &shuffle_mode, "global|shards", 0, 0,
-         "global: one permutation of all samples per epoch (default); shards: files in a seeded "
-         "order, each read front to back through a shuffle buffer of --shuffle-buffer samples"},
-        {"--cache-dir", CLI_STR, &cache_dir, NULL, 0, 0,
-         "node-local cache tier: keep blocks of the files read in this directory (shared by "
-         "every process on the node)"},
-        {"--cache-bytes", CLI_SIZE, &cache_bytes, NULL, 0, UINT64_MAX,
-         "disk budget of --cache-dir (default 10G)"},
-        {"--cache-block-bytes", CLI_SIZE, &cache_block, NULL, 4096, 1ull << 30,
-         "block size of --cache-dir (default 8M)"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
-    cli_opt opts[CLI_LOADER_OPTS_MAX + sizeof own / sizeof own[0]];
-    cli_opt_text text[CLI_LOADER_OPTS_MAX];
+    cli_opt opts[CLI_LOADER_OPTS_MAX + CLI_DATASET_OPTS_MAX + sizeof own / sizeof own[0]];
+    cli_opt_text text[CLI_LOADER_OPTS_MAX + CLI_DATASET_OPTS_MAX];
     int nl = cli_loader_opts(&o, opts, text, CLI_LOADER_OPTS_MAX);
+    nl += cli_dataset_opts(&dopt, opts + nl, text + nl, CLI_DATASET_OPTS_MAX);
     memcpy(opts + nl, own, sizeof own);
     const char *pos[1];
     int np = 0;
@@ -72,31 +55,15 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "chute bench: need SOURCE, an image tree or a shard directory (see --help)\n");
         return 2;
     }
-    o.transform = (chute_transform)transform;
-    o.dtype = dtype == 0 ? CHUTE_DTYPE_FLOAT32 : dtype == 1 ? CHUTE_DTYPE_UINT8 : CHUTE_DTYPE_FLOAT16;
-    o.no_dct_scale = no_dct;
-    o.shuffle = (chute_shuffle)shuffle_mode;
+    int transform = (int)o.transform; /* checked by the parser: 0..2 */
     /* The library picks the same count for workers = 0; say why. */
     char workers_why[256] = "--workers";
     if (!o.workers)
         chute_default_workers(workers_why, sizeof workers_why);
-    if (crop_pct) {
-        char *end = NULL;
-        o.crop_pct = strtof(crop_pct, &end);
-        if (end == crop_pct || *end || !(o.crop_pct > 0 && o.crop_pct <= 1)) {
-            fprintf(stderr, "chute bench: --crop-pct %s: want a number in (0, 1]\n", crop_pct);
-            return 2;
-        }
-    }
 
     chute_error err = {0};
     chute_dataset *ds = NULL;
     double t_open = cli_now_s();
-    chute_dataset_options dopt = {0};
-    dopt.format = format;
-    dopt.cache_dir = cache_dir;
-    dopt.cache_bytes = cache_bytes;
-    dopt.cache_block_bytes = cache_block;
     rc = chute_dataset_open_ex(pos[0], &dopt, &ds, &err);
     if (rc != CHUTE_OK) {
         fprintf(stderr, "chute bench: %s\n", err.message);

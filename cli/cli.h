@@ -11,7 +11,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef enum cli_type { CLI_FLAG, CLI_U32, CLI_U64, CLI_SIZE, CLI_STR, CLI_CHOICE } cli_type;
+typedef enum cli_type {
+    CLI_FLAG, CLI_U32, CLI_U64, CLI_SIZE, CLI_STR, CLI_CHOICE,
+    CLI_I32, /* int32_t*; min/max hold int64_t bits */
+    CLI_F32  /* float[min] (min = 1 or 3 comma-separated values) */
+} cli_type;
 
 /* --format's help line (bench, inspect, doctor): the registry's names. */
 #define CLI_FORMAT_HELP \
@@ -32,12 +36,17 @@ typedef struct cli_opt {
  * rows' names and help lines are written into text (one per row).  Appends
  * at most cap rows to out and returns how many it wrote (all of them when
  * cap >= CLI_LOADER_OPTS_MAX). */
-#define CLI_LOADER_OPTS_MAX 32
+#define CLI_LOADER_OPTS_MAX 64
 typedef struct cli_opt_text {
     char name[40];
-    char help[256];
+    char help[400];
 } cli_opt_text;
 int cli_loader_opts(chute_loader_options *o, cli_opt *out, cli_opt_text *text, int cap);
+/* The same for the dataset's options of src/common/dataset_options.def
+ * (CH_OPT_CLI: --format, --label-offset, --image-key, ...): bench,
+ * inspect and doctor, wherever a dataset is opened. */
+#define CLI_DATASET_OPTS_MAX 32
+int cli_dataset_opts(chute_dataset_options *o, cli_opt *out, cli_opt_text *text, int cap);
 
 /* Parse argv against the table; positional arguments are collected into
  * pos (up to npos).  Prints a message and returns 2 on error, 1 if --help

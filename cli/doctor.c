@@ -399,32 +399,24 @@ int cmd_doctor(int argc, char **argv)
     if (!r)
         return 1;
     chute_loader_options o = {0};
-    int transform = 0, json = 0;
+    int json = 0;
+    chute_dataset_options dopt = {0};
     uint64_t gpu_rate = 0;
-    uint32_t delay_us = 0;
     const char *report = NULL, *time_s = "5s";
     /* The loader's rows come from the option table
      * (src/common/loader_options.def); these are doctor's own. */
-    const char *format = NULL;
-    int shuffle_mode = 0;
     const cli_opt own[] = {
-        {"--format", CLI_STR, &format, NULL, 0, 0, CLI_FORMAT_HELP},
         {"--gpu-rate", CLI_U64, &gpu_rate, NULL, 1, 100000000,
          "images/s one GPU consumes (e.g. 2500 for ResNet-50 on an A100, 3000 on an H100)"},
         {"--report", CLI_STR, &report, NULL, 0, 0, "write an HTML report with charts to this file"},
-        {"--transform", CLI_CHOICE, &transform, "train|eval|none", 0, 0, "transform (default train)"},
         {"--time", CLI_STR, &time_s, NULL, 0, 0, "time per measurement (default 5s)"},
-        {"--read-delay-us", CLI_U32, &delay_us, NULL, 0, 10000000,
-         "what-if: add this latency to every read (simulates slower storage)"},
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
-        {"--shuffle", CLI_CHOICE, &shuffle_mode, "global|shards", 0, 0,
-         "global: one permutation of all samples per epoch (default); shards: files in a seeded "
-         "order, each read front to back through a shuffle buffer of --shuffle-buffer samples"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
-    cli_opt opts[CLI_LOADER_OPTS_MAX + sizeof own / sizeof own[0]];
-    cli_opt_text text[CLI_LOADER_OPTS_MAX];
+    cli_opt opts[CLI_LOADER_OPTS_MAX + CLI_DATASET_OPTS_MAX + sizeof own / sizeof own[0]];
+    cli_opt_text text[CLI_LOADER_OPTS_MAX + CLI_DATASET_OPTS_MAX];
     int nl = cli_loader_opts(&o, opts, text, CLI_LOADER_OPTS_MAX);
+    nl += cli_dataset_opts(&dopt, opts + nl, text + nl, CLI_DATASET_OPTS_MAX);
     memcpy(opts + nl, own, sizeof own);
     const char *pos[1];
     int np = 0;
@@ -444,8 +436,8 @@ int cmd_doctor(int argc, char **argv)
         free(r);
         return 2;
     }
-    o.transform = (chute_transform)transform;
-    o.shuffle = (chute_shuffle)shuffle_mode;
+    int transform = (int)o.transform; /* checked by the parser: 0..2 */
+    uint32_t delay_us = dopt.read_delay_us;
     r->cores = (uint32_t)ch_online_cores();
     if (!o.workers)
         o.workers = chute_default_workers(NULL, 0); /* the library's default */
@@ -460,9 +452,6 @@ int cmd_doctor(int argc, char **argv)
 
     chute_error err = {0};
     chute_dataset *ds = NULL;
-    chute_dataset_options dopt = {0};
-    dopt.read_delay_us = delay_us;
-    dopt.format = format;
     if (chute_dataset_open_ex(pos[0], &dopt, &ds, &err) != CHUTE_OK) {
         fprintf(stderr, "chute doctor: %s\n", err.message);
         free(r);

@@ -253,14 +253,19 @@ int cmd_inspect(int argc, char **argv)
 {
     int json = 0, verify = 0;
     uint32_t threads = 0;
-    const char *format = NULL;
-    const cli_opt opts[] = {
+    chute_dataset_options dopt = {0};
+    const cli_opt own[] = {
         {"--verify", CLI_FLAG, &verify, NULL, 0, 0, "decode every image fully (slower)"},
         {"--threads", CLI_U32, &threads, NULL, 1, 1024, "threads (default: the CPUs this process may use)"},
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
-        {"--format", CLI_STR, &format, NULL, 0, 0, CLI_FORMAT_HELP},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
+    /* The dataset's rows come from the option table
+     * (src/common/dataset_options.def); these are inspect's own. */
+    cli_opt opts[CLI_DATASET_OPTS_MAX + sizeof own / sizeof own[0]];
+    cli_opt_text text[CLI_DATASET_OPTS_MAX];
+    int nd = cli_dataset_opts(&dopt, opts, text, CLI_DATASET_OPTS_MAX);
+    memcpy(opts + nd, own, sizeof own);
     const char *pos[1];
     int np = 0;
     int rc = cli_parse("inspect", "SOURCE [options]", opts, argc, argv, pos, 1, &np);
@@ -272,8 +277,6 @@ int cmd_inspect(int argc, char **argv)
     }
     chute_error err = {0};
     chute_dataset *ds = NULL;
-    chute_dataset_options dopt = {0};
-    dopt.format = format;
     if (chute_dataset_open_ex(pos[0], &dopt, &ds, &err) != CHUTE_OK) {
         fprintf(stderr, "chute inspect: %s\n", err.message);
         return 1;

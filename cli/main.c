@@ -3,6 +3,7 @@
  */
 #include "cli.h"
 #include "util.h"
+#include "common/loader_options.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -17,11 +18,32 @@ static void print_help(const char *cmd, const char *usage, const cli_opt *opts)
                           : o->type == CLI_CHOICE ? o->choices
                           : o->type == CLI_STR    ? "STR"
                           : o->type == CLI_SIZE   ? "SIZE"
+                          : o->type == CLI_F32    ? (o->min > 1 ? "X,Y,Z" : "X")
                                                   : "N";
         snprintf(left, sizeof left, "%s%s%s", o->name, *arg ? " " : "", arg);
         printf("  %-28s %s\n", left, o->help);
     }
     printf("  %-28s %s\n", "--help", "show this help");
+}
+
+/* The option-table row (loader_options.def's other kinds, or
+ * dataset_options.def) whose CLI flag is name, or NULL. */
+static const ch_opt_row *table_row(const char *name)
+{
+    for (int t = 0; t < 2; t++) {
+        const ch_opt_row *d = t ? ch_dataset_opts() : ch_loader_xopts();
+        int n = t ? ch_dataset_opt_count() : ch_loader_xopt_count();
+        for (int i = 0; i < n; i++) {
+            if (!(d[i].layers & CH_OPT_CLI) || d[i].kind == CH_OPT_NEG || strncmp(name, "--", 2))
+                continue;
+            const char *a = name + 2, *b = d[i].name;
+            while (*a && *b && (*a == *b || (*a == '-' && *b == '_')))
+                a++, b++;
+            if (!*a && !*b)
+                return &d[i];
+        }
+    }
+    return NULL;
 }
 
 int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int argc, char **argv,
@@ -63,6 +85,31 @@ int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int argc,
         }
         if (o->type == CLI_STR) {
             *(const char **)o->dst = v;
+        } else if (o->type == CLI_I32) {
+            char *end = NULL;
+            errno = 0;
+            long long x = strtoll(v, &end, 10);
+            if (errno || end == v || *end || x < (int64_t)o->min || x > (int64_t)o->max) {
+                fprintf(stderr, "chute %s: %s must be an integer in %lld..%lld, not '%s'\n", cmd,
+                        o->name, (long long)(int64_t)o->min, (long long)(int64_t)o->max, v);
+                return 2;
+            }
+            *(int32_t *)o->dst = (int32_t)x;
+        } else if (o->type == CLI_F32) {
+            /* min comma-separated numbers (strtof: no blanks, hex or words) */
+            float *f = o->dst;
+            const char *p = v;
+            for (uint64_t c = 0; c < o->min; c++) {
+                char *end = NULL;
+                int ok = (*p >= '0' && *p <= '9') || *p == '.' || *p == '-';
+                f[c] = ok ? strtof(p, &end) : 0;
+                if (!ok || end == p || (c + 1 < o->min ? *end != ',' : *end != '\0')) {
+                    fprintf(stderr, "chute %s: %s wants %llu comma-separated number(s), not '%s'\n",
+                            cmd, o->name, (unsigned long long)o->min, v);
+                    return 2;
+                }
+                p = end + 1;
+            }
         } else if (o->type == CLI_CHOICE) {
             int idx = 0, found = -1;
             const char *c = o->choices;
@@ -108,6 +155,14 @@ int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int argc,
                 *(uint32_t *)o->dst = (uint32_t)x;
             else
                 *(uint64_t *)o->dst = x;
+        }
+        const ch_opt_row *d = o->type == CLI_F32 ? table_row(o->name) : NULL;
+        if (d) { /* a float row: the table's bounds (CLI_F32 rows come only from it) */
+            chute_error e = {0};
+            if (ch_opt_rows_check((const char *)o->dst - d->offset, d, 1, &e) != CHUTE_OK) {
+                fprintf(stderr, "chute %s: %s: %s\n", cmd, o->name, e.message);
+                return 2;
+            }
         }
     }
     *out_npos = np;

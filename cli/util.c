@@ -200,6 +200,78 @@ void cli_note_skipped(const char *cmd, const chute_dataset *ds)
                 (unsigned long long)(n - 20));
 }
 
+/* CLI rows for the table rows d[0..nd) of the struct at base. */
+static int cli_rows(void *base, const ch_opt_row *d, int nd, cli_opt *out, cli_opt_text *text,
+                    int cap)
+{
+    int n = 0;
+    for (int i = 0; i < nd && n < cap; i++, d++) {
+        if (!(d->layers & CH_OPT_CLI))
+            continue;
+        cli_opt_text *tx = &text[n];
+        snprintf(tx->name, sizeof tx->name, "--%s%s", d->kind == CH_OPT_NEG ? "no-" : "",
+                 d->name);
+        for (char *c = tx->name; *c; c++)
+            if (*c == '_')
+                *c = '-';
+        cli_opt *r = &out[n++];
+        memset(r, 0, sizeof *r);
+        r->name = tx->name;
+        r->dst = (char *)base + d->offset;
+        r->help = tx->help;
+        char b[64] = "";
+        switch (d->kind) {
+        case CH_OPT_ENUM:
+            r->type = CLI_CHOICE;
+            r->choices = d->choices;
+            ch_opt_choice(d, 0, b, sizeof b);
+            snprintf(tx->help, sizeof tx->help, "%s (default %s)", d->help, b);
+            break;
+        case CH_OPT_F32:
+            r->type = CLI_F32;
+            r->min = d->n;
+            if (d->layers & CH_OPT_AUTO) {
+                snprintf(tx->help, sizeof tx->help, "%s", d->help);
+            } else {
+                size_t l = 0;
+                for (unsigned c = 0; c < d->n; c++)
+                    l += (size_t)snprintf(b + l, sizeof b - l, "%s%g", c ? "," : "",
+                                          (double)d->fdef[c]);
+                snprintf(tx->help, sizeof tx->help, "%s (default %s)", d->help, b);
+            }
+            break;
+        case CH_OPT_NEG:
+            r->type = CLI_FLAG;
+            snprintf(tx->help, sizeof tx->help, "turn off: %s", d->help);
+            break;
+        case CH_OPT_STR:
+            r->type = CLI_STR;
+            snprintf(tx->help, sizeof tx->help, "%s", d->help);
+            break;
+        case CH_OPT_I32:
+            r->type = CLI_I32;
+            r->min = d->min;
+            r->max = d->max;
+            snprintf(tx->help, sizeof tx->help, "%s (default %lld)", d->help,
+                     (long long)(int64_t)d->def);
+            break;
+        default:
+            r->type = d->kind == CH_OPT_U32 ? CLI_U32 : CLI_U64;
+            r->min = d->min;
+            r->max = d->max;
+            snprintf(tx->help, sizeof tx->help, "%s (default %llu)", d->help,
+                     (unsigned long long)d->def);
+            break;
+        }
+    }
+    return n;
+}
+
+int cli_dataset_opts(chute_dataset_options *o, cli_opt *out, cli_opt_text *text, int cap)
+{
+    return cli_rows(o, ch_dataset_opts(), ch_dataset_opt_count(), out, text, cap);
+}
+
 int cli_loader_opts(chute_loader_options *o, cli_opt *out, cli_opt_text *text, int cap)
 {
     const ch_loader_opt *t = ch_loader_opts();
@@ -230,5 +302,7 @@ int cli_loader_opts(chute_loader_options *o, cli_opt *out, cli_opt_text *text, i
             snprintf(tx->help, sizeof tx->help, "%s", d->help);
         r->help = tx->help;
     }
+    /* The other kinds: enums, floats, negated flags, strings. */
+    n += cli_rows(o, ch_loader_xopts(), ch_loader_xopt_count(), out + n, text + n, cap - n);
     return n;
 }

@@ -12,6 +12,7 @@
  */
 #include "common/loader_options.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,13 +24,157 @@ static void flag(char *out, size_t n, const char *name)
             *c = '-';
 }
 
+/* The default of a row of the other kinds, as the docs say it. */
+static void row_default(const ch_opt_row *d, char *out, size_t n)
+{
+    size_t l = 0;
+    switch (d->kind) {
+    case CH_OPT_ENUM:
+        ch_opt_choice(d, 0, out, n);
+        break;
+    case CH_OPT_F32:
+        if (d->layers & CH_OPT_AUTO) {
+            snprintf(out, n, "computed");
+            break;
+        }
+        out[0] = '\0';
+        for (unsigned c = 0; c < d->n && l < n; c++)
+            l += (size_t)snprintf(out + l, n - l, "%s%g", c ? "," : "", (double)d->fdef[c]);
+        break;
+    case CH_OPT_NEG:
+        snprintf(out, n, "0 (%s on)", d->name);
+        break;
+    case CH_OPT_STR:
+        snprintf(out, n, "NULL");
+        break;
+    case CH_OPT_I32:
+        snprintf(out, n, "%lld", (long long)(int64_t)d->def);
+        break;
+    default:
+        snprintf(out, n, "%llu", (unsigned long long)d->def);
+        break;
+    }
+}
+
+/* Its values: the choices, a range, or "string". */
+static void row_values(const ch_opt_row *d, char *out, size_t n)
+{
+    switch (d->kind) {
+    case CH_OPT_ENUM:
+        snprintf(out, n, "%s", d->choices);
+        break;
+    case CH_OPT_F32:
+        if (isinf(d->fmin))
+            snprintf(out, n, "%sfinite", d->n > 1 ? "3 x " : "");
+        else if (isinf(d->fmax))
+            snprintf(out, n, "%s> %g, finite", d->n > 1 ? "3 x " : "", (double)d->fmin);
+        else
+            snprintf(out, n, "%s(%g, %g]", d->n > 1 ? "3 x " : "", (double)d->fmin,
+                     (double)d->fmax);
+        break;
+    case CH_OPT_NEG:
+        snprintf(out, n, "0, nonzero");
+        break;
+    case CH_OPT_STR:
+        snprintf(out, n, "string");
+        break;
+    case CH_OPT_I32:
+        snprintf(out, n, "%lld..%lld", (long long)(int64_t)d->min, (long long)(int64_t)d->max);
+        break;
+    default:
+        snprintf(out, n, "%llu..%llu", (unsigned long long)d->min, (unsigned long long)d->max);
+        break;
+    }
+}
+
+static const char *row_ctype(const ch_opt_row *d)
+{
+    switch (d->kind) {
+    case CH_OPT_ENUM: return "enum";
+    case CH_OPT_F32: return d->n > 1 ? "float[3]" : "float";
+    case CH_OPT_NEG: return "int";
+    case CH_OPT_STR: return "const char *";
+    case CH_OPT_I32: return "int32_t";
+    case CH_OPT_U64: return "uint64_t";
+    default: return "uint32_t";
+    }
+}
+
+static void row_flag(const ch_opt_row *d, char *out, size_t n)
+{
+    snprintf(out, n, "--%s%s", d->kind == CH_OPT_NEG ? "no-" : "", d->name);
+    for (char *c = out; *c; c++)
+        if (*c == '_')
+            *c = '-';
+}
+
+static void row_py(const ch_opt_row *d, char *out, size_t n)
+{
+    if (d->kind == CH_OPT_NEG)
+        snprintf(out, n, "%s=True", d->name);
+    else
+        snprintf(out, n, "%s", d->name);
+}
+
+/* One markdown table of rows. */
+static void rows_md(const ch_opt_row *d, int nd)
+{
+    printf("| option | C field | C type | default | values | CLI | Python | meaning |\n"
+           "|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nd; i++, d++) {
+        char def[64], val[96], f[64], py[64];
+        row_default(d, def, sizeof def);
+        row_values(d, val, sizeof val);
+        for (char *c = val; *c; c++) /* a '|' would end the markdown cell */
+            if (*c == '|')
+                *c = '/';
+        row_flag(d, f, sizeof f);
+        row_py(d, py, sizeof py);
+        printf("| `%s` | `%s` | %s | %s | %s | %s%s%s | %s%s%s | %s |\n", d->name, d->field,
+               row_ctype(d), def, val, (d->layers & CH_OPT_CLI) ? "`" : "",
+               (d->layers & CH_OPT_CLI) ? f : "-", (d->layers & CH_OPT_CLI) ? "`" : "",
+               (d->layers & CH_OPT_PY) ? "`" : "", (d->layers & CH_OPT_PY) ? py : "-",
+               (d->layers & CH_OPT_PY) ? "`" : "", d->help);
+    }
+}
+
+/* --rows: every row of both tables, tab-separated:
+ * table name field kind default values cli-flag python-name
+ * (cli-flag and python-name "-" where not exposed). */
+static void rows_tsv(const char *table, const ch_opt_row *d, int nd)
+{
+    for (int i = 0; i < nd; i++, d++) {
+        char def[64], val[96], f[64], py[64];
+        row_default(d, def, sizeof def);
+        row_values(d, val, sizeof val);
+        row_flag(d, f, sizeof f);
+        row_py(d, py, sizeof py);
+        printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", table, d->name, d->field, row_ctype(d), def,
+               val, (d->layers & CH_OPT_CLI) ? f : "-", (d->layers & CH_OPT_PY) ? py : "-");
+    }
+}
+
 int main(int argc, char **argv)
 {
     const ch_loader_opt *t = ch_loader_opts();
     int tsv = argc > 1 && strcmp(argv[1], "--tsv") == 0;
-    if (argc > 1 && !tsv) {
-        fprintf(stderr, "usage: gen_options_md [--tsv]\n");
+    int rows = argc > 1 && strcmp(argv[1], "--rows") == 0;
+    if (argc > 1 && !tsv && !rows) {
+        fprintf(stderr, "usage: gen_options_md [--tsv | --rows]\n");
         return 2;
+    }
+    if (rows) {
+        for (int i = 0; i < CH_LOPT_COUNT; i++) {
+            char f[64];
+            flag(f, sizeof f, t[i].name);
+            printf("loader\t%s\t%s\t%s\t%llu\t%llu..%llu\t%s\t%s\n", t[i].name,
+                   t[i].field, ch_opt_kind_name(t[i].kind), (unsigned long long)t[i].def,
+                   (unsigned long long)t[i].min, (unsigned long long)t[i].max,
+                   (t[i].layers & CH_OPT_CLI) ? f : "-", (t[i].layers & CH_OPT_PY) ? t[i].name : "-");
+        }
+        rows_tsv("loader", ch_loader_xopts(), ch_loader_xopt_count());
+        rows_tsv("dataset", ch_dataset_opts(), ch_dataset_opt_count());
+        return 0;
     }
     if (tsv) {
         /* name kind default min max cli python auto */
@@ -80,8 +225,27 @@ int main(int argc, char **argv)
            "- One default everywhere: `drop_last` is false in C, the CLI and Python (as\n"
            "  torch's DataLoader), `max_held` is 2, and `chute doctor` uses the same batch\n"
            "  size as `chute bench`.\n"
-           "- Not in the table yet: the enum options (transform, dtype, layout, remainder,\n"
-           "  on_corrupt), the float ones (mean, std, crop_pct) and the negated flags\n"
-           "  (no_shuffle, no_normalize, no_dct_scale); see include/chute.h.\n");
+           "- Python's own keywords (`hold_policy`, `as_torch`, ...): `help(chute.Loader)`.\n");
+    printf("\n## Enum, float, flag and string options\n\n"
+           "An enum's choices name its C values 0, 1, 2, ... in order; the first is the\n"
+           "default (a zero field).  A float option left all zero takes its default; any\n"
+           "other value must be finite and in the range shown.  A negated flag is the C\n"
+           "field `no_X` (zero: X on), `--no-X` on the CLI and `X=True` (default) in\n"
+           "Python.  Strings are borrowed for the create call; NULL is the default.\n"
+           "A bad value is refused in C (CHUTE_EINVAL), the CLI (exit 2) and Python\n"
+           "(ValueError) with a message naming the option.\n\n");
+    rows_md(ch_loader_xopts(), ch_loader_xopt_count());
+    printf("\nNotes:\n\n"
+           "- `shuffle` is two rows: the flag (`no_shuffle`, Python `shuffle=False`) and\n"
+           "  the mode (`shuffle`, Python `shuffle=\"shards\"`; `shuffle=True` is global).\n"
+           "- Python's `dtype` also takes numpy/torch dtypes and the aliases `float`,\n"
+           "  `f4`, `u1`, `half`, `f2`; `mean`/`std` default to `None` (the values above)\n"
+           "  and are refused with `normalize=False`; `fields` is a sequence of names.\n"
+           "- `crop_pct` (computed): 0.875 unless `resize_size` is given; not both.\n");
+    printf("\n## Dataset options\n\n"
+           "`chute_dataset_options` (`chute_dataset_open_ex`), the CLI's `chute bench`,\n"
+           "`chute inspect` and `chute doctor`, and Python's `chute.Loader` (which opens\n"
+           "the dataset).  From src/common/dataset_options.def.\n\n");
+    rows_md(ch_dataset_opts(), ch_dataset_opt_count());
     return 0;
 }

@@ -10,6 +10,7 @@
 #include "common/common.h"
 #include "common/loader_options.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -149,6 +150,114 @@ TEST(shuffle_mode_checked)
     in.shuffle = (chute_shuffle)2;
     CHECK(ch_loader_options_resolve(&in, &o, &err) == CHUTE_EINVAL &&
               strstr(err.message, "shuffle"), "%s", err.message);
+    return 0;
+}
+
+/* Every enum row of the table: its choices are the names chute.h gives
+ * the C values (literals here), each value 0..n-1 resolves, value n is
+ * CHUTE_EINVAL naming the option and its choices, and each name finds its
+ * value again (the CLI and Python look names up the same way). */
+TEST(enum_rows_choices_round_trip)
+{
+    static const struct {
+        const char *name, *choices;
+        int count;
+    } want[] = {
+        {"transform", "train|eval|none", CHUTE_TRANSFORM_NONE + 1},
+        {"dtype", "float32|uint8|float16", CHUTE_DTYPE_FLOAT16 + 1},
+        {"layout", "default|nchw|nhwc", CHUTE_LAYOUT_NHWC + 1},
+        {"remainder", "pad|drop", CHUTE_REMAINDER_DROP + 1},
+        {"on_corrupt", "skip|fail", CHUTE_CORRUPT_FAIL + 1},
+        {"shuffle", "global|shards", CHUTE_SHUFFLE_SHARDS + 1},
+    };
+    const ch_opt_row *x = ch_loader_xopts();
+    int seen = 0;
+    for (int i = 0; i < ch_loader_xopt_count(); i++) {
+        if (x[i].kind != CH_OPT_ENUM)
+            continue;
+        seen++;
+        int w = -1;
+        for (int k = 0; k < (int)(sizeof want / sizeof want[0]); k++)
+            if (!strcmp(want[k].name, x[i].name))
+                w = k;
+        CHECK(w >= 0, "enum row %s not expected", x[i].name);
+        CHECK(!strcmp(x[i].choices, want[w].choices), "%s: %s", x[i].name, x[i].choices);
+        for (int v = 0; v <= want[w].count; v++) {
+            chute_loader_options in = {0}, o;
+            chute_error err = {0};
+            memcpy((char *)&in + x[i].offset, &v, sizeof v);
+            int rc = ch_loader_options_resolve(&in, &o, &err);
+            if (v < want[w].count) {
+                CHECK(rc == CHUTE_OK, "%s = %d: %s", x[i].name, v, err.message);
+                char b[64];
+                CHECK(ch_opt_choice(&x[i], v, b, sizeof b) == 0 &&
+                          ch_opt_choice_find(&x[i], b) == v, "%s %d", x[i].name, v);
+            } else {
+                CHECK(rc == CHUTE_EINVAL && strstr(err.message, x[i].name) &&
+                          strstr(err.message, want[w].choices), "%s = %d: %s", x[i].name, v,
+                      err.message);
+            }
+        }
+        CHECK(ch_opt_choice_find(&x[i], "bogus") == -1, "%s", x[i].name);
+    }
+    CHECK(seen == (int)(sizeof want / sizeof want[0]), "%d enum rows", seen);
+    return 0;
+}
+
+/* Float rows: all zero takes chute.h's documented default; a value out of
+ * range or not finite is CHUTE_EINVAL naming the option. */
+TEST(float_rows_bounded)
+{
+    chute_loader_options in = {0}, o;
+    chute_error err = {0};
+    CHECK_OK(ch_loader_options_resolve(&in, &o, &err));
+    CHECK(o.mean[0] == 0.485f && o.mean[1] == 0.456f && o.mean[2] == 0.406f, "mean %g",
+          (double)o.mean[0]);
+    CHECK(o.std[0] == 0.229f && o.std[1] == 0.224f && o.std[2] == 0.225f, "std %g",
+          (double)o.std[0]);
+    CHECK(o.crop_pct == 0.875f, "crop_pct %g", (double)o.crop_pct);
+    in.crop_pct = 1.5f;
+    CHECK(ch_loader_options_resolve(&in, &o, &err) == CHUTE_EINVAL &&
+              strstr(err.message, "crop_pct"), "%s", err.message);
+    in = (chute_loader_options){0};
+    in.crop_pct = 1.0f;
+    CHECK_OK(ch_loader_options_resolve(&in, &o, &err));
+    in = (chute_loader_options){0};
+    in.std[1] = 1;
+    CHECK(ch_loader_options_resolve(&in, &o, &err) == CHUTE_EINVAL &&
+              strstr(err.message, "std[0]"), "%s", err.message);
+    in = (chute_loader_options){0};
+    in.mean[2] = NAN;
+    CHECK(ch_loader_options_resolve(&in, &o, &err) == CHUTE_EINVAL &&
+              strstr(err.message, "mean[2]"), "%s", err.message);
+    return 0;
+}
+
+/* The dataset table: a bad kind, read_delay_us past its bound or an
+ * inject_fail_status that is no error is refused naming the option, by
+ * the check and by chute_dataset_open_ex before the path is looked at. */
+TEST(dataset_rows_checked)
+{
+    chute_dataset_options d = {0};
+    chute_error err = {0};
+    CHECK_OK(ch_dataset_options_check(&d, &err));
+    d.label_offset = -1;
+    d.read_delay_us = 10000000;
+    CHECK_OK(ch_dataset_options_check(&d, &err));
+    d.kind = (chute_source_kind)3;
+    CHECK(ch_dataset_options_check(&d, &err) == CHUTE_EINVAL && strstr(err.message, "kind") &&
+              strstr(err.message, "auto|tree|shards"), "%s", err.message);
+    chute_dataset *ds = NULL;
+    CHECK(chute_dataset_open_ex("/nonexistent/chute-opt", &d, &ds, &err) == CHUTE_EINVAL &&
+              strstr(err.message, "kind") && !ds, "%s", err.message);
+    d.kind = CHUTE_SOURCE_AUTO;
+    d.read_delay_us = 10000001;
+    CHECK(ch_dataset_options_check(&d, &err) == CHUTE_EINVAL &&
+              strstr(err.message, "read_delay_us"), "%s", err.message);
+    d.read_delay_us = 0;
+    d.inject_fail_status = 1;
+    CHECK(ch_dataset_options_check(&d, &err) == CHUTE_EINVAL &&
+              strstr(err.message, "inject_fail_status"), "%s", err.message);
     return 0;
 }
 

@@ -61,10 +61,113 @@ def help_and_bounds(ctx):
                           % (cmd, r["flag"], v, p.err))
 
 
+def read_rows(gen):
+    """Every row of both tables (gen_options_md --rows)."""
+    out = subprocess.run([gen, "--rows"], check=True, capture_output=True, text=True).stdout
+    rows = []
+    for line in out.splitlines():
+        table, name, field, kind, d, values, flag, py = line.split("\t")
+        rows.append(dict(table=table, name=name, field=field, kind=kind, default=d,
+                         values=values, flag=None if flag == "-" else flag,
+                         py=None if py == "-" else py))
+    return rows
+
+
+# Where each table's CLI flags are taken: wherever a loader / a dataset is made.
+COMMANDS = {"loader": ("bench", "doctor"), "dataset": ("bench", "inspect", "doctor")}
+# Float values outside each float row's range (the table's (lo, hi], finite).
+BAD_FLOATS = {"mean": ["nan,0,0", "0.5,inf,0.5", "0.5,0.5"], "std": ["0,1,1", "1,-1,1", "1,1,nan"],
+              "crop_pct": ["1.5", "-0.5", "x"]}
+GOOD_FLOATS = {"mean": "0.5,0.5,0.5", "std": "0.25,0.5,1", "crop_pct": "0.9"}
+
+
+def other_rows_cli(ctx):
+    """Enums: --help shows the table's choices; every choice passes the
+    parser, a bad one exits 2 naming the flag.  Floats: in-range passes,
+    out-of-range or malformed exits 2 naming the flag.  Dataset rows: on
+    bench, inspect and doctor."""
+    rows = [r for r in read_rows(TABLE) if r["flag"] and r["kind"] not in ("u32", "u64", "bool")
+            or (r["table"] == "dataset" and r["flag"])]
+    ctx.check(any(r["kind"] == "enum" for r in rows) and any(r["table"] == "dataset" for r in rows),
+              "the table has no CLI enum or dataset rows: %r" % rows)
+    missing = "/nonexistent/chute-options-test"
+    for r in rows:
+        for cmd in COMMANDS[r["table"]]:
+            h = ctx.run([ctx.chute, cmd, "--help"]).out
+            lines = {ln.split()[0]: ln for ln in h.splitlines() if ln.strip().startswith("--")}
+            ln = lines.get(r["flag"])
+            if not ctx.check(ln is not None, "%s --help lacks %s" % (cmd, r["flag"])):
+                continue
+            if r["kind"] == "enum":
+                ctx.check(ln.split()[1] == r["values"], "%s --help: %s should offer %s: %r"
+                          % (cmd, r["flag"], r["values"], ln))
+                ctx.check(("(default %s)" % r["default"]) in ln, "%s --help %s: default %s: %r"
+                          % (cmd, r["flag"], r["default"], ln))
+                good = r["values"].split("|")
+                bad = ["bogus", good[0].upper(), ""]
+            elif r["kind"].startswith("float"):
+                good = [GOOD_FLOATS[r["name"]]]
+                bad = BAD_FLOATS[r["name"]]
+            elif r["kind"] == "int32_t" and r["name"] == "csv_no_header":  # a 0..1 row
+                good = ["0", "1"]
+                bad = ["x", "1.5", "2", "-1"]
+            elif r["kind"] == "int32_t":
+                good = ["-1", "0", "7"]
+                bad = ["x", "1.5", "2147483648"]
+            else:
+                continue
+            for v in good:
+                p = ctx.run([ctx.chute, cmd, missing, r["flag"], v], expect=1,
+                            what="%s %s %s (valid; SOURCE missing)" % (cmd, r["flag"], v))
+                ctx.check(missing in p.err, "%s %s %s: want the missing SOURCE named: %r"
+                          % (cmd, r["flag"], v, p.err))
+            for v in bad:
+                p = ctx.run([ctx.chute, cmd, missing, r["flag"], v], expect=2,
+                            what="%s %s %r (invalid)" % (cmd, r["flag"], v))
+                ctx.check(r["flag"] in p.err, "%s %s %r: message should name the flag: %r"
+                          % (cmd, r["flag"], v, p.err))
+
+
+def struct_fields(header, struct):
+    """Member names of `typedef struct NAME { ... } NAME;` in a C header."""
+    import re
+    text = re.sub(r"/\*.*?\*/", " ", open(header).read(), flags=re.S)
+    m = re.search(r"typedef struct %s \{(.*?)\} %s;" % (struct, struct), text, re.S)
+    if not m:
+        raise AssertionError("no struct %s in %s" % (struct, header))
+    names = []
+    for decl in m.group(1).split(";"):
+        decl = decl.strip()
+        if decl:
+            names.append(re.match(r".*?(\w+)\s*(\[[^\]]*\])?$", decl, re.S).group(1))
+    return names
+
+
+def struct_fields_have_rows(ctx):
+    """Every member of chute_loader_options and chute_dataset_options (as
+    include/chute.h declares them) has a row in the option table, and every
+    row names a member: a new field without a row fails here."""
+    import os
+    header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include", "chute.h")
+    rows = read_rows(TABLE)
+    for table, struct in (("loader", "chute_loader_options"), ("dataset", "chute_dataset_options")):
+        fields = struct_fields(header, struct)
+        ctx.check(len(fields) >= 5, "%s: parsed only %r" % (struct, fields))
+        have = {r["field"] for r in rows if r["table"] == table}
+        ctx.check(not set(fields) - have, "%s members without a row in the option table: %s"
+                  % (struct, sorted(set(fields) - have)))
+        ctx.check(not have - set(fields), "option rows naming no %s member: %s"
+                  % (struct, sorted(have - set(fields))))
+        md = open(os.path.join(os.path.dirname(header), "..", "docs", "OPTIONS.md")).read()
+        for f in fields:
+            ctx.check(("`%s`" % f) in md, "docs/OPTIONS.md does not list %s.%s" % (struct, f))
+
+
 if __name__ == "__main__":
     argv = sys.argv[1:]
     if "--table" in argv:
         i = argv.index("--table")
         TABLE = argv[i + 1]
         del argv[i:i + 2]
-    sys.exit(T.main({"help_and_bounds": help_and_bounds}, argv))
+    sys.exit(T.main({"help_and_bounds": help_and_bounds, "other_rows_cli": other_rows_cli,
+                     "struct_fields_have_rows": struct_fields_have_rows}, argv))

@@ -18,14 +18,32 @@ __all__ = ["Loader", "pack", "distributed_defaults", "SkippedSamplesWarning", "d
 
 PathLike = Union[str, os.PathLike]
 
-_TRANSFORMS = {"train": 0, "eval": 1, "none": 2}
-_DTYPES = {"float32": 0, "float": 0, "f4": 0, "uint8": 1, "u1": 1, "float16": 2, "half": 2, "f2": 2}
-_LAYOUTS = {"default": 0, "nchw": 1, "nhwc": 2}
-_REMAINDERS = {"pad": 0, "drop": 1}
-_CORRUPT = {"skip": 0, "fail": 1}
+# The option table's enum, float, flag and string rows and the dataset's
+# rows (src/common/loader_options.def, dataset_options.def), exported by the
+# C extension: (table, name, field, kind, default, choices, layers, help,
+# min, max).
+# The choice tables (name -> C enum value = position) and the keyword
+# defaults below come from it.
+_ROWS = {(row[0], row[2]): row for row in _chute.option_rows()}
+
+
+def _enum(field: str, table: str = "loader") -> Dict[str, int]:
+    return {name: i for i, name in enumerate(_ROWS[(table, field)][5])}
+
+
+def _xdefault(field: str, table: str = "loader") -> Any:
+    return _ROWS[(table, field)][4]
+
+
+_TRANSFORMS = _enum("transform")
+# dtype also takes numpy/torch names and short aliases (Python only).
+_DTYPES = dict(_enum("dtype"), float=0, f4=0, u1=1, half=2, f2=2)
+_LAYOUTS = _enum("layout")
+_REMAINDERS = _enum("remainder")
+_CORRUPT = _enum("on_corrupt")
 _HOLD = {"copy": 1, "raise": 0}
-_KINDS = {"auto": 0, "tree": 1, "shards": 2}
-_SHUFFLES = {"global": 0, "shards": 1}  # chute_shuffle
+_KINDS = _enum("kind", "dataset")
+_SHUFFLES = _enum("shuffle")  # chute_shuffle
 
 _STATE_FORMAT = "chute.Loader/1"
 
@@ -38,6 +56,12 @@ _OPTIONS = {row[0]: row for row in _chute.loader_options()}
 
 def _default(name: str) -> int:
     return int(_OPTIONS[name][2])
+
+
+def _dopt(name: str, value: Any) -> int:
+    """value checked against the dataset table's bounds for option name."""
+    row = _ROWS[("dataset", name)]
+    return _uint(name, value, row[8], row[9])
 
 
 def _opt(name: str, value: Any) -> int:
@@ -335,38 +359,38 @@ class Loader:
         source: Union[PathLike, _chute.Dataset],
         batch_size: int = _default("batch_size"),
         *,
-        transform: str = "train",
+        transform: str = _xdefault("transform"),
         size: int = _default("size"),
-        shuffle: Union[bool, str] = True,
+        shuffle: Union[bool, str] = _xdefault("no_shuffle"),
         seed: int = _default("seed"),
         workers: Optional[int] = None,
         drop_last: bool = bool(_default("drop_last")),
-        dtype: Any = "float32",
-        layout: str = "default",
-        normalize: bool = True,
+        dtype: Any = _xdefault("dtype"),
+        layout: str = _xdefault("layout"),
+        normalize: bool = _xdefault("no_normalize"),
         mean: Optional[Sequence[float]] = None,
         std: Optional[Sequence[float]] = None,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
-        remainder: str = "pad",
-        on_corrupt: str = "skip",
+        remainder: str = _xdefault("remainder"),
+        on_corrupt: str = _xdefault("on_corrupt"),
         prefetch: int = _default("prefetch"),
         max_held: int = _default("max_held"),
         hold_policy: str = "copy",
         return_indices: bool = False,
         as_torch: Optional[bool] = None,
-        source_kind: str = "auto",
-        format: Optional[str] = None,
-        label_offset: int = 0,
+        source_kind: str = _xdefault("kind", "dataset"),
+        format: Optional[str] = _xdefault("format", "dataset"),
+        label_offset: int = _xdefault("label_offset", "dataset"),
         image_key: Optional[str] = None,
         label_key: Optional[str] = None,
         scale: Tuple[float, float] = (_default("scale_min_pct") / 100,
                                       _default("scale_max_pct") / 100),
-        dct_scale: bool = True,
+        dct_scale: bool = _xdefault("no_dct_scale"),
         max_pixels: int = _default("max_pixels"),
         max_sample_bytes: int = _default("max_sample_bytes"),
         timeout: Optional[float] = None,
-        read_delay_us: int = 0,
+        read_delay_us: int = _xdefault("read_delay_us", "dataset"),
         crop_pct: Optional[float] = None,
         fields: Optional[Sequence[str]] = None,
         extra_keys: Optional[Union[str, Sequence[str]]] = None,
@@ -376,7 +400,8 @@ class Loader:
         resize_size: Optional[int] = None,
         shuffle_buffer: int = _default("shuffle_buffer"),
         decoded_cache_bytes: int = _default("decoded_cache_bytes"),
-        device: Optional[str] = None,
+        device: Optional[str] = _xdefault("device"),
+        index_dir: Optional[str] = _xdefault("index_dir", "dataset"),
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache_bytes: int = 0,
         cache_block_bytes: int = 0,
@@ -450,7 +475,7 @@ class Loader:
         self.as_torch = bool(as_torch)
         self.return_indices = bool(return_indices)
         self.shuffle = bool(shuffle)
-        self.shuffle_mode = ("global", "shards")[t_shuffle]
+        self.shuffle_mode = _ROWS[("loader", "shuffle")][5][t_shuffle]
         self.drop_last = bool(drop_last)
         self._from_dlpack: Optional[Callable[[Any], Any]] = None
         if self.as_torch:
@@ -462,8 +487,7 @@ class Loader:
             if format is not None and not isinstance(format, str):
                 raise TypeError("format must be a str or None")
             self.dataset = _chute.Dataset(os.fspath(source), t_kind,
-                                          read_delay_us=_uint("read_delay_us", read_delay_us, 0,
-                                                              2 ** 32 - 1),
+                                          read_delay_us=_dopt("read_delay_us", read_delay_us),
                                           format=format, label_offset=int(label_offset),
                                           image_key=image_key, label_key=label_key,
                                           extra_keys=_names_csv("extra_keys", extra_keys),
@@ -474,7 +498,8 @@ class Loader:
                                           cache_block_bytes=_uint("cache_block_bytes",
                                                                   cache_block_bytes, 0,
                                                                   2 ** 30),
-                                          schema=schema, csv_no_header=bool(csv_no_header))
+                                          schema=schema, csv_no_header=bool(csv_no_header),
+                                          index_dir=index_dir)
         self._core = _chute._Loader(
             self.dataset,
             batch_size=self.batch_size,
@@ -515,12 +540,12 @@ class Loader:
         self.device = device or "cpu"
         self.fields_requested: Tuple[str, ...] = (
             () if fields is None else tuple(_names_list("fields", fields)))
-        self.dtype = ("float32", "uint8", "float16")[t_dtype]
+        self.dtype = _ROWS[("loader", "dtype")][5][t_dtype]
         self.layout = ("nhwc" if t_dtype == 1 else "nchw") if t_layout == 0 else layout.lower()
         # Canonical spellings of the choices (what state_dict and repr show).
-        self.transform = ("train", "eval", "none")[t_transform]
-        self.remainder = ("pad", "drop")[t_remainder]
-        self.on_corrupt = ("skip", "fail")[t_corrupt]
+        self.transform = _ROWS[("loader", "transform")][5][t_transform]
+        self.remainder = _ROWS[("loader", "remainder")][5][t_remainder]
+        self.on_corrupt = _ROWS[("loader", "on_corrupt")][5][t_corrupt]
         self.hold_policy = ("raise", "copy")[t_hold]
         self._epoch = 0
         self._consumed = 0          # batches of the current epoch delivered

@@ -895,22 +895,24 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
                              "inject_fail_reads", "inject_fail_status", "format",
                              "label_offset", "image_key", "label_key", "extra_keys",
                              "cache_dir", "cache_bytes", "cache_block_bytes", "schema",
-                             "csv_no_header", NULL};
+                             "csv_no_header", "index_dir", NULL};
     const char *format = NULL, *image_key = NULL, *label_key = NULL, *extra_keys = NULL;
     const char *cache_dir = NULL;
     unsigned long long cache_bytes = 0, cache_block = 0;
     const char *schema = NULL;
     int csv_no_header = 0;
+    const char *index_dir = NULL;
     int label_offset = 0;
     PyObject *path = NULL;
     int kind = CHUTE_SOURCE_AUTO, fail_status = 0;
     unsigned int delay = 0, fail_reads = 0;
     unsigned long long fail_sample = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKKzp:Dataset", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKKzpz:Dataset", kwlist,
                                      PyUnicode_FSConverter, &path, &kind, &delay, &fail_sample,
                                      &fail_reads, &fail_status, &format, &label_offset,
                                      &image_key, &label_key, &extra_keys, &cache_dir,
-                                     &cache_bytes, &cache_block, &schema, &csv_no_header))
+                                     &cache_bytes, &cache_block, &schema, &csv_no_header,
+                                     &index_dir))
         return -1;
     if (self->ref) {
         Py_DECREF(path);
@@ -939,6 +941,7 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     o.cache_block_bytes = cache_block;
     o.schema = schema;
     o.csv_no_header = csv_no_header;
+    o.index_dir = index_dir;
     Py_BEGIN_ALLOW_THREADS
     rc = chute_dataset_open_ex(p, &o, &ds, &err);
     Py_END_ALLOW_THREADS
@@ -1291,6 +1294,11 @@ static int opts_from_py(PyObject *const vals[CH_LOPT_COUNT], chute_loader_option
     return 0;
 }
 
+/* The integer rows only (the other kinds are keywords of their own below). */
+#define CH_LOADER_ENUM(name, field, choices, layers, help)
+#define CH_LOADER_FLOAT(name, field, n, def, lo, hi, layers, help)
+#define CH_LOADER_NEG(name, field, layers, help)
+#define CH_LOADER_STR(name, field, layers, help)
 static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
 {
     /* The table's options first (as objects, checked by opts_from_py),
@@ -1325,6 +1333,10 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
                                      &copy_on_limit, &crop_pct, &shuffle_mode, &fields,
                                      &device))
         return -1;
+#undef CH_LOADER_ENUM
+#undef CH_LOADER_FLOAT
+#undef CH_LOADER_NEG
+#undef CH_LOADER_STR
     /* A CUDA batch cannot be copied out of its slot on the host: the hold
      * limit raises BusyError instead (hold_policy "raise"). */
     if (device && strncmp(device, "cuda", 4) == 0)
@@ -2042,6 +2054,192 @@ fail:
     return NULL;
 }
 
+/* option_rows(): the option table's other rows (loader_options.def's
+ * enums, floats, negated flags and strings; every row of
+ * dataset_options.def), one tuple per row:
+ * (table, name, field, kind, default, choices, layers, help, min, max) with table
+ * "loader" or "dataset", kind "enum", "float", "neg", "str", "u32", "u64"
+ * or "i32", default as Python spells it (an enum's first choice, a float
+ * or a 3-tuple or None when computed, True for a negated flag, None for a
+ * string), choices a tuple of names (enums; value = position) or None,
+ * layers as loader_options(), min and max the bounds of an integer row
+ * (else None).  chute/loader.py builds its choice tables
+ * and defaults from it. */
+static PyObject *opt_row_py(const char *table, const ch_opt_row *d)
+{
+    static const char *kinds[] = {"u32", "u64", "bool", "i32", "enum", "float", "neg", "str"};
+    PyObject *def = NULL, *choices = NULL, *layers = NULL;
+    if (d->kind == CH_OPT_ENUM) {
+        choices = PyList_New(0);
+        char b[64];
+        for (int k = 0; choices && ch_opt_choice(d, k, b, sizeof b) == 0; k++) {
+            PyObject *w = PyUnicode_FromString(b);
+            if (!w || PyList_Append(choices, w) < 0) {
+                Py_XDECREF(w);
+                Py_CLEAR(choices);
+            } else {
+                Py_DECREF(w);
+            }
+        }
+        if (!choices)
+            return NULL;
+        PyObject *t = PyList_AsTuple(choices);
+        Py_DECREF(choices);
+        choices = t;
+        if (!choices)
+            return NULL;
+        def = PyTuple_GetItem(choices, 0);
+        Py_XINCREF(def);
+    } else {
+        choices = Py_None;
+        Py_INCREF(choices);
+        if (d->kind == CH_OPT_F32)
+            def = (d->layers & CH_OPT_AUTO) ? (Py_INCREF(Py_None), Py_None)
+                  : d->n == 1 ? PyFloat_FromDouble(d->fdef[0])
+                              : Py_BuildValue("(ddd)", (double)d->fdef[0], (double)d->fdef[1],
+                                              (double)d->fdef[2]);
+        else if (d->kind == CH_OPT_NEG)
+            def = (Py_INCREF(Py_True), Py_True);
+        else if (d->kind == CH_OPT_STR)
+            def = (Py_INCREF(Py_None), Py_None);
+        else if (d->kind == CH_OPT_I32)
+            def = PyLong_FromLongLong((long long)(int64_t)d->def);
+        else
+            def = PyLong_FromUnsignedLongLong(d->def);
+    }
+    layers = Py_BuildValue("(s)", "c");
+    if (layers && (d->layers & CH_OPT_CLI)) {
+        PyObject *t = Py_BuildValue("(s)", "cli"), *u = t ? PySequence_Concat(layers, t) : NULL;
+        Py_XDECREF(t);
+        Py_DECREF(layers);
+        layers = u;
+    }
+    if (layers && (d->layers & CH_OPT_PY)) {
+        PyObject *t = Py_BuildValue("(s)", "python"), *u = t ? PySequence_Concat(layers, t) : NULL;
+        Py_XDECREF(t);
+        Py_DECREF(layers);
+        layers = u;
+    }
+    if (layers && (d->layers & CH_OPT_AUTO)) {
+        PyObject *t = Py_BuildValue("(s)", "auto"), *u = t ? PySequence_Concat(layers, t) : NULL;
+        Py_XDECREF(t);
+        Py_DECREF(layers);
+        layers = u;
+    }
+    if (!def || !layers) {
+        Py_XDECREF(def);
+        Py_XDECREF(layers);
+        Py_DECREF(choices);
+        return NULL;
+    }
+    PyObject *lo = Py_None, *hi = Py_None; /* integer rows' bounds */
+    if (d->kind == CH_OPT_I32) {
+        lo = PyLong_FromLongLong((long long)(int64_t)d->min);
+        hi = PyLong_FromLongLong((long long)(int64_t)d->max);
+    } else if (d->kind == CH_OPT_U32 || d->kind == CH_OPT_U64) {
+        lo = PyLong_FromUnsignedLongLong(d->min);
+        hi = PyLong_FromUnsignedLongLong(d->max);
+    } else {
+        Py_INCREF(lo);
+        Py_INCREF(hi);
+    }
+    if (!lo || !hi) {
+        Py_XDECREF(lo);
+        Py_XDECREF(hi);
+        Py_DECREF(def);
+        Py_DECREF(layers);
+        Py_DECREF(choices);
+        return NULL;
+    }
+    return Py_BuildValue("(ssssNNNsNN)", table, d->name, d->field, kinds[d->kind], def, choices,
+                         layers, d->help, lo, hi);
+}
+
+static PyObject *mod_option_rows(PyObject *m, PyObject *unused)
+{
+    PyObject *out = PyList_New(0);
+    for (int t = 0; out && t < 2; t++) {
+        const ch_opt_row *d = t ? ch_dataset_opts() : ch_loader_xopts();
+        int n = t ? ch_dataset_opt_count() : ch_loader_xopt_count();
+        for (int i = 0; i < n; i++) {
+            PyObject *row = opt_row_py(t ? "dataset" : "loader", &d[i]);
+            if (!row || PyList_Append(out, row) < 0) {
+                Py_XDECREF(row);
+                Py_CLEAR(out);
+                break;
+            }
+            Py_DECREF(row);
+        }
+    }
+    return out;
+}
+
+/* check_options(**options): the C check of the other rows (enums as
+ * ints, floats) on a chute_loader_options / chute_dataset_options holding
+ * just these values; None, or ValueError with C's message naming the
+ * option.  For tests: the C layer's refusal, without a dataset. */
+static PyObject *mod_check_options(PyObject *m, PyObject *args, PyObject *kw)
+{
+    chute_loader_options lo;
+    chute_dataset_options dso;
+    memset(&lo, 0, sizeof lo);
+    memset(&dso, 0, sizeof dso);
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (kw && PyDict_Next(kw, &pos, &k, &v)) {
+        const char *name = PyUnicode_AsUTF8(k);
+        if (!name)
+            return NULL;
+        const ch_opt_row *d = NULL;
+        char *base = NULL;
+        for (int t = 0; t < 2 && !d; t++) {
+            const ch_opt_row *r = t ? ch_dataset_opts() : ch_loader_xopts();
+            int n = t ? ch_dataset_opt_count() : ch_loader_xopt_count();
+            for (int i = 0; i < n; i++)
+                if (!strcmp(r[i].name, name) && r[i].kind != CH_OPT_NEG &&
+                    r[i].kind != CH_OPT_STR) {
+                    d = &r[i];
+                    base = t ? (char *)&dso : (char *)&lo;
+                    break;
+                }
+        }
+        if (!d) {
+            PyErr_Format(PyExc_TypeError, "check_options: no enum/float/int row %s", name);
+            return NULL;
+        }
+        if (d->kind == CH_OPT_F32) {
+            float f[3] = {0, 0, 0};
+            if (d->n == 1) {
+                f[0] = (float)PyFloat_AsDouble(v);
+            } else if (parse_rgb(v, f, d->name)) {
+                return NULL;
+            }
+            if (PyErr_Occurred())
+                return NULL;
+            memcpy(base + d->offset, f, d->n * sizeof(float));
+        } else {
+            long long x = PyLong_AsLongLong(v);
+            if (x == -1 && PyErr_Occurred())
+                return NULL;
+            if (d->kind == CH_OPT_U64) {
+                uint64_t u = (uint64_t)x;
+                memcpy(base + d->offset, &u, sizeof u);
+            } else {
+                int32_t i32 = (int32_t)x;
+                memcpy(base + d->offset, &i32, sizeof i32);
+            }
+        }
+    }
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    if (ch_opt_rows_check(&lo, ch_loader_xopts(), ch_loader_xopt_count(), &err) != CHUTE_OK ||
+        ch_dataset_options_check(&dso, &err) != CHUTE_OK) {
+        PyErr_SetString(PyExc_ValueError, err.message);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* resolve_loader_options(**options): what chute_loader_create makes of
  * these table options (the rest zero): a dict of every table option's
  * resolved value, or ValueError with C's message. */
@@ -2102,6 +2300,14 @@ static PyMethodDef module_methods[] = {
      "default_workers()\n--\n\n(count, reason): the worker count a Loader uses when workers is\n"
      "None: the CPUs this process may use (affinity mask, cgroup CPU quota) divided by\n"
      "LOCAL_WORLD_SIZE when set."},
+    {"option_rows", (PyCFunction)mod_option_rows, METH_NOARGS,
+     "option_rows()\n--\n\nThe option table's enum, float, flag and string rows and the dataset\n"
+     "table (src/common/loader_options.def, dataset_options.def): a list of\n"
+     "(table, name, field, kind, default, choices, layers, help)."},
+    {"check_options", (PyCFunction)(void (*)(void))mod_check_options,
+     METH_VARARGS | METH_KEYWORDS,
+     "check_options(**options)\n--\n\nThe C check of enum (as int), float and dataset int options;\n"
+     "ValueError with C's message."},
     {"loader_options", (PyCFunction)mod_loader_options, METH_NOARGS,
      "loader_options()\n--\n\nThe loader's option table (src/common/loader_options.def): a list of\n"
      "(name, kind, default, min, max, layers, help)."},

@@ -12,7 +12,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum ch_opt_kind { CH_OPT_U32, CH_OPT_U64, CH_OPT_BOOL } ch_opt_kind;
+typedef enum ch_opt_kind {
+    CH_OPT_U32,
+    CH_OPT_U64,
+    CH_OPT_BOOL,
+    /* The other rows' kinds (ch_opt_row): */
+    CH_OPT_I32,  /* int32_t */
+    CH_OPT_ENUM, /* an int-sized C enum, values 0.. named by choices */
+    CH_OPT_F32,  /* float or float[n] */
+    CH_OPT_NEG,  /* int no_<name>: nonzero turns <name> off */
+    CH_OPT_STR   /* const char *, borrowed */
+} ch_opt_kind;
 
 enum {
     CH_OPT_CLI = 1,  /* `chute bench` and `chute doctor` take --name */
@@ -27,15 +37,54 @@ typedef struct ch_loader_opt {
     uint64_t def, min, max;
     unsigned layers;
     const char *help;
+    const char *field; /* the member's name */
 } ch_loader_opt;
 
 /* Index of each option in the table: CH_LOPT_batch_size, ... */
+#define CH_LOADER_ENUM(name, field, choices, layers, help)
+#define CH_LOADER_FLOAT(name, field, n, def, lo, hi, layers, help)
+#define CH_LOADER_NEG(name, field, layers, help)
+#define CH_LOADER_STR(name, field, layers, help)
 enum {
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) CH_LOPT_##name,
 #include "common/loader_options.def"
 #undef CH_LOADER_OPT
     CH_LOPT_COUNT
 };
+#undef CH_LOADER_ENUM
+#undef CH_LOADER_FLOAT
+#undef CH_LOADER_NEG
+#undef CH_LOADER_STR
+
+/* The rows of the other kinds (enum, float, negated flag, string) of
+ * loader_options.def, and every row of dataset_options.def. */
+typedef struct ch_opt_row {
+    const char *name;  /* C/Python name; CLI --name ('_' as '-'), --no-name for NEG */
+    const char *field; /* the struct member */
+    ch_opt_kind kind;
+    size_t offset;
+    unsigned n;          /* F32: components (1 or 3) */
+    const char *choices; /* ENUM: "a|b|c", values 0, 1, 2 */
+    uint64_t def, min, max; /* U32/U64/I32 (I32 as int64_t bits) */
+    float fdef[3], fmin, fmax; /* F32: value finite, > fmin, <= fmax */
+    unsigned layers;
+    const char *help;
+} ch_opt_row;
+
+int ch_loader_xopt_count(void);
+const ch_opt_row *ch_loader_xopts(void);
+int ch_dataset_opt_count(void);
+const ch_opt_row *ch_dataset_opts(void);
+/* ENUM: the k-th choice's name into buf (NUL-terminated); 0, or -1 past
+ * the last.  ch_opt_choice_find: the value named s, or -1. */
+int ch_opt_choice(const ch_opt_row *d, int k, char *buf, size_t cap);
+int ch_opt_choice_find(const ch_opt_row *d, const char *s);
+/* Check the rows' enums, floats and integers of one struct (o is a
+ * chute_loader_options or a chute_dataset_options, matching rows): zero
+ * floats are taken as their default; CHUTE_EINVAL naming the option
+ * otherwise ("transform 7 is not one of train|eval|none"). */
+int ch_opt_rows_check(const void *o, const ch_opt_row *rows, int n, chute_error *err);
+int ch_dataset_options_check(const chute_dataset_options *o, chute_error *err);
 
 /* The table, in .def order (CH_LOPT_COUNT entries). */
 const ch_loader_opt *ch_loader_opts(void);

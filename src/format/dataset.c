@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "format.h"
+#include "common/loader_options.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -228,6 +229,9 @@ int ch_dataset_open_src(const ch_source_ops *src, const char *path,
     if (!path || !out_ds || !src)
         return ch_err(err, CHUTE_EINVAL, "chute_dataset_open: path and out_ds are required");
     *out_ds = NULL;
+    /* The option table's bounds and enum choices (dataset_options.def). */
+    if (opt && ch_dataset_options_check(opt, err) != CHUTE_OK)
+        return CHUTE_EINVAL;
     ch_stat st;
     int rc = ch_src_stat(src, path, &st, err);
     if (rc != CHUTE_OK)

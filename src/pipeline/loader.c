@@ -746,38 +746,31 @@ int ch_loader_options_resolve(const chute_loader_options *in, chute_loader_optio
                           (unsigned long long)v, (unsigned long long)d->min,
                           (unsigned long long)d->max);
     }
+    /* The other rows (enums, floats): each checked, then a float left
+     * all zero takes its default (crop_pct, computed, below). */
+    int rc = ch_opt_rows_check(o, ch_loader_xopts(), ch_loader_xopt_count(), err);
+    if (rc != CHUTE_OK)
+        return rc;
+    for (int i = 0; i < ch_loader_xopt_count(); i++) {
+        const ch_opt_row *d = &ch_loader_xopts()[i];
+        if (d->kind != CH_OPT_F32 || (d->layers & CH_OPT_AUTO))
+            continue;
+        float *v = (float *)(void *)((char *)o + d->offset);
+        int zero = 1;
+        for (unsigned c = 0; c < d->n; c++)
+            zero &= v[c] == 0;
+        if (zero)
+            memcpy(v, d->fdef, d->n * sizeof *v);
+    }
     if (o->layout == CHUTE_LAYOUT_DEFAULT)
         o->layout = o->dtype == CHUTE_DTYPE_UINT8 ? CHUTE_LAYOUT_NHWC : CHUTE_LAYOUT_NCHW;
-    if (o->mean[0] == 0 && o->mean[1] == 0 && o->mean[2] == 0) {
-        o->mean[0] = 0.485f;
-        o->mean[1] = 0.456f;
-        o->mean[2] = 0.406f;
-    }
-    if (o->std[0] == 0 && o->std[1] == 0 && o->std[2] == 0) {
-        o->std[0] = 0.229f;
-        o->std[1] = 0.224f;
-        o->std[2] = 0.225f;
-    }
     if (o->rank >= o->world_size)
         return ch_err(err, CHUTE_EINVAL, "rank %u must be below world_size %u", o->rank,
                       o->world_size);
-    if ((unsigned)o->transform > CHUTE_TRANSFORM_NONE || (unsigned)o->dtype > CHUTE_DTYPE_FLOAT16 ||
-        (unsigned)o->layout > CHUTE_LAYOUT_NHWC || (unsigned)o->on_corrupt > CHUTE_CORRUPT_FAIL ||
-        (unsigned)o->remainder > CHUTE_REMAINDER_DROP)
-        return ch_err(err, CHUTE_EINVAL, "an enum option is out of range");
-    if ((unsigned)o->shuffle > CHUTE_SHUFFLE_SHARDS)
-        return ch_err(err, CHUTE_EINVAL, "shuffle mode %u is not GLOBAL (0) or SHARDS (1)",
-                      (unsigned)o->shuffle);
     if (o->scale_min_pct > o->scale_max_pct)
         return ch_err(err, CHUTE_EINVAL, "scale_min_pct %u is above scale_max_pct %u",
                       o->scale_min_pct, o->scale_max_pct);
     for (int c = 0; c < 3; c++) {
-        if (!isfinite(o->mean[c]))
-            return ch_err(err, CHUTE_EINVAL, "mean[%d] = %g is not a finite number", c,
-                          (double)o->mean[c]);
-        if (!(o->std[c] > 0) || !isfinite(o->std[c]))
-            return ch_err(err, CHUTE_EINVAL, "std[%d] = %g must be positive and finite", c,
-                          (double)o->std[c]);
         /* The normalize constants themselves must be finite too (a std of
          * 1e-40 is positive, but 1 / (255 * std) is inf in float). */
         float mul = 1.0f / (255.0f * o->std[c]), add = -o->mean[c] / o->std[c];
@@ -789,8 +782,6 @@ int ch_loader_options_resolve(const chute_loader_options *in, chute_loader_optio
     /* Eval resize side: timm's floor(size / crop_pct), or given. */
     if (o->crop_pct != 0 && o->resize_size != 0)
         return ch_err(err, CHUTE_EINVAL, "set crop_pct or resize_size, not both");
-    if (o->crop_pct != 0 && !(o->crop_pct > 0 && o->crop_pct <= 1))
-        return ch_err(err, CHUTE_EINVAL, "crop_pct %g must be in (0, 1]", (double)o->crop_pct);
     if (!o->resize_size) {
         if (!o->crop_pct)
             o->crop_pct = 0.875f;
