@@ -184,7 +184,11 @@ if [ "$run_pytest" = 1 ]; then
   echo "== Python tests against the installed wheel"
   mkdir -p tests python
   cp -r "$ROOT/tests/python" "$ROOT/tests/tools" "$ROOT/tests/fixtures" tests/
+  # The remote tests' server harness (test_remote.py) and the test library.
+  cp "$ROOT/tests/chute_testlib.py" "$ROOT/tests/test_remote.py" tests/
   cp -r "$ROOT/python/tools" python/
+  # SeaweedFS, if the checkout's tests already fetched it, is reused.
+  CHUTE_REMOTE_TOOLS="${CHUTE_REMOTE_TOOLS:-$ROOT/build-python/remote-tools}" \
   CHUTE_TEST_INSTALLED=1 "$V/python" -m pytest -q -p no:cacheprovider tests/python
 fi
 echo "wheel: OK $whl"
