@@ -62,3 +62,32 @@ int ch_remote_get(ch_remote *s, const char *path, uint64_t off, void *buf, size_
 int ch_remote_put(ch_remote *s, const char *path, const void *buf, size_t len, chute_error *err);
 /* Remove an S3 object (a missing one is not an error to S3). */
 int ch_remote_delete(ch_remote *s, const char *path, chute_error *err);
+
+/* ---- the read-ahead engine (aio_* of ch_source_s3 / ch_source_http) ----
+ * Reads of one opened object submitted before the same reap whose byte
+ * ranges touch or lie at most coalesce_gap_bytes apart are fetched by one
+ * ranged GET of at most coalesce_max_bytes (see s3.c).  The static
+ * sources use the defaults; a copy of their table whose `self` points at
+ * a ch_remote_aio_opts (which must outlive every engine opened through
+ * it) uses those values instead: ch_remote_tuned() makes one. */
+#define CH_REMOTE_COALESCE_GAP (64u << 10)
+#define CH_REMOTE_COALESCE_MAX (8u << 20)
+typedef struct ch_remote_aio_opts {
+    uint64_t coalesce_gap_bytes;  /* as given (0: only touching ranges merge) */
+    uint64_t coalesce_max_bytes;  /* as given (<= the largest read: no merging) */
+} ch_remote_aio_opts;
+/* What one engine did, from aio_open on. */
+typedef struct ch_remote_aio_stats {
+    uint64_t requests;    /* reads submitted */
+    uint64_t gets;        /* HTTP GETs sent, retries included */
+    uint64_t coalesced;   /* reads served by another read's GET */
+    uint64_t gap_bytes;   /* bytes fetched between merged reads and dropped */
+    uint64_t retries;     /* tries repeated after a transient failure */
+    uint64_t failed;      /* reads that completed with an error */
+} ch_remote_aio_stats;
+/* engine: from aio_open of ch_source_s3/ch_source_http (or a tuned copy);
+ * the engine's thread only. */
+void ch_remote_aio_stats_get(void *engine, ch_remote_aio_stats *out);
+/* *out = *base (ch_source_s3 or ch_source_http) with self = opts. */
+void ch_remote_tuned(const ch_source_ops *base, const ch_remote_aio_opts *opts,
+                     ch_source_ops *out);
