@@ -176,6 +176,11 @@ typedef struct chute_dataset_options {
      * 0), extra_keys further datasets of N rows delivered as fields of the
      * row's shape and dtype.  Reads are thread-safe and take no HDF5 lock
      * except for variable-length images (docs/DESIGN.md, "HDF5"). */
+    /* s3:// and http(s):// datasets, read ahead asynchronously: reads of
+     * one object in flight together whose byte ranges lie at most this
+     * many bytes apart are fetched by one ranged GET (at most 8 MiB), the
+     * bytes between them dropped.  0 = 64 KiB; at most 8 MiB. */
+    uint64_t coalesce_gap_bytes;
 } chute_dataset_options;
 
 /* chute_dataset_open with options. */

@@ -13,7 +13,7 @@ per request), so "neighbouring reads share one GET" is checked against
 the wire, not the engine's own counters; and with coalescing turned off
 (--max 1) the same reads must take one GET each.
 
-Cases: s3 http faults missing
+Cases: s3 http faults missing dataset
 """
 import os
 import subprocess
@@ -231,7 +231,37 @@ def missing(ctx):
         w.stop()
 
 
-cases = {"s3": s3, "http": http, "faults": faults, "missing": missing}
+def dataset(ctx):
+    """The dataset option coalesce_gap_bytes reaches the engine: a shard
+    directory opened from S3 with coalesce_gap_bytes=1 merges only reads
+    at most a byte apart (each merge drops at most one byte), where the
+    default (64 KiB) drops more; the shards' bytes are compared as above."""
+    ctx.need_data()
+    w, c = R.server(ctx, "dataset")
+    try:
+        shards = sorted(os.listdir(ctx.shards))
+        for f in shards:
+            c.upload_file(os.path.join(ctx.shards, f), R.BUCKET, "ds/" + f)
+        chute_files = [f for f in shards if f.endswith(".chute")][:2]
+        ctx.check(chute_files, "no shards in the fixture")
+        pairs = [("s3://%s/ds/%s" % (R.BUCKET, f), os.path.join(ctx.shards, f))
+                 for f in chute_files]
+        root = "s3://%s/ds/" % R.BUCKET
+        got = {}
+        for gap in ("1", "65536"):
+            p, st = run_probe(ctx, w.env(), pairs, "--dataset", root, "--gap", gap, "--seed", 4)
+            ctx.note("dataset, coalesce_gap_bytes %s: %s" % (gap, p.out.strip()))
+            got[gap] = st
+        ctx.check(got["1"].get("coalesced", 0) > 0
+                  and got["1"]["gap_bytes"] <= got["1"]["coalesced"],
+                  "coalesce_gap_bytes=1 through the dataset: %r" % got["1"])
+        ctx.check(got["65536"].get("gap_bytes", 0) > got["65536"].get("coalesced", 0),
+                  "coalesce_gap_bytes=65536 through the dataset: %r" % got["65536"])
+    finally:
+        w.stop()
+
+
+cases = {"s3": s3, "http": http, "faults": faults, "missing": missing, "dataset": dataset}
 
 if __name__ == "__main__":
     sys.exit(T.main(cases))

@@ -261,6 +261,15 @@ int ch_dataset_open_src(const ch_source_ops *src, const char *path,
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     }
     ds->src = src;
+#ifdef CHUTE_HAVE_CURL
+    if (src == &ch_source_s3 || src == &ch_source_http) {
+        ds->remote_aio.coalesce_gap_bytes =
+            opt && opt->coalesce_gap_bytes ? opt->coalesce_gap_bytes : CH_REMOTE_COALESCE_GAP;
+        ds->remote_aio.coalesce_max_bytes = CH_REMOTE_COALESCE_MAX;
+        ch_remote_tuned(src, &ds->remote_aio, &ds->remote_src);
+        ds->src = &ds->remote_src;
+    }
+#endif
     if (opt && opt->cache_dir) {
         ch_cache_options co = {.dir = opt->cache_dir, .bytes = opt->cache_bytes,
                                .block_bytes = opt->cache_block_bytes};

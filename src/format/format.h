@@ -17,6 +17,7 @@
 
 #include "../common/common.h"
 #include "../io/io.h"
+#include "../io/remote.h"
 #include "fields.h"
 
 #include <stdatomic.h>
@@ -154,6 +155,12 @@ struct chute_dataset {
     /* Set by open when samples carry no image (fields and label only):
      * the loader then skips read/decode/transform (chute_dataset_has_images). */
     int no_image;
+    /* s3:// and http(s)://: the source's table with self = &remote_aio,
+     * so its read-ahead engines use the dataset's coalesce_gap_bytes
+     * (ch_remote_tuned, src/io/remote.h); ds->src points here (or at the
+     * cache wrapping it). */
+    ch_source_ops remote_src;
+    ch_remote_aio_opts remote_aio;
 };
 
 /* The index of field `name` in ds->fields, or -1. */

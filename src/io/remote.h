@@ -63,6 +63,8 @@ int ch_remote_put(ch_remote *s, const char *path, const void *buf, size_t len, c
 /* Remove an S3 object (a missing one is not an error to S3). */
 int ch_remote_delete(ch_remote *s, const char *path, chute_error *err);
 
+#ifndef CHUTE_IO_REMOTE_AIO_H /* (this part after the guard above, like the session part) */
+#define CHUTE_IO_REMOTE_AIO_H
 /* ---- the read-ahead engine (aio_* of ch_source_s3 / ch_source_http) ----
  * Reads of one opened object submitted before the same reap whose byte
  * ranges touch or lie at most coalesce_gap_bytes apart are fetched by one
@@ -91,3 +93,4 @@ void ch_remote_aio_stats_get(void *engine, ch_remote_aio_stats *out);
 /* *out = *base (ch_source_s3 or ch_source_http) with self = opts. */
 void ch_remote_tuned(const ch_source_ops *base, const ch_remote_aio_opts *opts,
                      ch_source_ops *out);
+#endif

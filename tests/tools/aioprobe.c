@@ -11,6 +11,9 @@
  *     --seed S     the ranges' random seed (default 1)
  *     --gap B      coalesce_gap_bytes (default: the source's default)
  *     --max B      coalesce_max_bytes (default: the source's default)
+ *     --dataset R  take the source from chute_dataset_open_ex(R) with
+ *                  coalesce_gap_bytes = --gap (the dataset's option
+ *                  reaching the engine), not from ch_remote_tuned
  *
  * The reads: half come as runs of 2..8 neighbouring records (touching or
  * a few hundred bytes apart, what a shard's consecutive samples look
@@ -24,6 +27,7 @@
  * Exit 0 when every read of a URL=LOCAL object returned exactly its
  * bytes, 2 on a byte mismatch or a wrong status, 3 on a setup error.
  */
+#include "format/format.h"
 #include "io/io.h"
 #include "io/remote.h"
 
@@ -76,6 +80,7 @@ int main(int argc, char **argv)
     ch_remote_aio_opts opts = {CH_REMOTE_COALESCE_GAP, CH_REMOTE_COALESCE_MAX};
     obj objs[16];
     const char *missing[8];
+    const char *dataset = NULL;
     int nobj = 0, nmiss = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -89,6 +94,8 @@ int main(int argc, char **argv)
             opts.coalesce_gap_bytes = strtoull(argv[++i], NULL, 10);
         else if (i + 1 < argc && !strcmp(a, "--max"))
             opts.coalesce_max_bytes = strtoull(argv[++i], NULL, 10);
+        else if (i + 1 < argc && !strcmp(a, "--dataset"))
+            dataset = argv[++i];
         else if (i + 1 < argc && !strcmp(a, "--missing") && nmiss < 8)
             missing[nmiss++] = argv[++i];
         else if (strchr(a, '=') && nobj < 16) {
@@ -116,6 +123,16 @@ int main(int argc, char **argv)
     ch_source_ops src;
     ch_remote_tuned(base, &opts, &src);
     chute_error err;
+    chute_dataset *ds = NULL;
+    if (dataset) {
+        chute_dataset_options dopt = {0};
+        dopt.coalesce_gap_bytes = opts.coalesce_gap_bytes;
+        if (chute_dataset_open_ex(dataset, &dopt, &ds, &err) != CHUTE_OK) {
+            fprintf(stderr, "dataset %s: %s\n", dataset, err.message);
+            return 3;
+        }
+        src = *ds->src;
+    }
     for (int i = 0; i < nobj; i++) {
         uint64_t size = 0;
         int rc = ch_src_open(&src, objs[i].url, &objs[i].h, &size, &err);
@@ -259,6 +276,7 @@ int main(int argc, char **argv)
         src.close(objs[i].h);
         free(objs[i].bytes);
     }
+    chute_dataset_close(ds);
     free(done);
     free(reqs);
     free(p);
