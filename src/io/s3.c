@@ -21,10 +21,11 @@
  *    per call (one connection each): fine for listing and manifests,
  *    the cost a tree of small remote files pays until the read-ahead stage
  *    owns the connections.
- *  - The read-ahead stage (curl multi) plugs in at the same place: it
- *    would add a CURLM to rfile that shares rfile->share, so its requests
- *    reuse the same DNS entries and connections; one request is built by
- *    req_setup() whichever way it is driven.
+ *  - The read-ahead stage drives the aio_* entries (source ops version
+ *    4): one curl multi engine per read-ahead thread, see "the read-ahead
+ *    engine" below.  A request is configured (easy_configure), built
+ *    (req_setup) and judged (req_judge, retry_allowed, backoff_ns) by the
+ *    same code whichever way it is driven.
  *  - Faults.  Transient failures (connection refused/reset, timeouts, a
  *    short or cut body, HTTP 5xx and 429, S3's SlowDown / InternalError /
  *    RequestTimeout codes) are retried with capped exponential backoff and
