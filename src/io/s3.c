@@ -1384,7 +1384,7 @@ static void aio_flush(aio *a)
         for (; j < n; j++) {
             ch_aio_req *q2 = a->sreq[a->pend[j]];
             uint64_t e2 = CH_MAX(end, q2->off + q2->len);
-            if (q2->h != q->h || q2->off > end + a->o.coalesce_gap_bytes ||
+            if (q2->h != q->h || (q2->off > end && q2->off - end > a->o.coalesce_gap_bytes) ||
                 e2 - start > a->o.coalesce_max_bytes)
                 break;
             if (q2->off > end)
