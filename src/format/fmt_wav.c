@@ -413,6 +413,25 @@ static int wav_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_r
     return read_sample(ds, i, req, nreq, CHUTE_TRANSFORM_EVAL, 0, 0, scratch, max_bytes, err);
 }
 
+static int wav_media_info(const chute_dataset *ds, uint64_t i, ch_media_info *out,
+                          chute_error *err)
+{
+    const wav_impl *t = ds->impl;
+    uint8_t head[WAV_HEAD];
+    size_t hl = 0;
+    void *h = NULL;
+    ch_wav_info w;
+    int rc = open_parse(t->src, t->files[i], head, &hl, &h, &w, err);
+    if (h)
+        t->src->close(h);
+    if (rc == CHUTE_OK) {
+        out->frames = w.frames;
+        out->rate = w.rate;
+        out->channels = w.channels;
+    }
+    return rc;
+}
+
 /* The encoded sample: the whole file (inspect --verify, chute_dataset_read). */
 static int wav_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, size_t *out_len,
                     chute_error *err)
@@ -458,4 +477,5 @@ const ch_format_ops ch_format_wav = {
     .close = wav_close,
     .read_fields = wav_read_fields,
     .read_fields_ctx = wav_read_fields_ctx,
+    .media_info = wav_media_info,
 };

@@ -25,6 +25,7 @@
 
 struct ch_locator;
 struct ch_sample_ctx;
+struct ch_media_info;
 
 /* How sure a probe is that a path holds its format (0 = not this one). */
 enum {
@@ -118,7 +119,19 @@ typedef struct ch_format_ops {
     int (*read_fields_ctx)(const chute_dataset *ds, uint64_t i, const ch_field_req *req,
                            size_t nreq, const struct ch_sample_ctx *ctx, ch_buf *scratch,
                            uint64_t max_bytes, chute_error *err);
+    /* Optional (NULL: none): sample i's media properties from its header
+     * alone (audio: frames, rate, channels), for `chute inspect`.  Same
+     * threading and error contract as read. */
+    int (*media_info)(const chute_dataset *ds, uint64_t i, struct ch_media_info *out,
+                      chute_error *err);
 } ch_format_ops;
+
+/* What media_info reports. */
+typedef struct ch_media_info {
+    uint64_t frames;          /* audio frames (samples per channel) */
+    uint32_t rate;            /* frames per second */
+    uint32_t channels;
+} ch_media_info;
 
 /* What the loader knows about the sample being made (read_fields_ctx):
  * everything random must come from ch_rng_for(seed, epoch, sample id). */

@@ -140,3 +140,33 @@ def test_truncated_file_names_file_and_offset(tmp_path):
     (tmp_path / "b.wav").write_bytes(raw[:-300])
     with pytest.raises(chute.CorruptDataError, match=r"b\.wav@40.*claims 1000 bytes"):
         epoch(L(tmp_path, audio_samples=50, on_corrupt="fail", shuffle=False))
+
+
+def test_inspect_and_bench_summarise_a_wav_set(tmp_path):
+    """`chute inspect` gives count, rates, channels and durations (as
+    soundfile.info reports them); `chute bench` runs the set."""
+    import json
+    import subprocess
+    import sys
+    for k, (secs, rate) in enumerate([(0.3, 16000), (1.5, 16000), (3.0, 16000), (0.7, 8000)]):
+        sf.write(str(tmp_path / ("%d.wav" % k)), np.zeros((int(secs * rate), 2)), rate,
+                 subtype="PCM_24")
+    infos = [sf.info(str(tmp_path / ("%d.wav" % k))) for k in range(4)]
+    p = subprocess.run([sys.executable, "-m", "chute", "inspect", "--json", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    a = j["audio"]
+    assert j["format"] == "wav" and j["samples"] == 4 and a["files"] == 4 and a["bad"] == 0
+    assert a["rates"] == {"16000": 3, "8000": 1} and a["channels"] == {"2": 4}
+    assert a["seconds"]["max"] == pytest.approx(max(i.duration for i in infos))
+    assert a["seconds"]["min"] == pytest.approx(min(i.duration for i in infos))
+    assert a["duration_histogram"] == {"0": 1, "0.5": 1, "1": 1, "2": 1}
+    p = subprocess.run([sys.executable, "-m", "chute", "inspect", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert "sample rates: 16000 Hz (3) 8000 Hz (1)" in p.stdout, p.stdout
+    os.remove(tmp_path / "3.wav")  # one rate: the bench runs
+    p = subprocess.run([sys.executable, "-m", "chute", "bench", str(tmp_path), "--audio-samples",
+                        "4000", "--fields", "audio,length", "--batch-size", "2"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and "(wav, train)" in p.stdout, p.stdout + p.stderr
