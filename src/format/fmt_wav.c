@@ -28,11 +28,13 @@
  * loader) means EVAL.
  *
  * Reading a sample: open through the source, one positional read of the
- * head (4 KiB: the header of a plain file and, for short files, the whole
- * window), the RIFF walk (wav.c; a large chunk before "data" costs one more
- * small read), then one positional read of exactly the window's frames
- * into the worker's scratch buffer — never the whole file.  Nothing is
- * allocated per sample once the scratch has grown.
+ * head (4 KiB, on the worker's stack: the header of a plain file and, for
+ * short files, the whole window), the RIFF walk (wav.c; a large chunk
+ * before "data" costs one more small read), then one positional read of
+ * exactly the window's frames into the worker's scratch buffer (bounded by
+ * max_sample_bytes) — never the whole file.  Nothing is allocated per
+ * sample once the scratch has grown.  With no field asked for, the header
+ * is still read and checked, so a damaged file is never delivered silently.
  *
  * Open reads only the first file's header: channels, sample rate and (when
  * audio_samples is 0) the length come from it.  A later file with another
@@ -340,20 +342,10 @@ static int read_sample(const chute_dataset *ds, uint64_t i, const ch_field_req *
         else if ((int)req[r].field == t->f_length)
             length = req[r].dst;
     }
-    /* Scratch: the head, then the window (<= len frames). */
-    uint64_t win_max = (uint64_t)t->len * t->channels * 8; /* <= 2^30 * 1024 * 8 */
-    uint64_t need = WAV_HEAD + (audio ? win_max : 0);
-    if (need > max_bytes)
-        return ch_err(err, CHUTE_ELIMIT, "%s: a window of %u frames needs %llu bytes, over "
-                      "max_sample_bytes %llu", path, t->len, (unsigned long long)need,
-                      (unsigned long long)max_bytes);
-    if (need > SIZE_MAX || ch_buf_reserve(scratch, (size_t)need) != 0)
-        return ch_err(err, CHUTE_ENOMEM, "out of memory for %llu bytes",
-                      (unsigned long long)need);
-    uint8_t *head = scratch->data;
+    uint8_t head[WAV_HEAD]; /* on the worker's stack: 4 KiB */
     size_t hl = 0;
     void *h = NULL;
-    ch_wav_info w;
+    ch_wav_info w = {0};
     int rc = open_parse(t->src, path, head, &hl, &h, &w, err);
     if (rc == CHUTE_OK && w.rate != t->rate)
         rc = ch_err(err, CHUTE_EINVAL, "%s: sample rate %u Hz, the dataset's is %u Hz (%s; chute "
@@ -374,10 +366,20 @@ static int read_sample(const chute_dataset *ds, uint64_t i, const ch_field_req *
     }
     if (rc == CHUTE_OK && audio) {
         uint64_t off = w.data_offset + start * w.frame_bytes, bytes = n * w.frame_bytes;
-        const uint8_t *src = head + off;
-        if (off + bytes > hl) {
-            src = head + WAV_HEAD;
-            rc = t->src->read_at(h, path, off, head + WAV_HEAD, (size_t)bytes, err);
+        const uint8_t *src = NULL;
+        if (off + bytes <= hl) {
+            src = head + off;
+        } else { /* the window is past the head: one read of exactly it */
+            if (bytes > max_bytes)
+                rc = ch_err(err, CHUTE_ELIMIT, "%s: a window of %llu frames is %llu bytes, over "
+                            "max_sample_bytes %llu", path, (unsigned long long)n,
+                            (unsigned long long)bytes, (unsigned long long)max_bytes);
+            else if (bytes > SIZE_MAX || ch_buf_reserve(scratch, (size_t)bytes) != 0)
+                rc = ch_err(err, CHUTE_ENOMEM, "out of memory for %llu bytes",
+                            (unsigned long long)bytes);
+            else
+                rc = t->src->read_at(h, path, off, scratch->data, (size_t)bytes, err);
+            src = scratch->data;
         }
         if (rc == CHUTE_OK) {
             ch_wav_to_float(&w, src, n, audio, t->len, t->channels_first);
