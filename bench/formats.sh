@@ -4,7 +4,7 @@
 # H5Dread vs pread from T threads, the lock alone) and uncompressed images
 # (bench/uncompressed.py: BMP and PNG level 0 vs JPEG on the train transform).
 #
-#   bash bench/formats.sh [--images N] [--no-build] [--only hdf5|uncompressed]
+#   bash bench/formats.sh [--images N] [--no-build] [--only hdf5|uncompressed|audio]
 #
 # Builds chute (Release) and the Python package into build-python/lib-bench,
 # makes the ImageNet-like JPEG tree of bench/run.sh (bench/make_dataset.py)
@@ -47,5 +47,8 @@ if [ -z "$ONLY" ] || [ "$ONLY" = hdf5 ]; then
 fi
 if [ -z "$ONLY" ] || [ "$ONLY" = uncompressed ]; then
     "$PY" bench/uncompressed.py "$DATA/tree" --images "$IMAGES" || rc=1
+fi
+if [ -z "$ONLY" ] || [ "$ONLY" = audio ]; then
+    "$PY" bench/audio.py --workers "$CORES" || rc=1   # WAV: chute vs soundfile + DataLoader
 fi
 exit $rc

@@ -182,6 +182,90 @@ static void insp_free(insp *s)
     chute_dataset_close((chute_dataset *)s->ds);
 }
 
+/* Audio (formats with media_info: WAV): every sample's header read once,
+ * in order, on this thread (a header is one small read): the sample rates
+ * and channel counts found, durations (min/mean/max and a histogram in
+ * doubling bins from 0.5 s) and the headers that do not parse.  JSON: the
+ * "audio" member, printed inside the caller's object. */
+#define AUDIO_BINS 8
+static void insp_media(const chute_dataset *ds, int json)
+{
+    uint64_t n = chute_dataset_size(ds), bad = 0, good = 0, bins[AUDIO_BINS] = {0};
+    uint32_t rates[8] = {0}, chans[8] = {0};
+    uint64_t nrate[8] = {0}, nchan[8] = {0};
+    double sum = 0, lo = 0, hi = 0;
+    char first_bad[1024] = "";
+    for (uint64_t i = 0; i < n; i++) {
+        ch_media_info m;
+        chute_error e = {0};
+        if (ds->fmt->media_info(ds, i, &m, &e) != CHUTE_OK) {
+            if (!bad++)
+                snprintf(first_bad, sizeof first_bad, "%s", e.message);
+            continue;
+        }
+        double s = (double)m.frames / m.rate;
+        sum += s;
+        lo = good ? CH_MIN(lo, s) : s;
+        hi = good ? CH_MAX(hi, s) : s;
+        good++;
+        int b = 0;
+        while (b + 1 < AUDIO_BINS && s >= 0.5 * (1 << b))
+            b++;
+        bins[b]++;
+        for (int k = 0; k < 8; k++)
+            if (!nrate[k] || rates[k] == m.rate) {
+                rates[k] = m.rate;
+                nrate[k]++;
+                break;
+            }
+        for (int k = 0; k < 8; k++)
+            if (!nchan[k] || chans[k] == m.channels) {
+                chans[k] = m.channels;
+                nchan[k]++;
+                break;
+            }
+    }
+    if (json) {
+        printf(",\"audio\":{\"files\":%llu,\"bad\":%llu,\"rates\":{", (unsigned long long)good,
+               (unsigned long long)bad);
+        for (int k = 0; k < 8 && nrate[k]; k++)
+            printf("%s\"%u\":%llu", k ? "," : "", rates[k], (unsigned long long)nrate[k]);
+        printf("},\"channels\":{");
+        for (int k = 0; k < 8 && nchan[k]; k++)
+            printf("%s\"%u\":%llu", k ? "," : "", chans[k], (unsigned long long)nchan[k]);
+        printf("},\"seconds\":{\"min\":%.6f,\"mean\":%.6f,\"max\":%.6f},"
+               "\"duration_histogram\":{", lo, good ? sum / good : 0, hi);
+        for (int b = 0, f = 1; b < AUDIO_BINS; b++)
+            if (bins[b]) {
+                printf("%s\"%g\":%llu", f ? "" : ",", b ? 0.5 * (1 << (b - 1)) : 0.0,
+                       (unsigned long long)bins[b]);
+                f = 0;
+            }
+        printf("}");
+        if (bad) {
+            printf(",\"first_bad\":");
+            cli_json_str(stdout, first_bad);
+        }
+        printf("}");
+        return;
+    }
+    printf("audio: %llu files, %.1f s (min %.3f s, mean %.3f s, max %.3f s)\n",
+           (unsigned long long)good, sum, lo, good ? sum / good : 0, hi);
+    printf("  sample rates:");
+    for (int k = 0; k < 8 && nrate[k]; k++)
+        printf(" %u Hz (%llu)", rates[k], (unsigned long long)nrate[k]);
+    printf("\n  channels:");
+    for (int k = 0; k < 8 && nchan[k]; k++)
+        printf(" %u (%llu)", chans[k], (unsigned long long)nchan[k]);
+    printf("\n  durations:\n");
+    for (int b = 0; b < AUDIO_BINS; b++)
+        if (bins[b])
+            printf("    >= %-6g s %8llu %5.1f%%\n", b ? 0.5 * (1 << (b - 1)) : 0.0,
+                   (unsigned long long)bins[b], 100.0 * bins[b] / (good ? good : 1));
+    if (bad)
+        printf("  %llu headers do not parse; first: %s\n", (unsigned long long)bad, first_bad);
+}
+
 /* Image-less datasets (NumPy tensors, CSV rows): nothing to decode, so
  * the summary is the count, the classes, each field's kind, dtype and
  * per-sample shape, and the histogram of sample sizes (sizes from the
@@ -235,7 +319,10 @@ static void insp_fields(const char *src, const chute_dataset *ds, int json)
                 printf("%s\"%llu\":%llu", first ? "" : ",", 1ull << b, (unsigned long long)bins[b]);
                 first = 0;
             }
-        printf("}}\n");
+        printf("}");
+        if (ds->fmt->media_info)
+            insp_media(ds, 1);
+        printf("}\n");
         return;
     }
     printf("sample sizes:\n");
@@ -247,6 +334,8 @@ static void insp_fields(const char *src, const chute_dataset *ds, int json)
     for (uint32_t c = 0; c < nc && c < 10; c++)
         printf(" %s", chute_dataset_class_name(ds, c));
     printf("%s\n", nc > 10 ? " ..." : "");
+    if (ds->fmt->media_info)
+        insp_media(ds, 0);
 }
 
 int cmd_inspect(int argc, char **argv)

@@ -181,6 +181,21 @@ typedef struct chute_dataset_options {
      * many bytes apart are fetched by one ranged GET (at most 8 MiB), the
      * bytes between them dropped.  0 = 64 KiB; at most 8 MiB. */
     uint64_t coalesce_gap_bytes;
+    /* WAV (format "wav": a directory of .wav files, flat (label 0) or in
+     * ImageFolder-style class directories).  Samples have no image; the
+     * fields are "audio" (float32, (audio_samples, channels), or
+     * (channels, audio_samples) with audio_channels_first, values as
+     * soundfile.read(dtype="float32")) and "length" (int32: the real
+     * frames in it; the rest is zeros).  The loader's transform picks the
+     * window: train a random one from (seed, epoch, sample), eval the
+     * centre, none the start; a shorter file is padded at the end.
+     * audio_samples: frames per sample (0: the first file's length).
+     * audio_rate: the sample rate every file must have (0: the first
+     * file's); a file with another rate is CHUTE_EINVAL naming it and both
+     * rates (chute never resamples). */
+    uint32_t audio_samples;
+    uint32_t audio_rate;
+    uint32_t audio_channels_first; /* 1: (channels, frames) */
 } chute_dataset_options;
 
 /* chute_dataset_open with options. */

@@ -225,6 +225,17 @@ class Loader:
             or skip (see ``chute_dataset_options.schema``); label_key names
             the label column (its number when ``csv_no_header``).  NumPy:
             label_key names the labels array (default ``labels.npy``).
+        audio_samples, audio_rate, audio_channels_first: WAV (a directory
+            of ``.wav`` files, flat or in class directories): frames per
+            sample (0: the first file's length; ``transform`` "train" takes a
+            random window seeded by (seed, epoch, sample), "eval" the
+            centre, "none" the start; shorter files are zero-padded at the
+            end), the sample rate every file must have (0: the first file's;
+            another raises, never resampled), and 1 for ``(channels,
+            frames)`` instead of soundfile's ``(frames, channels)``.
+            Batches are dicts with ``"audio"`` (float32, as
+            ``soundfile.read(dtype="float32")``), ``"length"`` (int32, the
+            real frames) and ``"labels"``; ``fields=["audio"]`` picks.
 
     Typed fields
         fields: names of typed fields to deliver besides images and labels
@@ -406,6 +417,9 @@ class Loader:
         cache_bytes: int = 0,
         cache_block_bytes: int = 0,
         readahead: int = _default("readahead"),
+        audio_samples: int = _xdefault("audio_samples", "dataset"),
+        audio_rate: int = _xdefault("audio_rate", "dataset"),
+        audio_channels_first: int = _xdefault("audio_channels_first", "dataset"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -499,7 +513,10 @@ class Loader:
                                                                   cache_block_bytes, 0,
                                                                   2 ** 30),
                                           schema=schema, csv_no_header=bool(csv_no_header),
-                                          index_dir=index_dir)
+                                          index_dir=index_dir,
+                                          audio_samples=_dopt("audio_samples", audio_samples),
+                                          audio_rate=_dopt("audio_rate", audio_rate),
+                                          audio_channels_first=bool(audio_channels_first))
         self._core = _chute._Loader(
             self.dataset,
             batch_size=self.batch_size,

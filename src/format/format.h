@@ -25,6 +25,8 @@
 #define CH_FORMAT_OPS_VERSION 3
 
 struct ch_locator;
+struct ch_sample_ctx;
+struct ch_media_info;
 
 /* How sure a probe is that a path holds its format (0 = not this one). */
 enum {
@@ -110,7 +112,34 @@ typedef struct ch_format_ops {
     void (*unlocate)(const chute_dataset *ds, struct ch_locator *loc);
     int (*from_bytes)(const chute_dataset *ds, uint64_t i, const uint8_t *raw, size_t len,
                       const uint8_t **out, size_t *out_len, chute_error *err);
+    /* Optional (NULL: the loader calls read_fields): read_fields with the
+     * loader's per-sample context, for formats whose fields are transformed
+     * per epoch (the WAV format's random crop).  Same contract as
+     * read_fields; a format that has it keeps read_fields too (meaning
+     * CHUTE_TRANSFORM_EVAL) for callers without a loader. */
+    int (*read_fields_ctx)(const chute_dataset *ds, uint64_t i, const ch_field_req *req,
+                           size_t nreq, const struct ch_sample_ctx *ctx, ch_buf *scratch,
+                           uint64_t max_bytes, chute_error *err);
+    /* Optional (NULL: none): sample i's media properties from its header
+     * alone (audio: frames, rate, channels), for `chute inspect`.  Same
+     * threading and error contract as read. */
+    int (*media_info)(const chute_dataset *ds, uint64_t i, struct ch_media_info *out,
+                      chute_error *err);
 } ch_format_ops;
+
+/* What media_info reports. */
+typedef struct ch_media_info {
+    uint64_t frames;          /* audio frames (samples per channel) */
+    uint32_t rate;            /* frames per second */
+    uint32_t channels;
+} ch_media_info;
+
+/* What the loader knows about the sample being made (read_fields_ctx):
+ * everything random must come from ch_rng_for(seed, epoch, sample id). */
+typedef struct ch_sample_ctx {
+    uint64_t seed, epoch;
+    int transform;            /* chute_transform */
+} ch_sample_ctx;
 
 /* Where a sample's bytes live (see locate above).  h is the source's handle
  * for the file (valid until unlocate), or NULL: then the range is the whole
@@ -200,6 +229,7 @@ extern const ch_format_ops *const ch_formats[];
 extern const ch_format_ops ch_format_tree, ch_format_shards, ch_format_tfrecord, ch_format_wds;
 extern const ch_format_ops ch_format_npy, ch_format_csv;
 extern const ch_format_ops ch_format_hdf5; /* only with CHUTE_HAVE_HDF5 */
+extern const ch_format_ops ch_format_wav;
 /* The registered format called name, or NULL. */
 const ch_format_ops *ch_format_find(const char *name);
 
@@ -269,6 +299,13 @@ typedef struct ch_tree_list {
 } ch_tree_list;
 int ch_tree_list_build(const ch_source_ops *src, const char *root, ch_tree_list *out,
                        chute_error *err);
+/* The same listing for files other than images (the WAV format's .wav):
+ * keep(name) says which names are samples, exts_text names them in the
+ * "class directory has no ... files" message.  Entries keep() refuses are
+ * ignored; ones it accepts that are not regular files go to `skipped`. */
+int ch_tree_list_build_ext(const ch_source_ops *src, const char *root,
+                           int (*keep)(const char *name), const char *exts_text,
+                           ch_tree_list *out, chute_error *err);
 void ch_tree_list_free(ch_tree_list *l);
 
 /* ---- chute shard format (docs/FORMAT.md) ---- */

@@ -23,6 +23,7 @@ const ch_format_ops *const ch_formats[] = {
 #ifdef CHUTE_HAVE_HDF5
     &ch_format_hdf5,      /* HDF5 file via libhdf5 at open only (fmt_hdf5.c) */
 #endif
+    &ch_format_wav,       /* WAV audio: a tree or directory of .wav files (fmt_wav.c, wav.c) */
     NULL,
 };
 

@@ -168,6 +168,7 @@ typedef struct walk_ctx {
     ch_tree_list *out;
     int rc;
     chute_error *err;
+    int (*keep)(const char *name); /* which file names are samples */
 } walk_ctx;
 
 static int walk_entry(void *user, const char *name, const ch_stat *st)
@@ -177,7 +178,7 @@ static int walk_entry(void *user, const char *name, const ch_stat *st)
         c->rc = ch_err(c->err, CHUTE_EINVAL, "%s/%s: path too long", c->abs, name);
         return 1;
     }
-    int image = has_image_ext(name);
+    int image = c->keep(name);
     if (st->type == CH_ENT_OTHER || (st->type == CH_ENT_FILE && !image)) {
         if (st->type == CH_ENT_OTHER && image) {
             char *p = NULL;
@@ -202,19 +203,19 @@ static int walk_entry(void *user, const char *name, const ch_stat *st)
 
 /* Collect files with image extensions under root/rel, recursively. */
 static int walk(const ch_source_ops *src, const char *root, const char *rel, strvec *files,
-                ch_tree_list *out, int depth, chute_error *err)
+                ch_tree_list *out, int depth, int (*keep)(const char *), chute_error *err)
 {
     char abs[4096];
     if (snprintf(abs, sizeof abs, "%s/%s", root, rel) >= (int)sizeof abs)
         return ch_err(err, CHUTE_EINVAL, "%s/%s: path too long", root, rel);
     if (depth > 64)
         return ch_err(err, CHUTE_ELIMIT, "%s: directories nested too deeply (link loop?)", abs);
-    walk_ctx c = {abs, rel, {0}, files, out, CHUTE_OK, err};
+    walk_ctx c = {abs, rel, {0}, files, out, CHUTE_OK, err, keep};
     int rc = ch_src_list(src, abs, walk_entry, &c, err);
     if (rc == CHUTE_OK)
         rc = c.rc;
     for (size_t i = 0; rc == CHUTE_OK && i < c.dirs.n; i++)
-        rc = walk(src, root, c.dirs.v[i], files, out, depth + 1, err);
+        rc = walk(src, root, c.dirs.v[i], files, out, depth + 1, keep, err);
     strvec_free(&c.dirs);
     return rc;
 }
@@ -239,7 +240,7 @@ void ch_tree_list_free(ch_tree_list *l)
 /* "ROOT: class directory 'x' has no image files ...", naming up to eight
  * of the empty classes (in class order, as torchvision names them). */
 static int empty_classes_error(const char *root, const strvec *classes, const size_t *class_end,
-                               chute_error *err)
+                               const char *exts_text, chute_error *err)
 {
     size_t nempty = 0, prev = 0;
     char list[2048];
@@ -265,7 +266,7 @@ static int empty_classes_error(const char *root, const strvec *classes, const si
                   "%s: %s %s%s %s no image files (%s); torchvision's ImageFolder refuses this "
                   "too: remove the director%s or add images",
                   root, nempty == 1 ? "class directory" : "class directories", list, more,
-                  nempty == 1 ? "has" : "have", K_EXTS_TEXT, nempty == 1 ? "y" : "ies");
+                  nempty == 1 ? "has" : "have", exts_text, nempty == 1 ? "y" : "ies");
 }
 
 /* The root's sub-directories (links followed), the classes. */
@@ -285,6 +286,13 @@ static int class_entry(void *user, const char *name, const ch_stat *st)
 
 int ch_tree_list_build(const ch_source_ops *src, const char *root, ch_tree_list *out,
                        chute_error *err)
+{
+    return ch_tree_list_build_ext(src, root, has_image_ext, K_EXTS_TEXT, out, err);
+}
+
+int ch_tree_list_build_ext(const ch_source_ops *src, const char *root,
+                           int (*keep)(const char *name), const char *exts_text,
+                           ch_tree_list *out, chute_error *err)
 {
     memset(out, 0, sizeof *out);
     ch_stat st;
@@ -317,14 +325,14 @@ int ch_tree_list_build(const ch_source_ops *src, const char *root, ch_tree_list 
         rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
     for (size_t c = 0; rc == CHUTE_OK && c < classes.n; c++) {
         size_t start = files.n;
-        rc = walk(src, root, classes.v[c], &files, out, 0, err);
+        rc = walk(src, root, classes.v[c], &files, out, 0, keep, err);
         /* files.v is NULL until the first file: no qsort(NULL, 0, ...). */
         if (rc == CHUTE_OK && files.n - start > 1)
             qsort(files.v + start, files.n - start, sizeof(char *), cmp_walk_order);
         class_end[c] = files.n;
     }
     if (rc == CHUTE_OK)
-        rc = empty_classes_error(root, &classes, class_end, err);
+        rc = empty_classes_error(root, &classes, class_end, exts_text, err);
     if (rc == CHUTE_OK) {
         out->labels = malloc(files.n * sizeof *out->labels);
         if (!out->labels)

@@ -475,6 +475,11 @@ static int fill_record(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
         req[k].cap = f->per;
         req[k].len = f->is_bytes ? (int64_t *)(void *)(s->data + f->len_off) + pos : NULL;
     }
+    if (ld->ds->fmt->read_fields_ctx) { /* fields transformed per epoch (audio crops) */
+        ch_sample_ctx c = {ld->o.seed, ld->sampler.epoch, (int)ld->o.transform};
+        return ld->ds->fmt->read_fields_ctx(ld->ds, idx, req, ld->nlf, &c, &w->rbuf,
+                                            ld->o.max_sample_bytes, err);
+    }
     return ld->ds->fmt->read_fields(ld->ds, idx, req, ld->nlf, &w->rbuf, ld->o.max_sample_bytes,
                                     err);
 }
