@@ -539,8 +539,9 @@ CHUTE_API int chute_dataset_has_images(const chute_dataset *ds);
  * same order).  Each rank runs its own command: write it with the rank in
  * it ("pipe:curl -s https://host/shard-$RANK.tar").  A stream that breaks
  * (not a tar, truncated, a nonzero exit status, no data for
- * stream_timeout_ms) ends the epoch: the batches completed before are
- * delivered, then chute_loader_next returns the error (CHUTE_EIO for the
+ * stream_timeout_ms) ends the epoch: every sample read whole before the
+ * break is delivered (a short last batch unless drop_last), then
+ * chute_loader_next returns the error once (CHUTE_EIO for the
  * command's failures, CHUTE_EFORMAT/ECORRUPT for the bytes) with the
  * command's exit status and the end of its stderr in the message.
  * Stopping or destroying the loader kills the command (its process group,

@@ -382,8 +382,8 @@ static int read_bytes(chute_loader *ld, worker *w, uint64_t idx, const uint8_t *
     if (ld->st) { /* the record's bytes, in place (valid until its batch is released) */
         const ch_stream_rec *r = ch_stream_rec_of(ld->st, (uint32_t)idx);
         if (r->bad)
-            return ch_err(err, CHUTE_ECORRUPT, "%s@%llu: sample '%s': %s", ch_stream_name(ld->st),
-                          (unsigned long long)r->offset, r->key, r->why);
+            return ch_err(err, CHUTE_ECORRUPT, "%s@%llu (sample '%s'): %s",
+                          ch_stream_name(ld->st), (unsigned long long)r->offset, r->key, r->why);
         *bytes = r->data.data;
         *len = r->len;
         return CHUTE_OK;
@@ -625,14 +625,17 @@ static void note_skip(chute_loader *ld, worker *w, const char *where, const char
 }
 
 /* Where sample idx is, for messages: the format's description, or for a
- * stream "NAME@OFFSET", which the record's own messages begin with. */
+ * stream "NAME@OFFSET (sample 'KEY')", which the record's own messages
+ * begin with. */
 static void describe_sample(chute_loader *ld, uint64_t idx, char *where, size_t n)
 {
-    if (ld->st)
-        snprintf(where, n, "%s@%llu", ch_stream_name(ld->st),
-                 (unsigned long long)ch_stream_rec_of(ld->st, (uint32_t)idx)->offset);
-    else
+    if (ld->st) {
+        const ch_stream_rec *r = ch_stream_rec_of(ld->st, (uint32_t)idx);
+        snprintf(where, n, "%s@%llu (sample '%s')", ch_stream_name(ld->st),
+                 (unsigned long long)r->offset, r->key);
+    } else {
         ld->ds->fmt->describe(ld->ds, idx, where, n);
+    }
 }
 
 static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_t pos,

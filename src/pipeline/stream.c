@@ -137,7 +137,7 @@ static void finish(ch_stream *st, uint64_t published, int status, const chute_er
 {
     uint64_t B = st->cfg.batch_size;
     uint64_t total = published;
-    if (status != CHUTE_OK || st->cfg.drop_last)
+    if (st->cfg.drop_last)
         total -= published % B; /* only complete batches */
     st->total = total;
     atomic_store(&st->final, 1);
@@ -187,14 +187,12 @@ static void *pump_main(void *arg)
     }
     if (atomic_load(&st->stop))
         return NULL;
-    if (rc == CHUTE_END) {
-        uint64_t out;
-        while (ch_shufbuf_drain(&st->sb, &out))
-            emit(st, &pp, (uint32_t)out);
-        finish(st, pp.published, CHUTE_OK, NULL);
-    } else {
-        finish(st, pp.published, rc, &err);
-    }
+    /* What was read is delivered, even when the stream broke: the buffer
+     * is drained, then the end (or the error) is published. */
+    uint64_t out;
+    while (ch_shufbuf_drain(&st->sb, &out))
+        emit(st, &pp, (uint32_t)out);
+    finish(st, pp.published, rc == CHUTE_END ? CHUTE_OK : rc, rc == CHUTE_END ? NULL : &err);
     return NULL;
 }
 

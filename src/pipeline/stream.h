@@ -48,9 +48,11 @@
  * a record, marked bad: the worker's read reports it as CHUTE_ECORRUPT and
  * the corrupt policy skips (replacing it with another sample of the same
  * batch) or fails.  A stream that breaks (not a tar, truncated, the command
- * failed or hung) ends the run: the batches completed before it are
- * delivered, then chute_loader_next returns the error; the samples in the
- * shuffle buffer and in the incomplete batch are dropped.
+ * failed or hung) ends the run as its end would: every sample read whole
+ * before the break is delivered (the shuffle buffer drained, the last
+ * batch short unless drop_last), then chute_loader_next returns the error
+ * once.  Deliver-then-fail keeps a flaky `curl` from costing the samples
+ * it did send, and the error still stops the epoch loudly.
  *
  * Threads: ch_stream_start/stop/free from the loader's control thread
  * (under no loader lock the pump could wait on); claim/handle_at/bytes

@@ -14,6 +14,11 @@
  * max_sample_bytes is handed on marked bad: the loader's corrupt policy
  * decides, as for the same sample in a tar file.
  *
+ * A sample is complete, and handed on, once the header after its last
+ * member has been read with another key (or the stream ended cleanly): a
+ * stream that breaks inside a sample or in the header after it loses that
+ * sample, since it may be missing members.
+ *
  * Only the image's bytes are kept, in the pump's record: a member is read
  * straight from the pipe into it, so there is one copy (kernel to record)
  * and nothing here is allocated per sample.
@@ -32,6 +37,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/wait.h>
 
 typedef struct tar_reader {
     ch_proc p;
@@ -88,6 +94,10 @@ static int broke(tar_reader *r, int rc, chute_error *err)
     if (rc != CHUTE_EINTERRUPTED) {
         if (!strstr(err->message, "; the command ")) /* a timeout already says */
             ch_proc_explain(&r->p, err->message, sizeof err->message);
+        /* A command that failed is the cause, whatever its bytes looked
+         * like when they stopped (truncated): an I/O error, not content. */
+        if (r->p.exited && !(WIFEXITED(r->p.status) && WEXITSTATUS(r->p.status) == 0))
+            rc = err->code = CHUTE_EIO;
         ch_proc_close(&r->p);
     }
     return rc;
@@ -273,7 +283,7 @@ static int tr_next(void *r_, ch_stream_rec *rec, chute_error *err)
             at_tar_end(r);
             break;
         }
-        if (rc != CHUTE_OK)
+        if (rc != CHUTE_OK) /* the sample may miss members: not delivered */
             return broke(r, rc, err);
         if (key_len != strlen(r->key) || memcmp(name, r->key, key_len) != 0) {
             r->have_pend = 1;
