@@ -602,7 +602,7 @@ class Loader:
         self._corrupt_base = int(self._core.stats()["corrupt"])
         self._core.start_epoch(self._epoch, start)
         self._skip_epoch = self._epoch
-        self._consumed = min(start, self._core.num_batches)
+        self._consumed = start if self._is_stream else min(start, self._core.num_batches)
         self._generation += 1
         self._active = True
 
@@ -613,8 +613,18 @@ class Loader:
         return _EpochIterator(self, self._generation)
 
     def __len__(self) -> int:
-        """Batches per epoch for this rank; the same on every rank."""
+        """Batches per epoch for this rank; the same on every rank.  A stream
+        ('pipe:COMMAND', '-') has no length: TypeError, as for any iterable
+        without one (an epoch ends when the stream does, or after
+        stream_samples)."""
+        if self._is_stream:
+            raise TypeError("chute.Loader over a stream (%r) has no length: its epoch ends when "
+                            "the stream does (or after stream_samples)" % self.dataset.path)
         return int(self._core.num_batches)
+
+    @property
+    def _is_stream(self) -> bool:
+        return bool(getattr(self.dataset, "is_stream", False))
 
     @property
     def num_samples(self) -> int:
@@ -702,12 +712,15 @@ class Loader:
         epoch, plus what must match for an exact resume.  Plain ints and
         strings (JSON- and torch.save-friendly).  Ranks consume batches in
         lockstep, so rank 0's state is valid on every rank."""
+        # A stream's resume re-runs its command and skips the batches
+        # consumed (the same bytes give the same order): exact only if the
+        # command gives the same bytes again (docs/DESIGN.md "Streams").
         return {
             "format": _STATE_FORMAT,
             "seed": self.seed,
             "epoch": self._epoch,
             "batches_consumed": self._consumed,
-            "num_batches": len(self),
+            "num_batches": None if self._is_stream else len(self),
             "batch_size": self.batch_size,
             "world_size": self.world_size,
             "dataset_size": len(self.dataset),
@@ -737,6 +750,8 @@ class Loader:
         # the buffer only shapes the order in shards mode.
         keys = ("shuffle_mode", "shuffle_buffer") if mine["shuffle_mode"] == "shards" \
             else ("shuffle_mode",)
+        if self._is_stream and "shuffle_buffer" not in keys:  # a stream's order depends on it
+            keys = keys + ("shuffle_buffer",)
         for key in keys:
             if state.get(key, "global" if key == "shuffle_mode" else None) != mine[key]:
                 raise ValueError("cannot resume exactly: state has %s=%r, this loader %r"
@@ -791,7 +806,8 @@ class Loader:
                 "rank=%d, world_size=%d, batches=%d%s)"
                 % (self.dataset.path, self.batch_size, self.transform, self.size, self.dtype,
                    self.layout, self.rank, self.world_size,
-                   len(self) if not self.closed else 0, ", closed" if self.closed else ""))
+                   (0 if self._is_stream else len(self)) if not self.closed else 0,
+                   ", closed" if self.closed else ""))
 
 
 class _EpochIterator:
@@ -817,7 +833,7 @@ class _EpochIterator:
 
     def __len__(self) -> int:
         ld = self._loader
-        return max(0, len(ld) - ld._consumed) if ld._generation == self._gen else 0
+        return max(0, len(ld) - ld._consumed) if ld._generation == self._gen else 0  # streams: TypeError
 
 
 def pack(
