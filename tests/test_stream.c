@@ -186,6 +186,58 @@ TEST(resume_skips_the_first_batches_and_stream_samples_ends_the_epoch)
     return 0;
 }
 
+TEST(records_are_recycled_over_a_long_stream)
+{
+    /* 20 copies of F0 (80 samples) through 5 + (2 + 2 + 2) x 2 = 17
+     * records: every record is reused several times; with 3 workers and
+     * 2 epochs the samples must still be exactly the 4 of F0, 20 times each,
+     * with the wds format's pixels. */
+    char cmd[8192] = "pipe:cat";
+    for (int i = 0; i < 20; i++)
+        strcat(cmd, " " F0);
+    chute_loader_options o;
+    opts_base(&o, 3);
+    o.shuffle_buffer = 5;
+    static got w;
+    o.no_shuffle = 1;
+    CHECK(run_epoch(FIX, &o, 0, 0, &w) == 0, "wds");
+    o.no_shuffle = 0;
+    chute_dataset *ds = NULL;
+    chute_loader *ld = NULL;
+    CHECK(chute_dataset_open_ex(cmd, NULL, &ds, NULL) == CHUTE_OK, "open");
+    CHECK(chute_loader_create(ds, &o, &ld, NULL) == CHUTE_OK, "create");
+    static uint8_t px[SZ * SZ * 3];
+    for (uint64_t e = 0; e < 2; e++) {
+        uint32_t count[80] = {0}, n = 0;
+        chute_loader_start_epoch(ld, e, 0);
+        chute_batch *b;
+        int rc;
+        while ((rc = chute_loader_next(ld, &b)) == CHUTE_OK) {
+            chute_batch_view v;
+            chute_batch_view_get(b, &v);
+            for (uint32_t i = 0; i < v.count; i++, n++) {
+                uint64_t ord = v.indices[i];
+                CHECK(ord < 80, "ordinal %llu", (unsigned long long)ord);
+                count[ord]++;
+                memcpy(px, (uint8_t *)v.data + (size_t)i * SZ * SZ * 3, sizeof px);
+                CHECK(memcmp(px, w.px[ord % 4], sizeof px) == 0, "pixels of ordinal %llu",
+                      (unsigned long long)ord);
+                CHECK(v.labels[i] == w.label[ord % 4], "label");
+            }
+            chute_batch_release(b);
+        }
+        CHECK(rc == CHUTE_END, "epoch %llu: %d %s", (unsigned long long)e, rc,
+              chute_loader_errmsg(ld));
+        CHECK(n == 80, "epoch %llu: %u samples", (unsigned long long)e, n);
+        for (int k = 0; k < 80; k++)
+            CHECK(count[k] == 1, "ordinal %d delivered %u times", k, count[k]);
+    }
+    chute_loader_destroy(ld);
+    chute_dataset_close(ds);
+    CHECK(no_children(), "a child is left");
+    return 0;
+}
+
 TEST(stdin_is_a_stream)
 {
     int fds = count_fds();
