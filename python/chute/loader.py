@@ -336,6 +336,11 @@ class Loader:
         readahead: samples read ahead of the workers in the sampler's order, 0 = off
             (default).  Hides storage latency (cold page cache, network) from the
             decode threads; batches are identical either way (docs/DESIGN.md).
+        stream_samples: for a stream ('pipe:COMMAND' or '-'), end each epoch after
+            this many samples (0 = when the stream ends).
+        stream_timeout_ms: for a stream, no byte for this long raises (the command is
+            killed); 0 = wait forever.  Streams have no len(); see docs/DESIGN.md
+            "Streams" (rank split: put $RANK in the command).
 
     Memory lifetime: a tensor from a batch keeps the batch's buffer alive —
     across iterations, epochs, and even after the loader is closed or freed —
@@ -406,6 +411,8 @@ class Loader:
         cache_bytes: int = 0,
         cache_block_bytes: int = 0,
         readahead: int = _default("readahead"),
+        stream_samples: int = _default("stream_samples"),
+        stream_timeout_ms: int = _default("stream_timeout_ms"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -536,6 +543,8 @@ class Loader:
             decoded_cache_bytes=_opt("decoded_cache_bytes", decoded_cache_bytes),
             device=device,
             readahead=_opt("readahead", readahead),
+            stream_samples=_opt("stream_samples", stream_samples),
+            stream_timeout_ms=_opt("stream_timeout_ms", stream_timeout_ms),
         )
         self.device = device or "cpu"
         self.fields_requested: Tuple[str, ...] = (

@@ -87,3 +87,13 @@ def test_stdin_stream_in_a_subprocess():
                            text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "4"
+
+
+def test_stream_timeout_and_samples_options_reach_the_loader():
+    with chute.Loader(CMD + "; sleep 30", batch_size=2, size=24, stream_samples=3) as ld:
+        assert sum(len(y) for _, y in ld) == 3  # the command is stopped, no error
+    with pytest.raises(Exception) as e:
+        with chute.Loader("pipe:sleep 30", batch_size=2, size=24,
+                          stream_timeout_ms=200) as ld:
+            list(ld)
+    assert "no data for 200 ms" in str(e.value)
