@@ -446,6 +446,23 @@ TEST(corrupt_content_follows_the_policy)
     CHECK(g.end_rc == CHUTE_ECORRUPT && strstr(g.msg, "(sample 'train/0000"), "rc %d: %s",
           g.end_rc, g.msg);
     CHECK(strstr(g.msg, "pipe:cat "), "%s", g.msg);
+    /* skip: the 3 bad samples (ordinals 4..6, after F0's 4 good ones) are
+     * replaced by good samples of the same batch (one batch of 7). */
+    o.on_corrupt = CHUTE_CORRUPT_SKIP;
+    o.batch_size = 7;
+    o.no_shuffle = 1;
+    static got w;
+    CHECK(run_epoch(FIX, &o, 0, 0, &w) == 0, "wds");
+    CHECK(run_epoch("pipe:cat " F0 " " CHUTE_FIXTURES "/wds-000000.tar", &o, 0, 0, &g) == 0,
+          "run");
+    CHECK(g.end_rc == CHUTE_END && g.n == 7, "rc %d, %u samples: %s", g.end_rc, g.n, g.msg);
+    for (uint32_t k = 0; k < 7; k++) {
+        CHECK(g.idx[k] < 4, "position %u holds bad sample %llu", k,
+              (unsigned long long)g.idx[k]);
+        CHECK(memcmp(g.px[k], w.px[g.idx[k]], SZ * SZ * 3) == 0, "replacement pixels at %u", k);
+        if (k < 4)
+            CHECK(g.idx[k] == k, "good sample %u moved", k);
+    }
     CHECK(no_children(), "a child is left");
     return 0;
 }
