@@ -406,6 +406,14 @@ typedef struct chute_loader_options {
      * retried and fail exactly as without it.  docs/DESIGN.md "Read-ahead"
      * says how to size it (in flight = throughput x latency). */
     uint32_t readahead;
+    /* Streams (a dataset opened from "pipe:COMMAND" or "-", see
+     * chute_dataset_is_stream): stream_samples ends each epoch after that
+     * many samples (0, the default: at the end of the stream; the command
+     * is then killed); stream_timeout_ms makes a stream that delivers no
+     * byte for that long an error, the command killed (0: wait forever).
+     * Ignored for other datasets. */
+    uint64_t stream_samples;
+    uint32_t stream_timeout_ms;
 } chute_loader_options;
 
 typedef struct chute_loader chute_loader;
@@ -537,6 +545,28 @@ CHUTE_API int chute_batch_field(const chute_batch *b, const char *name, chute_fi
  * carry the samples, and a device other than the CPU is refused.  The
  * image options (size, transform, dtype...) are ignored.  Thread-safe. */
 CHUTE_API int chute_dataset_has_images(const chute_dataset *ds);
+/* Whether the dataset is a stream: opened from "pipe:COMMAND" (the
+ * command runs under /bin/sh -c and writes a WebDataset tar to stdout,
+ * WebDataset's convention) or "-" (a tar on stdin).  A stream has no
+ * length (chute_dataset_size 0, chute_dataset_read CHUTE_EUNSUPPORTED);
+ * nothing runs until a loader starts an epoch, and each epoch runs the
+ * command again (stdin can be read by epoch 0 only).  Over a stream a
+ * loader reads samples in order into a shuffle buffer of shuffle_buffer
+ * samples (seeded by seed and the epoch; no_shuffle: stream order), its
+ * num_batches and num_samples are 0 (unknown), an epoch ends at the end
+ * of the stream or after stream_samples, and start_epoch(e, b) skips the
+ * first b batches of the order (it re-reads them; the same bytes give the
+ * same order).  Each rank runs its own command: write it with the rank in
+ * it ("pipe:curl -s https://host/shard-$RANK.tar").  A stream that breaks
+ * (not a tar, truncated, a nonzero exit status, no data for
+ * stream_timeout_ms) ends the epoch: every sample read whole before the
+ * break is delivered (a short last batch unless drop_last), then
+ * chute_loader_next returns the error once (CHUTE_EIO for the
+ * command's failures, CHUTE_EFORMAT/ECORRUPT for the bytes) with the
+ * command's exit status and the end of its stderr in the message.
+ * Stopping or destroying the loader kills the command (its process group,
+ * SIGTERM then SIGKILL) and reaps it.  Thread-safe. */
+CHUTE_API int chute_dataset_is_stream(const chute_dataset *ds);
 /* CUDA batches (options.device = "cuda[:N]").
  *
  * The CPU workers write uint8 NHWC pixels into the ring, whose buffers are

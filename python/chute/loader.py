@@ -347,6 +347,11 @@ class Loader:
         readahead: samples read ahead of the workers in the sampler's order, 0 = off
             (default).  Hides storage latency (cold page cache, network) from the
             decode threads; batches are identical either way (docs/DESIGN.md).
+        stream_samples: for a stream ('pipe:COMMAND' or '-'), end each epoch after
+            this many samples (0 = when the stream ends).
+        stream_timeout_ms: for a stream, no byte for this long raises (the command is
+            killed); 0 = wait forever.  Streams have no len(); see docs/DESIGN.md
+            "Streams" (rank split: put $RANK in the command).
 
     Memory lifetime: a tensor from a batch keeps the batch's buffer alive —
     across iterations, epochs, and even after the loader is closed or freed —
@@ -420,6 +425,8 @@ class Loader:
         audio_samples: int = _xdefault("audio_samples", "dataset"),
         audio_rate: int = _xdefault("audio_rate", "dataset"),
         audio_channels_first: int = _xdefault("audio_channels_first", "dataset"),
+        stream_samples: int = _default("stream_samples"),
+        stream_timeout_ms: int = _default("stream_timeout_ms"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -553,6 +560,8 @@ class Loader:
             decoded_cache_bytes=_opt("decoded_cache_bytes", decoded_cache_bytes),
             device=device,
             readahead=_opt("readahead", readahead),
+            stream_samples=_opt("stream_samples", stream_samples),
+            stream_timeout_ms=_opt("stream_timeout_ms", stream_timeout_ms),
         )
         self.device = device or "cpu"
         self.fields_requested: Tuple[str, ...] = (
@@ -619,7 +628,7 @@ class Loader:
         self._corrupt_base = int(self._core.stats()["corrupt"])
         self._core.start_epoch(self._epoch, start)
         self._skip_epoch = self._epoch
-        self._consumed = min(start, self._core.num_batches)
+        self._consumed = start if self._is_stream else min(start, self._core.num_batches)
         self._generation += 1
         self._active = True
 
@@ -630,8 +639,18 @@ class Loader:
         return _EpochIterator(self, self._generation)
 
     def __len__(self) -> int:
-        """Batches per epoch for this rank; the same on every rank."""
+        """Batches per epoch for this rank; the same on every rank.  A stream
+        ('pipe:COMMAND', '-') has no length: TypeError, as for any iterable
+        without one (an epoch ends when the stream does, or after
+        stream_samples)."""
+        if self._is_stream:
+            raise TypeError("chute.Loader over a stream (%r) has no length: its epoch ends when "
+                            "the stream does (or after stream_samples)" % self.dataset.path)
         return int(self._core.num_batches)
+
+    @property
+    def _is_stream(self) -> bool:
+        return bool(getattr(self.dataset, "is_stream", False))
 
     @property
     def num_samples(self) -> int:
@@ -719,12 +738,15 @@ class Loader:
         epoch, plus what must match for an exact resume.  Plain ints and
         strings (JSON- and torch.save-friendly).  Ranks consume batches in
         lockstep, so rank 0's state is valid on every rank."""
+        # A stream's resume re-runs its command and skips the batches
+        # consumed (the same bytes give the same order): exact only if the
+        # command gives the same bytes again (docs/DESIGN.md "Streams").
         return {
             "format": _STATE_FORMAT,
             "seed": self.seed,
             "epoch": self._epoch,
             "batches_consumed": self._consumed,
-            "num_batches": len(self),
+            "num_batches": None if self._is_stream else len(self),
             "batch_size": self.batch_size,
             "world_size": self.world_size,
             "dataset_size": len(self.dataset),
@@ -754,6 +776,8 @@ class Loader:
         # the buffer only shapes the order in shards mode.
         keys = ("shuffle_mode", "shuffle_buffer") if mine["shuffle_mode"] == "shards" \
             else ("shuffle_mode",)
+        if self._is_stream and "shuffle_buffer" not in keys:  # a stream's order depends on it
+            keys = keys + ("shuffle_buffer",)
         for key in keys:
             if state.get(key, "global" if key == "shuffle_mode" else None) != mine[key]:
                 raise ValueError("cannot resume exactly: state has %s=%r, this loader %r"
@@ -808,7 +832,8 @@ class Loader:
                 "rank=%d, world_size=%d, batches=%d%s)"
                 % (self.dataset.path, self.batch_size, self.transform, self.size, self.dtype,
                    self.layout, self.rank, self.world_size,
-                   len(self) if not self.closed else 0, ", closed" if self.closed else ""))
+                   (0 if self._is_stream else len(self)) if not self.closed else 0,
+                   ", closed" if self.closed else ""))
 
 
 class _EpochIterator:
@@ -834,7 +859,7 @@ class _EpochIterator:
 
     def __len__(self) -> int:
         ld = self._loader
-        return max(0, len(ld) - ld._consumed) if ld._generation == self._gen else 0
+        return max(0, len(ld) - ld._consumed) if ld._generation == self._gen else 0  # streams: TypeError
 
 
 def pack(

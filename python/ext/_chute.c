@@ -1038,6 +1038,10 @@ static PyObject *Dataset_get_has_images(DatasetObject *self, void *c)
 {
     return PyBool_FromLong(chute_dataset_has_images(self->ref->ds));
 }
+static PyObject *Dataset_get_is_stream(DatasetObject *self, void *c)
+{
+    return PyBool_FromLong(chute_dataset_is_stream(self->ref->ds));
+}
 static PyObject *Dataset_get_num_classes(DatasetObject *self, void *c)
 {
     if (ds_check(self))
@@ -1193,6 +1197,9 @@ static PyGetSetDef Dataset_getset[] = {
     {"num_classes", (getter)Dataset_get_num_classes, NULL, "Number of classes.", NULL},
     {"has_images", (getter)Dataset_get_has_images, NULL,
      "False when samples are only a label and typed fields (NumPy tensors, CSV rows).", NULL},
+    {"is_stream", (getter)Dataset_get_is_stream, NULL,
+     "True for 'pipe:COMMAND' and '-': no length, read in order through a shuffle buffer.",
+     NULL},
     {"kind", (getter)Dataset_get_kind, NULL, "'tree' (ImageFolder) or 'shards'.", NULL},
     {"path", (getter)Dataset_get_path, NULL, "The path it was opened from.", NULL},
     {NULL},

@@ -219,6 +219,9 @@ static int fallback_needs_listing(const ch_source_ops *src, const char *dir, chu
 int chute_dataset_open_ex(const char *path, const chute_dataset_options *opt,
                           chute_dataset **out_ds, chute_error *err)
 {
+    if (ch_stream_path(path)) /* pipe:COMMAND or -: a stream (fmt_stream.c) */
+        return out_ds ? ch_stream_dataset_open(path, opt, out_ds, err)
+                      : ch_err(err, CHUTE_EINVAL, "chute_dataset_open: out_ds is required");
     return ch_dataset_open_src(ch_source_for(path), path, opt, out_ds, err);
 }
 
@@ -586,3 +589,4 @@ int chute_dataset_field_info(const chute_dataset *ds, uint32_t k, chute_field_in
 }
 
 int chute_dataset_has_images(const chute_dataset *ds) { return ds && !ds->no_image; }
+int chute_dataset_is_stream(const chute_dataset *ds) { return ds && ds->stream; }

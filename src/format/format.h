@@ -190,6 +190,10 @@ struct chute_dataset {
      * cache wrapping it). */
     ch_source_ops remote_src;
     ch_remote_aio_opts remote_aio;
+    /* A stream (`pipe:COMMAND`, `-`; fmt_stream.c): what to read, else
+     * NULL.  n is 0 and the loader takes its samples through
+     * src/pipeline/stream.h instead of read(). */
+    const struct ch_stream_spec *stream;
 };
 
 /* The index of field `name` in ds->fields, or -1. */
@@ -404,5 +408,12 @@ int ch_shards_cache_stats(const chute_dataset *ds, ch_shard_cache_stats *out);
  * manifest being written), or anything else. */
 enum { CH_PACKFILE_OTHER = 0, CH_PACKFILE_SHARD = 1, CH_PACKFILE_TEMP = 2 };
 int ch_packfile_kind(const char *name, unsigned *out_index);
+
+/* Streams (fmt_stream.c): whether a path names one ("pipe:..." or "-"),
+ * and opening it (nothing runs until a loader starts an epoch). */
+extern const ch_format_ops ch_format_stream;
+int ch_stream_path(const char *path);
+int ch_stream_dataset_open(const char *path, const chute_dataset_options *opt,
+                           chute_dataset **out_ds, chute_error *err);
 
 #endif

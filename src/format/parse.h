@@ -344,4 +344,51 @@ int fmt_wds_group(const fmt_tar_index *tar, fmt_wds_policy policy, const char *n
                   fmt_wds_index *out, chute_error *err);
 void fmt_wds_index_free(fmt_wds_index *w);
 
+/* ---- tar read front to back from a stream (tarstream.c) --------------- */
+/*
+ * The same header rules as fmt_tar_index_build (tar.c: ustar prefix, GNU
+ * 'L', pax 'x'/'g' path and size, checksum either way, sparse refused),
+ * but for input that can only be read once, in order, with no size known
+ * up front: a pipe, stdin, a socket.  The caller reads each member's data
+ * (or skips it) before asking for the next header.  Offsets in messages
+ * are stream byte offsets.
+ */
+typedef struct fmt_tar_stream {
+    /* Read up to n bytes into buf; *got < n only at the end of the input. */
+    int (*read)(void *ctx, uint8_t *buf, size_t n, size_t *got, chute_error *err);
+    void *ctx;
+    const char *name;           /* for messages; borrowed */
+    uint64_t pos;               /* bytes consumed so far */
+    uint64_t max_member;        /* 0 = 64 GiB */
+    uint32_t max_name, max_pax; /* 0 = 64 KiB, 1 MiB */
+    int ignore_zeros;           /* zero blocks do not end the input, only EOF
+                                   does: concatenated archives (`cat a.tar
+                                   b.tar`, curl's URL globs), as tar -i */
+    int ended;
+    uint64_t data_left, pad_left; /* of the member whose header was returned */
+    char *nbuf;                 /* the current member's name (owned) */
+    size_t nbuf_cap;
+    uint8_t *ext;               /* extended-header data (owned) */
+    size_t ext_cap;
+} fmt_tar_stream;
+
+#define FMT_TAR_STREAM_END 1
+/* The next regular member's header: its name (valid until the next call),
+ * data size and header offset.  FMT_TAR_STREAM_END at a zero block or at
+ * EOF on a header boundary.  Any data of the previous member not yet read
+ * is skipped first.  Errors as fmt_tar_index_build's (the very first
+ * header bad: CHUTE_EFORMAT). */
+int fmt_tar_stream_next(fmt_tar_stream *s, const char **name, size_t *name_len, uint64_t *size,
+                        uint64_t *hdr_off, chute_error *err);
+/* Read the next n bytes of the current member's data into dst (NULL:
+ * discard them); after the last, its padding is consumed too. */
+int fmt_tar_stream_data(fmt_tar_stream *s, void *dst, uint64_t n, chute_error *err);
+void fmt_tar_stream_free(fmt_tar_stream *s);
+/* tar.c's header pieces, shared with the streaming walker. */
+int fmt_tar_hdr_number(const uint8_t *f, size_t n, uint64_t *out);
+int fmt_tar_hdr_checksum_ok(const uint8_t *h, uint64_t stored);
+int fmt_tar_pax_parse(const uint8_t *d, size_t n, int global, uint64_t *size, int *have_size,
+                      const uint8_t **path, size_t *path_len, const char *rname, uint64_t off,
+                      chute_error *err);
+
 #endif

@@ -459,3 +459,23 @@ int fmt_tar_index_build(fmt_reader *r, const fmt_tar_opts *opts, fmt_tar_index *
     free(p.name);
     return rc;
 }
+
+/* ---- pieces shared with the streaming walker (tarstream.c) ------------ */
+
+int fmt_tar_hdr_number(const uint8_t *f, size_t n, uint64_t *out) { return tar_number(f, n, out); }
+
+int fmt_tar_hdr_checksum_ok(const uint8_t *h, uint64_t stored) { return checksum_ok(h, stored); }
+
+int fmt_tar_pax_parse(const uint8_t *d, size_t n, int global, uint64_t *size, int *have_size,
+                      const uint8_t **path, size_t *path_len, const char *rname, uint64_t off,
+                      chute_error *err)
+{
+    pend p;
+    memset(&p, 0, sizeof p);
+    p.size = *size;
+    p.have_size = *have_size;
+    int rc = parse_pax(d, n, global, &p, path, path_len, rname, off, err);
+    *size = p.size;
+    *have_size = p.have_size;
+    return rc;
+}

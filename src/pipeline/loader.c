@@ -70,6 +70,7 @@
 #include "sampler.h"
 #include "dcache.h"
 #include "readahead.h"
+#include "stream.h"
 
 #include <errno.h>
 #include <math.h>
@@ -109,6 +110,8 @@ typedef struct slot {
     int fail_code;            /* (mu) status chute_loader_next returns for it */
     char errmsg[1280];        /* (mu) */
     chute_batch handle;
+    uint32_t *recs;           /* streams: the record of each sample (stream.h), else NULL */
+    uint64_t sgen;            /* (mu) streams: the run that filled it */
 } slot;
 
 typedef struct worker {
@@ -123,6 +126,7 @@ typedef struct worker {
     ch_worker_stats *stats;
     ch_hist read_lat;         /* this worker's read latencies (its own writer) */
     uint64_t ra_task;         /* task whose read-ahead bytes are still to take, or UINT64_MAX */
+    uint64_t rng_key;         /* streams: the sample's position, keying its RNG */
 } worker;
 
 /* One delivered typed field: where it lives in a slot. */
@@ -187,6 +191,12 @@ struct chute_loader {
     ch_dcache *dc;            /* decoded-sample cache, NULL when off (lock-free; dcache.c) */
     ch_cuda_loader *gpu;      /* device "cuda[:N]": the device side (src/cuda/), else NULL */
     ch_ra *ra;                /* read-ahead (readahead.c), NULL when off */
+    /* Streams (ds->stream; src/pipeline/stream.h): the pump, else NULL.
+     * nbatches is UINT64_MAX until the run's end is known (stream_end). */
+    ch_stream *st;
+    int st_status;            /* (mu) how the run's stream ended: 0 or an error */
+    int st_reported;          /* (mu) st_status already returned once */
+    char st_msg[512];         /* (mu) its message */
 };
 
 /* ------------------------------------------------------------------ */
@@ -278,7 +288,7 @@ static int cache_hit(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, ch
         memcpy(dst, ch_dcache_data(e), ld->sample_bytes);
     } else {
         ch_crop crop;
-        ch_rng r = ch_rng_for(ld->o.seed, ld->sampler.epoch, idx);
+        ch_rng r = ch_rng_for(ld->o.seed, ld->sampler.epoch, ld->st ? w->rng_key : idx);
         ch_geom_train(e->width, e->height, ld->o.scale_min_pct / 100.0,
                       ld->o.scale_max_pct / 100.0, &r, &crop);
         uint32_t denom = dct_denom(ld, e->caps, crop.x1 - crop.x0, crop.y1 - crop.y0);
@@ -369,6 +379,15 @@ static int read_bytes(chute_loader *ld, worker *w, uint64_t idx, const uint8_t *
                       size_t *len, chute_error *err)
 {
     const chute_dataset *ds = ld->ds;
+    if (ld->st) { /* the record's bytes, in place (valid until its batch is released) */
+        const ch_stream_rec *r = ch_stream_rec_of(ld->st, (uint32_t)idx);
+        if (r->bad)
+            return ch_err(err, CHUTE_ECORRUPT, "%s@%llu (sample '%s'): %s",
+                          ch_stream_name(ld->st), (unsigned long long)r->offset, r->key, r->why);
+        *bytes = r->data.data;
+        *len = r->len;
+        return CHUTE_OK;
+    }
     if (ld->ra && w->ra_task != UINT64_MAX) {
         uint64_t t = w->ra_task;
         w->ra_task = UINT64_MAX;
@@ -410,7 +429,7 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
         return rc;
     ch_crop crop;
     if (ld->o.transform == CHUTE_TRANSFORM_TRAIN) {
-        ch_rng r = ch_rng_for(ld->o.seed, ld->sampler.epoch, idx);
+        ch_rng r = ch_rng_for(ld->o.seed, ld->sampler.epoch, ld->st ? w->rng_key : idx);
         ch_geom_train(info.width, info.height, ld->o.scale_min_pct / 100.0,
                       ld->o.scale_max_pct / 100.0, &r, &crop);
     } else if (ld->o.transform == CHUTE_TRANSFORM_EVAL) {
@@ -511,6 +530,10 @@ static slot *acquire_slot(chute_loader *ld, uint64_t seq, uint64_t gen)
         slot *n = &ld->slots[f];
         uint64_t per = ld->sampler.per_rank, B = ld->o.batch_size;
         uint64_t cnt = per - b * B < B ? per - b * B : B;
+        if (ld->st) {
+            cnt = ch_stream_batch_count(ld->st, b - ld->first_batch);
+            n->sgen = ld->gen;
+        }
         n->state = SLOT_FILLING;
         n->seq = b;
         n->count = (uint32_t)cnt;
@@ -606,12 +629,30 @@ static void note_skip(chute_loader *ld, worker *w, const char *where, const char
     pthread_mutex_unlock(&ld->mu);
 }
 
+/* Where sample idx is, for messages: the format's description, or for a
+ * stream "NAME@OFFSET (sample 'KEY')", which the record's own messages
+ * begin with. */
+static void describe_sample(chute_loader *ld, uint64_t idx, char *where, size_t n)
+{
+    if (ld->st) {
+        const ch_stream_rec *r = ch_stream_rec_of(ld->st, (uint32_t)idx);
+        snprintf(where, n, "%s@%llu (sample '%s')", ch_stream_name(ld->st),
+                 (unsigned long long)r->offset, r->key);
+    } else {
+        ld->ds->fmt->describe(ld->ds, idx, where, n);
+    }
+}
+
 static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_t pos,
-                     uint64_t gen)
+                     uint64_t gen, uint64_t sh)
 {
     const uint64_t B = ld->o.batch_size;
     uint64_t k = seq * B + pos; /* this rank's position in the epoch */
-    uint64_t idx = ch_sampler_get(&ld->sampler, k);
+    uint64_t idx = ld->st ? sh : ch_sampler_get(&ld->sampler, k);
+    if (ld->st) {
+        s->recs[pos] = (uint32_t)sh;
+        w->rng_key = k;
+    }
     uint8_t *dst = s->data + pos * ld->sample_bytes;
     chute_error err = {0};
     int rc = make_sample(ld, w, idx, dst, s, pos, gen, &err);
@@ -619,7 +660,7 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
     uint64_t used = idx;
     if (rc != CHUTE_OK) {
         char where[512];
-        ld->ds->fmt->describe(ld->ds, idx, where, sizeof where);
+        describe_sample(ld, idx, where, sizeof where);
         int kind = ch_error_kind(rc);
         if (kind != CH_ERR_CONTENT) {
             fail_slot(ld, s, rc, where, err.message, NULL);
@@ -636,12 +677,19 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
             char rwhere[512] = "";
             int done = 0;
             for (int attempt = 0; attempt < REPLACE_ATTEMPTS && !done; attempt++) {
-                uint64_t k2 = ch_rng_below(&r, ld->sampler.per_rank);
-                used = ch_sampler_get(&ld->sampler, k2);
+                uint64_t k2;
+                if (ld->st) { /* streams: another sample of the same batch (all published) */
+                    k2 = seq * B + ch_rng_below(&r, s->count);
+                    used = ch_stream_handle_at(ld->st, k2 - ld->first_batch * B);
+                    w->rng_key = k2;
+                } else {
+                    k2 = ch_rng_below(&r, ld->sampler.per_rank);
+                    used = ch_sampler_get(&ld->sampler, k2);
+                }
                 rc = make_sample(ld, w, used, dst, s, pos, gen, &rerr);
                 if (rc == CHUTE_OK)
                     break;
-                ld->ds->fmt->describe(ld->ds, used, rwhere, sizeof rwhere);
+                describe_sample(ld, used, rwhere, sizeof rwhere);
                 if (ch_error_kind(rc) != CH_ERR_CONTENT) {
                     char extra[600];
                     snprintf(extra, sizeof extra, " (while replacing skipped sample %s)", where);
@@ -662,9 +710,26 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
             }
         }
     }
-    s->labels[pos] = ld->ds->labels[used];
-    s->indices[pos] = used;
+    if (ld->st) { /* label and input position of the record (stream.h) */
+        const ch_stream_rec *r = ch_stream_rec_of(ld->st, (uint32_t)used);
+        s->labels[pos] = r->label;
+        s->indices[pos] = r->ordinal;
+    } else {
+        s->labels[pos] = ld->ds->labels[used];
+        s->indices[pos] = used;
+    }
     finish_task(ld, s);
+}
+
+/* Streams: whether run `gen` is still on (ch_stream_claim's wait). */
+struct run_alive {
+    chute_loader *ld;
+    uint64_t gen;
+};
+static int run_alive_fn(void *p)
+{
+    const struct run_alive *a = p;
+    return atomic_load_explicit(&a->ld->cancel_gen, memory_order_acquire) == a->gen;
 }
 
 static void *worker_main(void *arg)
@@ -689,7 +754,16 @@ static void *worker_main(void *arg)
         for (;;) {
             if (atomic_load_explicit(&ld->cancel_gen, memory_order_acquire) != gen)
                 break;
-            uint64_t t = atomic_fetch_add_explicit(&ld->next_task, 1, memory_order_relaxed);
+            uint64_t t, sh = 0;
+            if (ld->st) { /* streams: the next published position (stream.h) */
+                struct run_alive ra = {ld, gen};
+                uint32_t h;
+                if (ch_stream_claim(ld->st, run_alive_fn, &ra, &t, &h) != CHUTE_OK)
+                    break;
+                sh = h;
+            } else {
+                t = atomic_fetch_add_explicit(&ld->next_task, 1, memory_order_relaxed);
+            }
             if (t >= total)
                 break;
             uint64_t seq = first + t / B;
@@ -702,7 +776,7 @@ static void *worker_main(void *arg)
                 cur_seq = seq;
             }
             w->ra_task = ld->ra ? t : UINT64_MAX;
-            run_task(ld, w, s, seq, t % B, gen);
+            run_task(ld, w, s, seq, t % B, gen, sh);
             if (ld->ra)
                 ch_ra_done(ld->ra, t);
         }
@@ -855,6 +929,50 @@ static int plan_fields(chute_loader *ld, size_t *end, chute_error *err)
     return CHUTE_OK;
 }
 
+/* The pump tells us the run's end (stream.h): its number of batches and
+ * how the stream ended.  A stale run's news is dropped. */
+static void stream_end(void *ctx, uint64_t gen, uint64_t nbatches, int status,
+                       const chute_error *err)
+{
+    chute_loader *ld = ctx;
+    pthread_mutex_lock(&ld->mu);
+    if (gen == ld->gen && ld->running) {
+        ld->nbatches = ld->first_batch + nbatches;
+        ld->st_status = status;
+        ld->st_reported = 0;
+        snprintf(ld->st_msg, sizeof ld->st_msg, "%s", err ? err->message : "");
+        pthread_cond_broadcast(&ld->ready_cv);
+    }
+    pthread_mutex_unlock(&ld->mu);
+}
+
+static int stream_create(chute_loader *ld, chute_error *err)
+{
+    const chute_loader_options *o = &ld->o;
+    ch_stream_config c = {
+        .spec = ld->ds->stream,
+        .batch_size = o->batch_size,
+        .nslots = ld->nslots,
+        .buffer = o->no_shuffle ? 1 : o->shuffle_buffer,
+        .seed = o->seed,
+        .max_samples = o->stream_samples,
+        .drop_last = o->drop_last,
+        .timeout_ms = (int)o->stream_timeout_ms,
+        .max_bytes = o->max_sample_bytes,
+        .on_end = stream_end,
+        .ctx = ld,
+    };
+    int rc = ch_stream_create(&c, &ld->st, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    for (uint32_t i = 0; i < ld->nslots; i++) {
+        ld->slots[i].recs = calloc(o->batch_size, sizeof *ld->slots[i].recs);
+        if (!ld->slots[i].recs)
+            return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    }
+    return CHUTE_OK;
+}
+
 int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt,
                         chute_loader **out_loader, chute_error *err)
 {
@@ -873,7 +991,16 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         return rc;
     }
     chute_loader_options *o = &ld->o;
-    rc = ch_sampler_init(&ld->sampler, ds->n, o->seed, !o->no_shuffle, o->rank, o->world_size,
+    if (ds->stream) {
+        /* A stream has no N: the sampler is unused (one placeholder sample);
+         * each rank reads its own stream; no read-ahead or decoded cache
+         * (both key on sample ids, and a stream's records are reused). */
+        o->shuffle = CHUTE_SHUFFLE_GLOBAL;
+        o->readahead = 0;
+        o->decoded_cache_bytes = 0;
+    }
+    rc = ch_sampler_init(&ld->sampler, ds->stream ? 1 : ds->n, o->seed, !o->no_shuffle,
+                         ds->stream ? 0 : o->rank, ds->stream ? 1 : o->world_size,
                          o->remainder == CHUTE_REMAINDER_DROP);
     if (rc) {
         free(ld);
@@ -906,6 +1033,8 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
     }
     uint64_t per = ld->sampler.per_rank;
     ld->nbatches = o->drop_last ? per / o->batch_size : (per + o->batch_size - 1) / o->batch_size;
+    if (ds->stream)
+        ld->nbatches = UINT64_MAX; /* until the stream ends */
 
     ld->out.size = o->size;
     ld->out.dtype = o->dtype;
@@ -1023,6 +1152,10 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         chute_loader_destroy(ld);
         return rc;
     }
+    if (ds->stream && (rc = stream_create(ld, err)) != CHUTE_OK) {
+        chute_loader_destroy(ld);
+        return rc;
+    }
     ld->nworkers = o->workers;
     ld->workers = calloc(ld->nworkers, sizeof *ld->workers);
     ld->wstats = ch_aligned_alloc(CH_CACHELINE, ld->nworkers * sizeof *ld->wstats);
@@ -1068,6 +1201,8 @@ static void cancel_run_locked(chute_loader *ld)
     pthread_cond_broadcast(&ld->slot_cv);
     pthread_cond_broadcast(&ld->work_cv);
     ch_ra_cancel(ld->ra); /* wakes workers waiting for a read-ahead read */
+    if (ld->st)
+        ch_stream_wake(ld->st); /* and those waiting for a stream's sample */
     while (ld->active > 0)
         pthread_cond_wait(&ld->idle_cv, &ld->mu);
     ch_ra_quiesce(ld->ra);
@@ -1111,6 +1246,8 @@ static void free_memory(chute_loader *ld)
     free(ld->wstats);
     if (ld->ring_mem)
         munmap(ld->ring_mem, ld->ring_len);
+    for (uint32_t i = 0; ld->slots && i < ld->nslots; i++)
+        free(ld->slots[i].recs);
     free(ld->slots);
     free(ld->seqmap);
     ch_sampler_free(&ld->sampler);
@@ -1143,6 +1280,8 @@ void chute_loader_destroy(chute_loader *ld)
             if (ld->workers[i].started)
                 pthread_join(ld->workers[i].thread, NULL);
     }
+    ch_stream_free(ld->st); /* kills and reaps a command; no loader lock held */
+    ld->st = NULL;
     ch_ra_destroy(ld->ra);
     ld->ra = NULL;
     free_memory(ld);
@@ -1157,6 +1296,38 @@ void chute_loader_destroy(chute_loader *ld)
 static void start_locked(chute_loader *ld, uint64_t epoch, uint64_t start_batch)
 {
     cancel_run_locked(ld);
+    if (ld->st) {
+        /* Streams: stop the old run's pump (and command) with mu released,
+         * since the pump may be waiting for mu to report its end; the run
+         * is off (running == 0), so nothing else starts meanwhile.  Then
+         * the new run: the command again, the first start_batch batches of
+         * its order read and skipped (stream.h). */
+        pthread_mutex_unlock(&ld->mu);
+        ch_stream_stop(ld->st);
+        pthread_mutex_lock(&ld->mu);
+        ld->nbatches = UINT64_MAX;
+        ld->st_status = 0;
+        ld->st_reported = 0;
+        ld->st_msg[0] = '\0';
+        ld->epoch = epoch;
+        ld->sampler.epoch = epoch;
+        ld->first_batch = start_batch;
+        ld->next_assign = start_batch;
+        ld->consume_seq = start_batch;
+        ld->total_tasks = UINT64_MAX;
+        atomic_store(&ld->next_task, 0);
+        ld->running = 1;
+        ld->errmsg[0] = '\0';
+        if (ch_stream_start(ld->st, epoch, start_batch * ld->o.batch_size, ld->gen) !=
+            CHUTE_OK) {
+            ld->nbatches = start_batch;
+            ld->st_status = CHUTE_ENOMEM;
+            snprintf(ld->st_msg, sizeof ld->st_msg, "%s: cannot start the reader thread",
+                     ch_stream_name(ld->st));
+        }
+        pthread_cond_broadcast(&ld->work_cv);
+        return;
+    }
     ch_sampler_set_epoch(&ld->sampler, epoch); /* workers are idle: safe */
     ld->epoch = epoch;
     if (start_batch > ld->nbatches)
@@ -1196,15 +1367,31 @@ int chute_loader_stop(chute_loader *ld)
     cancel_run_locked(ld);
     ld->consume_seq = ld->nbatches;
     pthread_mutex_unlock(&ld->mu);
+    if (ld->st)
+        ch_stream_stop(ld->st); /* the command killed and reaped */
     return CHUTE_OK;
 }
 
-uint64_t chute_loader_num_batches(const chute_loader *ld) { return ld ? ld->nbatches : 0; }
+uint64_t chute_loader_num_batches(const chute_loader *ld)
+{
+    return ld && !ld->st ? ld->nbatches : 0; /* a stream's is unknown */
+}
 uint64_t chute_loader_num_samples(const chute_loader *ld)
 {
-    if (!ld)
+    if (!ld || ld->st)
         return 0;
     return ld->o.drop_last ? ld->nbatches * ld->o.batch_size : ld->sampler.per_rank;
+}
+
+/* At the end of a stream's run: its error once (then CHUTE_END), else
+ * CHUTE_END.  (mu held) */
+static int stream_end_status(chute_loader *ld)
+{
+    if (!ld->st || ld->st_status == CHUTE_OK || ld->st_reported)
+        return CHUTE_END;
+    ld->st_reported = 1;
+    snprintf(ld->errmsg, sizeof ld->errmsg, "%s", ld->st_msg);
+    return ld->st_status;
 }
 
 int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **out_batch)
@@ -1218,8 +1405,9 @@ int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **ou
     if (!ld->running && ld->gen == 0)
         start_locked(ld, 0, 0); /* first use without start_epoch: epoch 0 */
     if (ld->consume_seq >= ld->nbatches || !ld->running) {
+        int code = stream_end_status(ld);
         pthread_mutex_unlock(&ld->mu);
-        return CHUTE_END;
+        return code;
     }
     if (ld->held >= ld->o.max_held) {
         snprintf(ld->errmsg, sizeof ld->errmsg,
@@ -1246,6 +1434,10 @@ int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **ou
     int rc = CHUTE_OK;
     for (;;) {
         uint64_t seq = ld->consume_seq;
+        if (ld->st && seq >= ld->nbatches) { /* the stream ended meanwhile */
+            rc = stream_end_status(ld);
+            break;
+        }
         if (seq < ld->next_assign) {
             slot *c = &ld->slots[ld->seqmap[seq % ld->nslots]];
             if (c->state == SLOT_READY) {
@@ -1385,6 +1577,8 @@ void chute_batch_release(chute_batch *b)
     pthread_mutex_lock(&ld->mu);
     slot *s = &ld->slots[b->index];
     if (s->state == SLOT_HELD) {
+        if (ld->st) /* the records go back (and a reader's release hook runs) */
+            ch_stream_release(ld->st, s->sgen, s->recs, s->count);
         s->state = SLOT_FREE;
         ld->held--;
         pthread_cond_broadcast(&ld->slot_cv);

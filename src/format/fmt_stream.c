@@ -1,0 +1,137 @@
+/*
+ * fmt_stream.c — the dataset object of a stream: `pipe:COMMAND` (run
+ * with /bin/sh -c, a WebDataset tar read from its stdout) or `-` (stdin).
+ *
+ * Why a format at all: the public API opens datasets and makes loaders
+ * from them, and a stream should be opened the same way.  But a stream
+ * has no length and no random access, so this "format" is a shell: open
+ * only records the command (nothing runs until a loader starts an epoch;
+ * each epoch runs it again), size is 0, and read() refuses.  It is not in
+ * the registry (no probe can recognise a command); chute_dataset_open_ex
+ * picks it by the path's form (ch_stream_path).  The samples flow through
+ * the loader's stream path (src/pipeline/stream.h), which reads the
+ * dataset's ch_stream_spec.
+ */
+#define _GNU_SOURCE
+#include "format.h"
+#include "../pipeline/stream.h"
+#include "../common/loader_options.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int ch_stream_path(const char *path)
+{
+    return path && (strcmp(path, "-") == 0 || strncmp(path, "pipe:", 5) == 0);
+}
+
+static int st_probe(const ch_source_ops *src, const char *path, int is_dir, char *why, size_t n)
+{
+    (void)src;
+    (void)path;
+    (void)is_dir;
+    snprintf(why, n, "only pipe:COMMAND and - are streams");
+    return CH_PROBE_NO;
+}
+
+static int st_open(chute_dataset *ds, const char *path, const chute_dataset_options *opt,
+                   chute_error *err)
+{
+    (void)opt;
+    ch_stream_spec *sp = calloc(1, sizeof *sp);
+    if (!sp)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    ds->impl = sp;
+    sp->ops = &ch_stream_tar_ops;
+    sp->name = strdup(path);
+    if (strcmp(path, "-") != 0) {
+        const char *c = path + 5;
+        while (*c == ' ' || *c == '\t')
+            c++;
+        if (!*c)
+            return ch_err(err, CHUTE_EINVAL, "%s: pipe: needs a command", path);
+        sp->cmd = strdup(c);
+        if (!sp->cmd)
+            return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    }
+    if (!sp->name)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    ds->stream = sp;
+    ds->n = 0;
+    ds->nclasses = 0;
+    return CHUTE_OK;
+}
+
+static int st_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, size_t *out_len,
+                   chute_error *err)
+{
+    (void)buf;
+    (void)cap;
+    (void)out_len;
+    return ch_err(err, CHUTE_EUNSUPPORTED,
+                  "%s: a stream has no sample %llu to read by number; read it through a loader",
+                  ds->root, (unsigned long long)i);
+}
+
+static uint64_t st_sample_size(const chute_dataset *ds, uint64_t i)
+{
+    (void)ds;
+    (void)i;
+    return 0;
+}
+
+static void st_describe(const chute_dataset *ds, uint64_t i, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s: sample %llu", ds->root, (unsigned long long)i);
+}
+
+static void st_file_of(const chute_dataset *ds, uint64_t i, char *buf, size_t n)
+{
+    (void)i;
+    snprintf(buf, n, "%s", ds->root);
+}
+
+static void st_close(void *impl)
+{
+    ch_stream_spec *sp = impl;
+    if (!sp)
+        return;
+    free(sp->cmd);
+    free(sp->name);
+    free(sp);
+}
+
+const ch_format_ops ch_format_stream = {
+    .version = CH_FORMAT_OPS_VERSION,
+    .name = "stream",
+    .probe = st_probe,
+    .open = st_open,
+    .read = st_read,
+    .sample_size = st_sample_size,
+    .describe = st_describe,
+    .file_of = st_file_of,
+    .close = st_close,
+};
+
+int ch_stream_dataset_open(const char *path, const chute_dataset_options *opt,
+                           chute_dataset **out_ds, chute_error *err)
+{
+    if (opt && ch_dataset_options_check(opt, err) != CHUTE_OK)
+        return CHUTE_EINVAL;
+    chute_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    ds->fmt = &ch_format_stream;
+    ds->src = ch_source_for(path);
+    ds->root = strdup(path);
+    chute_dataset_options zero = {0};
+    int rc = ds->root ? st_open(ds, path, opt ? opt : &zero, err)
+                      : ch_err(err, CHUTE_ENOMEM, "out of memory");
+    if (rc != CHUTE_OK) {
+        ch_dataset_free_fields(ds);
+        free(ds);
+        return rc;
+    }
+    *out_ds = ds;
+    return CHUTE_OK;
+}

@@ -1,0 +1,326 @@
+/*
+ * stream_tar.c — the stream reader for `pipe:COMMAND` and stdin (`-`): a
+ * WebDataset tar read front to back from a child's stdout (proc.h) through
+ * the streaming tar walker (tarstream.c).
+ *
+ * Samples are grouped as webdataset's tariterators group them and as the
+ * "wds" format does (parse.h: key = the path up to the first dot of the
+ * basename; a new sample whenever the key changes; names with no key and
+ * metadata names are skipped).  The field model is fmt_wds's: the image is
+ * the jpg, jpeg, png or bmp member (that order of preference), the label
+ * the .cls member as ASCII decimal; other members are read past without
+ * being kept (typed fields are not delivered from streams yet).  A sample
+ * with no image, no or a bad label, a field twice, or an image over
+ * max_sample_bytes is handed on marked bad: the loader's corrupt policy
+ * decides, as for the same sample in a tar file.
+ *
+ * A sample is complete, and handed on, once the header after its last
+ * member has been read with another key (or the stream ended cleanly): a
+ * stream that breaks inside a sample or in the header after it loses that
+ * sample, since it may be missing members.
+ *
+ * Only the image's bytes are kept, in the pump's record: a member is read
+ * straight from the pipe into it, so there is one copy (kernel to record)
+ * and nothing here is allocated per sample.
+ *
+ * The end: EOF at a header boundary.  Zero blocks (an archive's end
+ * marker, tar's padding to 10 KiB records) are read past, so several
+ * archives in a row are one stream (`cat shard-*.tar`, curl's URL globs,
+ * as tar -i does).  Then the exit status is checked (ch_proc_finish).  Any error adds the
+ * command's status and the tail of its stderr, and kills it.
+ */
+#define _GNU_SOURCE
+#include "stream.h"
+#include "../format/parse.h"
+#include "../io/proc.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+
+typedef struct tar_reader {
+    ch_proc p;
+    fmt_tar_stream ts;
+    uint64_t max_bytes;
+    uint64_t ordinal;
+    int have_pend;            /* the walker's current member opens the next sample */
+    const char *pend_name;    /* (the walker's buffer, valid until its next call) */
+    size_t pend_len;
+    uint64_t pend_size, pend_off;
+    int tar_end;              /* the archive ended; end_rc is how the stream did */
+    int end_rc;
+    chute_error end_err;
+    char *key;                /* the current sample's key */
+    size_t key_cap;
+    char seen[512];           /* the current sample's field names, '/'-separated */
+    size_t seen_len;
+} tar_reader;
+
+static int proc_read(void *ctx, uint8_t *buf, size_t n, size_t *got, chute_error *err)
+{
+    return ch_proc_read(ctx, buf, n, got, err);
+}
+
+static int tr_open(const void *spec_, uint64_t epoch, int timeout_ms, uint64_t max_bytes,
+                   void **out, chute_error *err)
+{
+    const ch_stream_spec *spec = spec_;
+    *out = NULL;
+    if (!spec->cmd && epoch > 0)
+        return ch_err(err, CHUTE_EINVAL,
+                      "-: stdin can be read only once; a second epoch needs a pipe: command "
+                      "(which runs again for each epoch)");
+    tar_reader *r = calloc(1, sizeof *r);
+    if (!r)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    int rc = ch_proc_open(&r->p, spec->cmd, timeout_ms, err);
+    if (rc != CHUTE_OK) {
+        free(r);
+        return rc;
+    }
+    r->ts.read = proc_read;
+    r->ts.ctx = &r->p;
+    r->ts.name = r->p.name;
+    r->ts.ignore_zeros = 1; /* concatenated tars: `cat shard-*.tar`, curl URL globs */
+    r->max_bytes = max_bytes;
+    *out = r;
+    return CHUTE_OK;
+}
+
+/* A stream error: add what the command says and stop it. */
+static int broke(tar_reader *r, int rc, chute_error *err)
+{
+    if (rc != CHUTE_EINTERRUPTED) {
+        if (!strstr(err->message, "; the command ")) /* a timeout already says */
+            ch_proc_explain(&r->p, err->message, sizeof err->message);
+        /* A command that failed is the cause, whatever its bytes looked
+         * like when they stopped (truncated): an I/O error, not content. */
+        if (r->p.exited && !(WIFEXITED(r->p.status) && WEXITSTATUS(r->p.status) == 0))
+            rc = err->code = CHUTE_EIO;
+        ch_proc_close(&r->p);
+    }
+    return rc;
+}
+
+/* The archive ended: drain stdout, check the exit status. */
+static void at_tar_end(tar_reader *r)
+{
+    r->tar_end = 1;
+    uint8_t b[4096];
+    size_t got;
+    int rc;
+    do
+        rc = ch_proc_read(&r->p, b, sizeof b, &got, &r->end_err);
+    while (rc == CHUTE_OK && got > 0);
+    if (rc == CHUTE_OK)
+        rc = ch_proc_finish(&r->p, &r->end_err);
+    r->end_rc = rc == CHUTE_OK ? CHUTE_END : rc;
+    if (rc != CHUTE_OK && rc != CHUTE_EINTERRUPTED)
+        ch_proc_close(&r->p);
+}
+
+/* The next member with a sample key; FMT_TAR_STREAM_END at the end. */
+static int next_member(tar_reader *r, const char **name, size_t *len, uint64_t *size,
+                       uint64_t *off, size_t *key_len, size_t *ext_off, chute_error *err)
+{
+    for (;;) {
+        int rc = fmt_tar_stream_next(&r->ts, name, len, size, off, err);
+        if (rc != CHUTE_OK)
+            return rc;
+        if (fmt_wds_split_name(*name, *len, key_len, ext_off) && !fmt_wds_is_meta(*name, *len))
+            return CHUTE_OK;
+    }
+}
+
+static const char *const k_images[] = {"jpg", "jpeg", "png", "bmp"};
+
+static int parse_cls(const char *s, size_t n, int64_t *out)
+{
+    size_t i = 0;
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+        i++;
+    int neg = 0;
+    if (i < n && (s[i] == '-' || s[i] == '+'))
+        neg = s[i++] == '-';
+    size_t d0 = i;
+    int64_t v = 0;
+    while (i < n && s[i] >= '0' && s[i] <= '9') {
+        if (v > (INT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (s[i++] - '0');
+    }
+    if (i == d0)
+        return -1;
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+        i++;
+    if (i != n)
+        return -1;
+    *out = neg ? -v : v;
+    return 0;
+}
+
+static void mark_bad(ch_stream_rec *rec, const char *fmt, const char *a)
+{
+    if (!rec->bad) {
+        rec->bad = 1;
+        snprintf(rec->why, sizeof rec->why, fmt, a);
+    }
+}
+
+/* Fold one member (the walker's current one) into rec. */
+static int take_member(tar_reader *r, ch_stream_rec *rec, const char *name, size_t len,
+                       uint64_t size, size_t ext_off, int *img_rank, int *have_cls,
+                       chute_error *err)
+{
+    char ext[64];
+    size_t el = len - ext_off;
+    snprintf(ext, sizeof ext, "%.*s", (int)CH_MIN(el, sizeof ext - 1), name + ext_off);
+    for (char *c = ext; *c; c++)
+        if (*c >= 'A' && *c <= 'Z')
+            *c = (char)(*c - 'A' + 'a');
+    /* A field twice: webdataset raises ValueError. */
+    char probe[70];
+    int pl = snprintf(probe, sizeof probe, "/%s/", ext);
+    if (r->seen_len && memmem(r->seen, r->seen_len, probe, (size_t)pl))
+        mark_bad(rec, "field .%s appears twice in the sample", ext);
+    else if (r->seen_len + (size_t)pl < sizeof r->seen) {
+        memcpy(r->seen + (r->seen_len ? r->seen_len - 1 : 0), probe, (size_t)pl);
+        r->seen_len = (r->seen_len ? r->seen_len - 1 : 0) + (size_t)pl;
+    }
+    int rank = -1;
+    for (int k = 0; k < 4; k++)
+        if (strcmp(ext, k_images[k]) == 0)
+            rank = k;
+    if (rank >= 0 && (*img_rank < 0 || rank < *img_rank)) {
+        if (size > r->max_bytes) {
+            mark_bad(rec, "image member .%s is over max_sample_bytes", ext);
+            return fmt_tar_stream_data(&r->ts, NULL, size, err);
+        }
+        if (ch_buf_reserve(&rec->data, (size_t)size ? (size_t)size : 1) != CHUTE_OK)
+            return ch_err(err, CHUTE_ENOMEM, "%s: no memory for a %llu-byte image", r->p.name,
+                          (unsigned long long)size);
+        int rc = fmt_tar_stream_data(&r->ts, rec->data.data, size, err);
+        if (rc != CHUTE_OK)
+            return rc;
+        rec->len = (size_t)size;
+        *img_rank = rank;
+        return CHUTE_OK;
+    }
+    if (strcmp(ext, "cls") == 0 && !*have_cls) {
+        char text[32];
+        *have_cls = 1;
+        if (size >= sizeof text) {
+            mark_bad(rec, "the .cls member is not a decimal integer%s", "");
+            return fmt_tar_stream_data(&r->ts, NULL, size, err);
+        }
+        int rc = fmt_tar_stream_data(&r->ts, text, size, err);
+        if (rc != CHUTE_OK)
+            return rc;
+        int64_t v;
+        if (parse_cls(text, (size_t)size, &v) != 0 || v < 0 || v >= INT32_MAX)
+            mark_bad(rec, "the .cls member is not a decimal integer%s", "");
+        else
+            rec->label = v;
+        return CHUTE_OK;
+    }
+    return fmt_tar_stream_data(&r->ts, NULL, size, err);
+}
+
+static int tr_next(void *r_, ch_stream_rec *rec, chute_error *err)
+{
+    tar_reader *r = r_;
+    if (r->tar_end) {
+        if (r->end_rc != CHUTE_END)
+            *err = r->end_err;
+        return r->end_rc;
+    }
+    const char *name;
+    size_t len, key_len, ext_off;
+    uint64_t size, off;
+    int rc;
+    if (r->have_pend) {
+        name = r->pend_name;
+        len = r->pend_len;
+        size = r->pend_size;
+        off = r->pend_off;
+        fmt_wds_split_name(name, len, &key_len, &ext_off);
+        r->have_pend = 0;
+    } else {
+        rc = next_member(r, &name, &len, &size, &off, &key_len, &ext_off, err);
+        if (rc == FMT_TAR_STREAM_END) {
+            at_tar_end(r);
+            if (r->end_rc != CHUTE_END)
+                *err = r->end_err;
+            return r->end_rc;
+        }
+        if (rc != CHUTE_OK)
+            return broke(r, rc, err);
+    }
+    if (key_len + 1 > r->key_cap) {
+        char *k = realloc(r->key, key_len + 1);
+        if (!k)
+            return ch_err(err, CHUTE_ENOMEM, "out of memory");
+        r->key = k;
+        r->key_cap = key_len + 1;
+    }
+    memcpy(r->key, name, key_len);
+    r->key[key_len] = '\0';
+    rec->len = 0;
+    rec->label = -1;
+    rec->bad = 0;
+    rec->why[0] = '\0';
+    rec->offset = off;
+    snprintf(rec->key, sizeof rec->key, "%s", r->key);
+    r->seen_len = 0;
+    int img_rank = -1, have_cls = 0;
+    for (;;) {
+        rc = take_member(r, rec, name, len, size, ext_off, &img_rank, &have_cls, err);
+        if (rc != CHUTE_OK)
+            return broke(r, rc, err);
+        rc = next_member(r, &name, &len, &size, &off, &key_len, &ext_off, err);
+        if (rc == FMT_TAR_STREAM_END) {
+            at_tar_end(r);
+            break;
+        }
+        if (rc != CHUTE_OK) /* the sample may miss members: not delivered */
+            return broke(r, rc, err);
+        if (key_len != strlen(r->key) || memcmp(name, r->key, key_len) != 0) {
+            r->have_pend = 1;
+            r->pend_name = name;
+            r->pend_len = len;
+            r->pend_size = size;
+            r->pend_off = off;
+            break;
+        }
+    }
+    if (img_rank < 0)
+        mark_bad(rec, "no image member (.jpg, .jpeg, .png or .bmp)%s", "");
+    else if (!have_cls)
+        mark_bad(rec, "no .cls label member%s", "");
+    rec->ordinal = r->ordinal++;
+    rec->token = rec->ordinal;
+    return CHUTE_OK;
+}
+
+static void tr_cancel(void *r_) { ch_proc_cancel(&((tar_reader *)r_)->p); }
+
+static void tr_close(void *r_)
+{
+    tar_reader *r = r_;
+    if (!r)
+        return;
+    ch_proc_close(&r->p);
+    fmt_tar_stream_free(&r->ts);
+    free(r->key);
+    free(r);
+}
+
+const ch_stream_reader_ops ch_stream_tar_ops = {
+    .name = "pipe",
+    .open = tr_open,
+    .next = tr_next,
+    .cancel = tr_cancel,
+    .release = NULL,
+    .close = tr_close,
+};
