@@ -359,6 +359,10 @@ int ch_shard_writer_finish(ch_shard_writer *w, chute_error *err);
 void ch_shard_writer_abort(ch_shard_writer *w);
 
 uint32_t ch_crc32(const void *data, size_t len);
+/* crc32_clmul.c: advances *crc (zlib's convention) over a prefix of data
+ * by PCLMULQDQ and returns its length (a multiple of 16; 0 where the CPU
+ * lacks it or len < 64); ch_crc32 finishes the rest with zlib. */
+size_t ch_crc32_clmul(uint32_t *crc, const void *data, size_t len);
 
 /* Manifest ("chute.manifest", docs/FORMAT.md), parsed from memory so the
  * parser can be fuzzed without files.  Numbers are plain decimal digits

@@ -33,8 +33,11 @@
 
 uint32_t ch_crc32(const void *data, size_t len)
 {
-    uLong c = crc32(0L, Z_NULL, 0);
-    const uint8_t *p = data;
+    uint32_t c0 = 0; /* crc32_clmul.c: the 16-byte-aligned bulk, where the CPU can */
+    size_t done = ch_crc32_clmul(&c0, data, len);
+    uLong c = c0;
+    const uint8_t *p = (const uint8_t *)data + done;
+    len -= done;
     while (len > 0) {
         uInt chunk = len > (1u << 30) ? (1u << 30) : (uInt)len;
         c = crc32(c, p, chunk);
