@@ -13,6 +13,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _chute
+from . import arrow as _arrow
 
 __all__ = ["Loader", "pack", "distributed_defaults", "SkippedSamplesWarning", "default_workers"]
 
@@ -483,6 +484,11 @@ class Loader:
 
         if isinstance(source, _chute.Dataset):
             self.dataset = source
+        elif format in (None, "arrow", "parquet") and _arrow.is_arrow_source(source):
+            # Arrow producers (__arrow_c_stream__) and Parquet files (chute/arrow.py)
+            self.dataset = _arrow.dataset(source, image_key=image_key, label_key=label_key,
+                                          label_offset=int(label_offset),
+                                          read_delay_us=_dopt("read_delay_us", read_delay_us))
         else:
             if format is not None and not isinstance(format, str):
                 raise TypeError("format must be a str or None")
