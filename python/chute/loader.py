@@ -192,6 +192,13 @@ class Loader:
     The numeric options' defaults and bounds are the C library's (one table
     for C, the CLI and Python: docs/OPTIONS.md).
 
+    ``source`` may also be an Arrow producer (a ``pyarrow.Table`` or
+    ``RecordBatchReader``: anything with ``__arrow_c_stream__``) or a
+    ``.parquet`` file or directory of them (read with pyarrow, row group by
+    row group): columns become fields, ``image_key`` names an image column
+    (default ``image``, e.g. a Hugging Face ``Image`` column) and
+    ``label_key`` the labels (default ``label``); see :mod:`chute.arrow`.
+
     Iterating yields ``(images, labels)`` per batch — or ``(images, labels, indices)``
     with ``return_indices=True`` — as PyTorch tensors made with DLPack from the
     library's own buffer (no copy).  Without torch (or with ``as_torch=False``)
