@@ -1022,6 +1022,56 @@ typedef struct chute_infer_stats {
 /* Snapshot; any thread. */
 CHUTE_API void chute_infer_get_stats(const chute_infer *s, chute_infer_stats *out);
 
+/* Arrow record batches as a dataset (src/format/fmt_arrow.c).        */
+/* ------------------------------------------------------------------ */
+struct ArrowArrayStream; /* include/chute_arrow.h (the Arrow C Stream Interface) */
+
+/* A dataset over the record batches of an Arrow C stream, one sample per
+ * row, rows numbered across batches in stream order; format name "arrow".
+ * The stream is consumed to its end during the call and released (its
+ * release callback called; it is left with release == NULL) whatever the
+ * outcome.  The batches are MOVED into the dataset, never copied: their
+ * buffers stay the producer's until chute_dataset_close, which calls each
+ * batch's and the schema's release (from whichever thread closes it).
+ * Columns (the top-level struct's children), by Arrow format:
+ *   int8..int64, uint8..uint64, bool   int64 scalar field (a uint64 above
+ *                                      INT64_MAX is corrupt when read)
+ *   float32, float64                   float32 scalar field (float64 rounded)
+ *   fixed_size_list<...<numeric>>      tensor field, the leaf's dtype, shape
+ *                                      the list sizes (nested lists: dims)
+ *   binary, large_binary, utf8, large_utf8   bytes field
+ *   struct<bytes: binary, path: utf8>  (a Hugging Face datasets Image
+ *                                      column) or binary, named by
+ *                                      opt->image_key: the sample's image,
+ *                                      decoded (JPEG, PNG, ...) and
+ *                                      transformed as any image
+ * opt->image_key (NULL: "image" when such a column exists; without one the
+ * dataset has no images, chute_dataset_has_images 0) and opt->label_key
+ * (NULL: "label" when present; an integer column; label_offset applies;
+ * none: every label 0) pick the two columns; every other supported column
+ * is a field of its name; a column of another type is CHUTE_EUNSUPPORTED
+ * unless it is neither image nor label and then it is left out.  A null
+ * label is CHUTE_ECORRUPT at open naming batch and row; a null value in a
+ * field or the image is CHUTE_ECORRUPT when the sample is read (the
+ * loader's on_corrupt policy counts and skips it, or fails), naming the
+ * column, batch and row.
+ * Trust boundary: the C Data Interface carries no buffer sizes.  Open
+ * checks everything it can (format strings, n_buffers and n_children per
+ * type, non-negative lengths/offsets/null_count with checked arithmetic,
+ * a validity buffer wherever null_count > 0, non-NULL data buffers, child
+ * lengths covering the parent's rows, and every offsets entry in range and
+ * monotone), so a lying producer gets CHUTE_ECORRUPT naming the column and
+ * batch, never a read out of those bounds; that each buffer really holds
+ * the bytes these numbers imply (the last offset for a data buffer) is the
+ * producer's promise, as for every Arrow consumer.  Errors from the stream
+ * itself are CHUTE_EIO with get_last_error's text.
+ * Thread-safety: the call uses the stream from the calling thread only;
+ * the dataset is then immutable and as thread-safe as any other.  The
+ * fields "format", "kind", "cache_*" and "schema" of opt are ignored. */
+CHUTE_API int chute_dataset_open_arrow(struct ArrowArrayStream *stream,
+                                       const chute_dataset_options *opt,
+                                       chute_dataset **out_ds, chute_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -189,6 +189,7 @@ if [ "$run_pytest" = 1 ]; then
   cp -r "$ROOT/python/tools" python/
   # SeaweedFS, if the checkout's tests already fetched it, is reused.
   CHUTE_REMOTE_TOOLS="${CHUTE_REMOTE_TOOLS:-$ROOT/build-python/remote-tools}" \
+  CHUTE_PYARROW_DIR="${CHUTE_PYARROW_DIR:-$ROOT/build-python/pyarrow/site}" \
   CHUTE_TEST_INSTALLED=1 "$V/python" -m pytest -q -p no:cacheprovider tests/python
 fi
 echo "wheel: OK $whl"

@@ -13,6 +13,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _chute
+from . import arrow as _arrow
 
 __all__ = ["Loader", "pack", "distributed_defaults", "SkippedSamplesWarning", "default_workers"]
 
@@ -190,6 +191,13 @@ class Loader:
 
     The numeric options' defaults and bounds are the C library's (one table
     for C, the CLI and Python: docs/OPTIONS.md).
+
+    ``source`` may also be an Arrow producer (a ``pyarrow.Table`` or
+    ``RecordBatchReader``: anything with ``__arrow_c_stream__``) or a
+    ``.parquet`` file or directory of them (read with pyarrow, row group by
+    row group): columns become fields, ``image_key`` names an image column
+    (default ``image``, e.g. a Hugging Face ``Image`` column) and
+    ``label_key`` the labels (default ``label``); see :mod:`chute.arrow`.
 
     Iterating yields ``(images, labels)`` per batch — or ``(images, labels, indices)``
     with ``return_indices=True`` — as PyTorch tensors made with DLPack from the
@@ -504,6 +512,11 @@ class Loader:
 
         if isinstance(source, _chute.Dataset):
             self.dataset = source
+        elif format in (None, "arrow", "parquet") and _arrow.is_arrow_source(source):
+            # Arrow producers (__arrow_c_stream__) and Parquet files (chute/arrow.py)
+            self.dataset = _arrow.dataset(source, image_key=image_key, label_key=label_key,
+                                          label_offset=int(label_offset),
+                                          read_delay_us=_dopt("read_delay_us", read_delay_us))
         else:
             if format is not None and not isinstance(format, str):
                 raise TypeError("format must be a str or None")

@@ -2302,6 +2302,71 @@ static PyObject *mod_resolve_loader_options(PyObject *m, PyObject *args, PyObjec
     return d;
 }
 
+/* _dataset_from_arrow(capsule, ...): a Dataset over an Arrow C stream (the
+ * PyCapsule "arrow_array_stream" that __arrow_c_stream__ returns).  The
+ * stream is moved out of the capsule (its release set to NULL, as the
+ * PyCapsule protocol asks of a consumer) and consumed with the GIL
+ * released: a producer written in Python (pyarrow's RecordBatchReader over
+ * a generator of Parquet row groups) takes the GIL back for each batch,
+ * and pyarrow's own reads run without it. */
+#include "chute_arrow.h"
+
+static PyObject *mod_dataset_from_arrow(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    (void)mod;
+    static char *kwlist[] = {"stream", "image_key", "label_key", "label_offset", "read_delay_us",
+                             "name", NULL};
+    PyObject *cap = NULL, *name = NULL;
+    const char *image_key = NULL, *label_key = NULL;
+    int label_offset = 0;
+    unsigned int delay = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zziIU:_dataset_from_arrow", kwlist, &cap,
+                                     &image_key, &label_key, &label_offset, &delay, &name))
+        return NULL;
+    struct ArrowArrayStream *src = PyCapsule_GetPointer(cap, "arrow_array_stream");
+    if (!src)
+        return NULL;
+    if (!src->release) {
+        PyErr_SetString(PyExc_ValueError, "the Arrow stream was already consumed");
+        return NULL;
+    }
+    struct ArrowArrayStream st = *src;
+    src->release = NULL; /* moved */
+    chute_dataset_options o;
+    memset(&o, 0, sizeof o);
+    o.image_key = image_key;
+    o.label_key = label_key;
+    o.label_offset = label_offset;
+    o.read_delay_us = delay;
+    chute_dataset *ds = NULL;
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = chute_dataset_open_arrow(&st, &o, &ds, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != CHUTE_OK) {
+        raise_status(rc, err.message);
+        return NULL;
+    }
+    DatasetObject *self = (DatasetObject *)DatasetType.tp_alloc(&DatasetType, 0);
+    ds_ref *r = self ? malloc(sizeof *r) : NULL;
+    if (!r) {
+        Py_XDECREF(self);
+        chute_dataset_close(ds);
+        return self ? PyErr_NoMemory() : NULL;
+    }
+    atomic_init(&r->refs, 1);
+    r->ds = ds;
+    self->ref = r;
+    self->path = name ? (Py_INCREF(name), name) : PyUnicode_FromString("<arrow stream>");
+    if (!self->path) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
 static PyMethodDef module_methods[] = {
     {"pack", (PyCFunction)(void (*)(void))mod_pack, METH_VARARGS | METH_KEYWORDS,
      "pack(root, out_dir, *, shard_size=0, threads=0, strict=False, validate=True, align=0,\n"
@@ -2335,6 +2400,11 @@ static PyMethodDef module_methods[] = {
      "features()\n--\n\nThe optional features compiled into libchute (chute_features())."},
     {"status_name", (PyCFunction)mod_status_name, METH_O,
      "status_name(code)\n--\n\nName of a chute status code."},
+    {"_dataset_from_arrow", (PyCFunction)(void (*)(void))mod_dataset_from_arrow,
+     METH_VARARGS | METH_KEYWORDS,
+     "_dataset_from_arrow(stream, *, image_key=None, label_key=None, label_offset=0,\n"
+     "                    read_delay_us=0, name=None)\n--\n\n"
+     "A Dataset over an Arrow C stream capsule (__arrow_c_stream__()); see chute.arrow."},
     {NULL},
 };
 

@@ -234,6 +234,8 @@ extern const ch_format_ops ch_format_tree, ch_format_shards, ch_format_tfrecord,
 extern const ch_format_ops ch_format_npy, ch_format_csv;
 extern const ch_format_ops ch_format_hdf5; /* only with CHUTE_HAVE_HDF5 */
 extern const ch_format_ops ch_format_wav;
+/* Opened only by chute_dataset_open_arrow (fmt_arrow.c), so not in ch_formats. */
+extern const ch_format_ops ch_format_arrow;
 /* The registered format called name, or NULL. */
 const ch_format_ops *ch_format_find(const char *name);
 
