@@ -18,6 +18,7 @@
 
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -826,6 +827,126 @@ TEST(brokers_down_is_eio_without_secrets)
         rd_kafka_mock_broker_set_up(mc, b);
     ch_kafka_close(k, NULL);
     seen_free(&s);
+    cluster_down(&c);
+    return 0;
+}
+
+/* The loader's shape: a reader thread calls next() and hands tokens over;
+ * another thread releases them in batches (release_n) and saves state
+ * while the reader runs (TSan checks the locking).  Bounded in-flight
+ * (max_unreleased 16): next() says EBUSY instead of growing. */
+typedef struct handoff {
+    ch_kafka *k;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    void *tok[64];
+    size_t n;
+    int done;
+    uint64_t released, saves, busy;
+} handoff;
+
+static void *releaser(void *arg)
+{
+    handoff *h = arg;
+    void *batch[64];
+    for (;;) {
+        pthread_mutex_lock(&h->mu);
+        while (h->n < 8 && !h->done)
+            pthread_cond_wait(&h->cv, &h->mu);
+        size_t n = h->n;
+        memcpy(batch, h->tok, n * sizeof *batch);
+        h->n = 0;
+        int done = h->done;
+        pthread_cond_broadcast(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+        ch_kafka_release_n(h->k, batch, n);
+        h->released += n;
+        uint8_t st[4096];
+        size_t len;
+        if (ch_kafka_state_save(h->k, st, sizeof st, &len, NULL) == CHUTE_OK)
+            h->saves++;
+        if (done && n == 0)
+            return NULL;
+    }
+}
+
+TEST(release_from_another_thread)
+{
+    cluster c;
+    char topic[256], group[256], uri[1024], q[512];
+    const uint64_t N = 1000;
+    if (setup(&c, topic, sizeof topic, N))
+        SKIP("no Kafka cluster");
+    uniq(group, sizeof group, "g");
+    snprintf(q, sizeof q, "group=%s&until=eof&max_unreleased=16&commit_interval_ms=5", group);
+    openuri(uri, sizeof uri, &c, topic, q);
+    handoff h = {0};
+    chute_error err = {0};
+    CHECK(ch_kafka_open(uri, NULL, &h.k, &err) == CHUTE_OK, "%s", err.message);
+    pthread_mutex_init(&h.mu, NULL);
+    pthread_cond_init(&h.cv, NULL);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, releaser, &h) == 0, "thread");
+    seen s;
+    CHECK(seen_init(&s, N) == 0, "oom");
+    uint64_t t0 = ch_now_ns();
+    int rc;
+    for (;;) {
+        ch_kafka_msg m;
+        rc = ch_kafka_next(h.k, &m, 200, &err);
+        if (rc == CHUTE_END)
+            break;
+        if (rc == CHUTE_EBUSY) {
+            /* all 16 slots held: wait for the releaser */
+            h.busy++;
+            pthread_mutex_lock(&h.mu);
+            pthread_cond_broadcast(&h.cv);
+            pthread_mutex_unlock(&h.mu);
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (rc == CH_KAFKA_AGAIN) {
+            if (ch_now_ns() - t0 > 40000000000ull)
+                break;
+            continue;
+        }
+        if (rc != CHUTE_OK)
+            break;
+        check_msg(&m, &s);
+        pthread_mutex_lock(&h.mu);
+        while (h.n == 64)
+            pthread_cond_wait(&h.cv, &h.mu);
+        h.tok[h.n++] = m.token;
+        if (h.n >= 8)
+            pthread_cond_broadcast(&h.cv);
+        pthread_mutex_unlock(&h.mu);
+    }
+    pthread_mutex_lock(&h.mu);
+    h.done = 1;
+    pthread_cond_broadcast(&h.cv);
+    pthread_mutex_unlock(&h.mu);
+    pthread_join(th, NULL);
+    CHECK(rc == CHUTE_END, "%d %s", rc, err.message);
+    for (uint64_t i = 0; i < N; i++)
+        CHECK(s.count[i] == 1, "message %llu seen %u times", (unsigned long long)i, s.count[i]);
+    CHECK(h.released == N && s.bad == 0, "released %llu", (unsigned long long)h.released);
+    CHECK(h.busy > 0, "max_unreleased=16 never reached");
+    ch_kafka_stats st;
+    ch_kafka_get_stats(h.k, &st);
+    CHECK(st.released == N, "stats released %llu", (unsigned long long)st.released);
+    CHECK(ch_kafka_close(h.k, &err) == CHUTE_OK, "%s", err.message);
+    /* All committed: the group has nothing left to give. */
+    ch_kafka *k2;
+    CHECK(ch_kafka_open(uri, NULL, &k2, &err) == CHUTE_OK, "%s", err.message);
+    seen s2;
+    CHECK(seen_init(&s2, N) == 0, "oom");
+    CHECK(drain(k2, &s2, 1, NULL, NULL, 30) == 0 && s2.total == 0, "%llu again", (unsigned long long)s2.total);
+    ch_kafka_close(k2, NULL);
+    pthread_mutex_destroy(&h.mu);
+    pthread_cond_destroy(&h.cv);
+    seen_free(&s);
+    seen_free(&s2);
     cluster_down(&c);
     return 0;
 }
