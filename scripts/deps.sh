@@ -7,7 +7,8 @@ PKGS=(build-essential cmake pkg-config libjpeg62-turbo-dev libspng-dev zlib1g-de
       python3-torchvision python3-setuptools python3-pip python3-venv
       libcurl4-openssl-dev python3-boto3 libhdf5-dev python3-h5py python3-pandas
       python3-soundfile
-      plasma-workspace-wallpapers dataset-fashion-mnist chromium)
+      plasma-workspace-wallpapers dataset-fashion-mnist chromium
+      librdkafka-dev python3-confluent-kafka)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
