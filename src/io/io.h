@@ -20,7 +20,7 @@
 
 #include "../common/common.h"
 
-#define CH_SOURCE_OPS_VERSION 3
+#define CH_SOURCE_OPS_VERSION 4
 
 /* Internal, positive: "buffer too small, *out_len says how much". */
 #define CH_ESMALL 100
@@ -52,6 +52,26 @@ typedef struct ch_stat {
  * returns CHUTE_OK). */
 typedef int (*ch_list_fn)(void *user, const char *name, const ch_stat *st);
 
+/* --- version 4: asynchronous reads, for the read-ahead stage ---
+ * One engine per read-ahead thread keeps many reads in flight (io_uring
+ * for local files, curl multi for HTTP/S3).  A request is owned by the
+ * caller and must stay valid from submit until reap returns it.  h is a
+ * handle from open (positional read of len bytes at off into buf), or
+ * NULL for a whole small file (read_file semantics: cap = len; if the
+ * file is larger, status CH_ESMALL with got = its size).  On return from
+ * reap: status is CHUTE_OK (got = bytes read, == len for positional
+ * reads) or an error with err filled as read_at/read_file would. */
+typedef struct ch_aio_req {
+    void *h;
+    const char *path;
+    uint64_t off;
+    size_t len;
+    void *buf;
+    uint64_t tag;
+    int status;
+    size_t got;
+    chute_error err;
+} ch_aio_req;
 typedef struct ch_source_ops {
     uint32_t version;
     uint32_t caps;
@@ -95,6 +115,17 @@ typedef struct ch_source_ops {
                        chute_error *err);
     int (*stat_s)(void *self, const char *path, ch_stat *out, chute_error *err);
     int (*list_s)(void *self, const char *dir, ch_list_fn fn, void *user, chute_error *err);
+    /* --- version 4: asynchronous reads (NULL: read-ahead uses threads) ---
+     * aio_open makes an engine for up to `depth` requests in flight (one
+     * per read-ahead thread, used by that thread only); aio_submit queues
+     * one request (CHUTE_OK, or an error meaning nothing was queued);
+     * aio_reap waits up to wait_ms (-1: until at least one) and stores up
+     * to max completed requests in done[], returning how many (>= 0) or a
+     * negative chute status on a failure of the engine itself. */
+    int (*aio_open)(void *self, unsigned depth, void **engine, chute_error *err);
+    int (*aio_submit)(void *engine, ch_aio_req *req);
+    int (*aio_reap)(void *engine, ch_aio_req **done, unsigned max, int wait_ms);
+    void (*aio_close)(void *engine);
 } ch_source_ops;
 
 /* Calls through a source, object or static (see version 3 above). */
