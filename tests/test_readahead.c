@@ -34,6 +34,7 @@
 
 #include "io/io.h"
 
+#include <fcntl.h>
 #include <stdint.h>
 #include <sys/wait.h>
 
@@ -544,7 +545,9 @@ static int damaged_run(const char *dir, const char *damage, uint32_t ra, int asy
     snprintf(cmd, sizeof cmd, "%s", damage);
     CHECK(system(cmd) == 0, "%s failed", cmd);
     use_engine(async);
-    chute_loader_options o = base_opts(3, ra);
+    /* One worker: the engine, issuing 32 reads at the start, reaches the
+     * damaged file long before the worker does. */
+    chute_loader_options o = base_opts(1, ra);
     o.no_shuffle = 1;
     int rc = run(ds, &o, 1, 0, r);
     use_engine(1);
@@ -560,10 +563,11 @@ static int io_failure_like_without(const char *what, const char *victim, const c
 {
     if (!aio_here())
         SKIP("io_uring unavailable here (the threads are tested by eio_like_without_readahead)");
-    char dir[4096], damage[12288];
+    char dir[4096], damage[12288], name[64];
     run_result off, on;
+    snprintf(name, sizeof name, "ra_damaged_%s", what); /* tests run in parallel */
     for (int pass = 0; pass < 2; pass++) {
-        CHECK_OK(scratch_copy(what, "ra_damaged", dir, sizeof dir));
+        CHECK_OK(scratch_copy(what, name, dir, sizeof dir));
         snprintf(damage, sizeof damage, how, dir, victim);
         CHECK_OK(damaged_run(dir, damage, pass ? 32 : 0, 1, pass ? &on : &off));
     }
@@ -600,9 +604,9 @@ TEST(uring_missing_file_is_io_error)
     chute_dataset *ds = open_ds(p);
     CHECK(ds, "open");
     char d[4096];
-    chute_dataset_describe(ds, 5, d, sizeof d);
+    chute_dataset_describe(ds, 20, d, sizeof d); /* in file order: within the first 32 */
     chute_dataset_close(ds);
-    CHECK(strncmp(d, p, strlen(p)) == 0, "describe(5) = %s, not under %s", d, p);
+    CHECK(strncmp(d, p, strlen(p)) == 0, "describe(20) = %s, not under %s", d, p);
     snprintf(victim, sizeof victim, "%s", d + strlen(p) + 1); /* relative to the tree */
     return io_failure_like_without("tree", victim, "rm -f '%s/%s'", CHUTE_ENOTFOUND);
 }
@@ -634,6 +638,99 @@ TEST(uring_unavailable_falls_back)
         CHECK(got.ra.async == 1 && got.ra.threads == 1, "io_uring not used by default here");
     }
     chute_dataset_close(ds);
+    return 0;
+}
+
+/* ---- direct_io: O_DIRECT reads of the 4 KiB-aligned shard records ------ */
+
+/* Whether `dir`'s filesystem accepts O_DIRECT (asked with open(2)). */
+static int direct_ok(const char *file)
+{
+    int fd = open(file, O_RDONLY | O_DIRECT);
+    if (fd < 0)
+        return 0;
+    close(fd);
+    return 1;
+}
+
+/* Shards in `dir` with direct_io on and off: 2 epochs each with
+ * (workers, readahead) = (2, 16) and (1, 64), identical to readahead 0
+ * without it; *direct gets the O_DIRECT reads of the last run. */
+static int direct_identical(const char *dir, uint64_t *direct)
+{
+    chute_dataset_options dso = {0};
+    chute_dataset *ds = NULL, *dd = NULL;
+    chute_error err = {0};
+    CHECK(chute_dataset_open_ex(dir, &dso, &ds, &err) == CHUTE_OK, "%s", err.message);
+    dso.direct_io = 1;
+    CHECK(chute_dataset_open_ex(dir, &dso, &dd, &err) == CHUTE_OK, "%s", err.message);
+    run_result ref, got;
+    chute_loader_options o = base_opts(2, 0);
+    CHECK_OK(run(ds, &o, 2, 0, &ref));
+    CHECK(ref.status == CHUTE_OK, "%s", ref.msg);
+    static const uint32_t cfg[][2] = {{2, 16}, {1, 64}};
+    for (size_t c = 0; c < 2; c++) {
+        chute_loader_options q = base_opts(cfg[c][0], cfg[c][1]);
+        CHECK_OK(run(dd, &q, 2, 0, &got));
+        CHECK(got.status == CHUTE_OK && got.hash == ref.hash && got.batches == ref.batches,
+              "direct_io, workers %u readahead %u: batches differ (%s)", cfg[c][0], cfg[c][1],
+              got.msg);
+        CHECK(got.ra.async == 1 && got.ra.hits > 0 && got.ra.failed == 0,
+              "direct_io: async %u hits %llu failed %llu", got.ra.async,
+              (unsigned long long)got.ra.hits, (unsigned long long)got.ra.failed);
+        CHECK(got.ra.direct_retried == 0, "direct_io: %llu aligned reads failed and were "
+              "read again", (unsigned long long)got.ra.direct_retried);
+        *direct = got.ra.direct_reads;
+    }
+    /* Without direct_io nothing goes through O_DIRECT. */
+    chute_loader_options q = base_opts(2, 16);
+    CHECK_OK(run(ds, &q, 1, 0, &got));
+    CHECK(got.ra.direct_reads == 0, "O_DIRECT used without direct_io");
+    chute_dataset_close(ds);
+    chute_dataset_close(dd);
+    return 0;
+}
+
+/* On the build directory's filesystem (a disk): O_DIRECT really used. */
+TEST(direct_io_identical)
+{
+    NEED_DATA();
+    if (!aio_here())
+        SKIP("io_uring unavailable here (direct_io needs the engine)");
+    char dir[4096], f[4200];
+    CHECK_OK(scratch_copy("shards", "ra_direct", dir, sizeof dir));
+    snprintf(f, sizeof f, "%s/shard-00000.chute", dir);
+    if (!direct_ok(f))
+        SKIP("%s: this filesystem refuses O_DIRECT", dir);
+    uint64_t direct = 0;
+    CHECK_OK(direct_identical(dir, &direct));
+    CHECK(direct > 0, "direct_io: no read went through O_DIRECT");
+    return 0;
+}
+
+/* Where the filesystem refuses O_DIRECT (tmpfs before Linux 6.6), the
+ * same batches through ordinary reads and no error. */
+TEST(direct_io_refused_falls_back)
+{
+    NEED_DATA();
+    if (!aio_here())
+        SKIP("io_uring unavailable here");
+    char dir[4096], f[4200], cmd[12288];
+    snprintf(dir, sizeof dir, "/dev/shm/chute-ra-direct-%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp -r '%s/shards/.' '%s/'", dir,
+             dir, g_data, dir);
+    if (system(cmd) != 0)
+        SKIP("no /dev/shm to copy to");
+    snprintf(f, sizeof f, "%s/shard-00000.chute", dir);
+    int refused = !direct_ok(f);
+    uint64_t direct = 0;
+    int rc = direct_identical(dir, &direct);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    CHECK_OK(rc);
+    if (!refused)
+        SKIP("/dev/shm accepts O_DIRECT on this kernel (batches were identical through it)");
+    CHECK(direct == 0, "O_DIRECT reads counted where the filesystem refuses it");
     return 0;
 }
 

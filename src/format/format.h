@@ -154,6 +154,8 @@ struct chute_dataset {
     /* Set by open when samples carry no image (fields and label only):
      * the loader then skips read/decode/transform (chute_dataset_has_images). */
     int no_image;
+    /* chute_dataset_options.direct_io: the read-ahead may use O_DIRECT. */
+    int direct_io;
 };
 
 /* The index of field `name` in ds->fields, or -1. */

@@ -45,6 +45,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #ifdef CHUTE_HAVE_URING
@@ -53,6 +54,10 @@
 
 typedef struct local_file {
     int fd;
+    /* O_DIRECT descriptor of the same file, for the io_uring engine's
+     * aligned reads (ch_local_aio_direct): -1 not opened yet, -2 refused
+     * by the filesystem; set once by compare-and-swap. */
+    _Atomic int dfd;
 } local_file;
 
 /* A failed open(2), with the way out when the limit on descriptors is
@@ -127,6 +132,7 @@ static int local_open(const char *path, void **out, uint64_t *out_size, chute_er
         return ch_err(err, CHUTE_ENOMEM, "%s: out of memory", path);
     }
     f->fd = fd;
+    atomic_init(&f->dfd, -1);
     *out = f;
     if (out_size)
         *out_size = (uint64_t)st.st_size;
@@ -164,7 +170,11 @@ static void local_close(void *h)
 {
     if (!h)
         return;
-    close(((local_file *)h)->fd);
+    local_file *f = h;
+    int d = atomic_load(&f->dfd);
+    if (d >= 0)
+        close(d);
+    close(f->fd);
     free(h);
 }
 
@@ -311,7 +321,43 @@ typedef struct aio_engine {
     aio_slot *slots;
     aio_slot *free;
     unsigned depth;
+    int direct;               /* ch_local_aio_direct */
+    _Atomic uint64_t direct_reads;
 } aio_engine;
+
+/* The handle's O_DIRECT descriptor, or its ordinary one where the
+ * filesystem refuses O_DIRECT (EINVAL: tmpfs before 6.6, FUSE, ...) or
+ * anything else goes wrong opening it (the ordinary reads still work). */
+static int direct_fd(local_file *f, const char *path)
+{
+    int d = atomic_load(&f->dfd);
+    if (d == -1 && path) {
+        int nd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_DIRECT);
+        struct stat a, b;
+        /* The same file as the handle's (the name may have been replaced). */
+        if (nd >= 0 && (fstat(nd, &a) != 0 || fstat(f->fd, &b) != 0 || a.st_dev != b.st_dev ||
+                        a.st_ino != b.st_ino)) {
+            close(nd);
+            nd = -1;
+        }
+        int want = nd >= 0 ? nd : -2;
+        if (atomic_compare_exchange_strong(&f->dfd, &d, want))
+            d = want;
+        else if (nd >= 0)
+            close(nd); /* another engine won */
+    }
+    return d >= 0 ? d : f->fd;
+}
+
+void ch_local_aio_direct(void *engine, int on)
+{
+    ((aio_engine *)engine)->direct = on;
+}
+
+uint64_t ch_local_aio_direct_reads(void *engine)
+{
+    return atomic_load_explicit(&((aio_engine *)engine)->direct_reads, memory_order_relaxed);
+}
 
 static void aio_close_engine(void *engine)
 {
@@ -395,7 +441,15 @@ static int aio_submit_req(void *engine, ch_aio_req *req)
     req->status = CHUTE_OK;
     req->got = 0;
     if (req->h) {
-        s->fd = ((local_file *)req->h)->fd;
+        local_file *f = req->h;
+        s->fd = f->fd;
+        const uint64_t A = CH_DIRECT_ALIGN;
+        if (e->direct && req->len && req->off % A == 0 && req->len % A == 0 &&
+            (uintptr_t)req->buf % A == 0) {
+            s->fd = direct_fd(f, req->path);
+            if (s->fd != f->fd)
+                atomic_fetch_add_explicit(&e->direct_reads, 1, memory_order_relaxed);
+        }
         s->want = req->len;
         s->phase = req->len ? AIO_READ : AIO_NOP;
     } else {
@@ -521,11 +575,29 @@ static int aio_reap_engine(void *engine, ch_aio_req **done, unsigned max, int wa
         }
     }
 }
+#else
+/* Without liburing the local source has no engine and no
+ * CH_SOURCE_CAP_DIRECT, so nothing calls these. */
+void ch_local_aio_direct(void *engine, int on)
+{
+    (void)engine;
+    (void)on;
+}
+
+uint64_t ch_local_aio_direct_reads(void *engine)
+{
+    (void)engine;
+    return 0;
+}
 #endif
 
 const ch_source_ops ch_source_local = {
     .version = CH_SOURCE_OPS_VERSION,
+#ifdef CHUTE_HAVE_URING
+    .caps = CH_SOURCE_CAP_PREAD | CH_SOURCE_CAP_DIRECT,
+#else
     .caps = CH_SOURCE_CAP_PREAD,
+#endif
     .name = "local",
     .open = local_open,
     .read_at = local_read_at,

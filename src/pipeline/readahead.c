@@ -53,6 +53,18 @@
  * reused), their tasks become CH_RA_MISS and the thread carries on as a
  * blocking reader.  The stats count the most reads ever in flight.
  *
+ * O_DIRECT (dataset option direct_io, io_uring engine on a source with
+ * CH_SOURCE_CAP_DIRECT).  Chute shards put every record on a 4 KiB
+ * boundary and pad it to the next one, so a record at an aligned offset
+ * is read as [off, round_up(off + len, 4 KiB)) into a 4 KiB-aligned
+ * buffer (ra_reserve): the sample is the buffer's first len bytes and the
+ * worker takes it in place, as ever: no bounce buffer, no copy, and the
+ * page cache is bypassed (the read-ahead is the cache).  A record at an
+ * unaligned offset (TFRecord, tar members) is read ordinarily.  If the
+ * aligned read fails (a range ending past the end of the file; a device
+ * that wants more alignment) the exact range is read again ordinarily,
+ * and only that read's failure is handed to the worker.
+ *
  * Correctness never depends on this stage.  A sample without a locator
  * (CH_LOC_NONE), over the size limit, or one the dataset's test fault
  * injection targets is handed back as CH_RA_MISS and read by its worker
@@ -99,6 +111,7 @@ typedef struct ra_buf {
     ch_aio_req req;           /* the read being done for this task */
     int grown;                /* whole file: the buffer was grown once for it */
     int submitted;            /* async: req is with the engine */
+    int direct_req;           /* req is the O_DIRECT-aligned range (direct_io) */
     uint64_t due_ns;          /* async with read_delay_us: submit at */
 } ra_buf;
 
@@ -132,8 +145,10 @@ struct ch_ra {
 
     _Atomic uint64_t hits, misses, failed, pool_bytes;
     _Atomic uint64_t in_reads, inflight_max; /* reads in flight now / at most */
+    _Atomic uint64_t direct_retried; /* aligned O_DIRECT ranges read again exactly */
 
     void *aio;                /* the source's async engine, or NULL (threads) */
+    int direct;               /* O_DIRECT reads asked of the engine (direct_io) */
     int aio_failed;           /* (engine thread) the engine broke: read blocking */
     ch_aio_req **done;        /* depth completion slots (engine thread) */
     uint32_t *pend;           /* depth: FIFO of delayed, unsubmitted buffers */
@@ -164,6 +179,29 @@ static void ra_sleep_us(uint32_t us)
     struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+}
+
+/* ch_buf_reserve, but 4 KiB-aligned for O_DIRECT when ra->direct (same
+ * growth, freed the same way: ch_buf_free). */
+static int ra_reserve(ch_ra *ra, ch_buf *b, size_t n)
+{
+    if (!ra->direct)
+        return ch_buf_reserve(b, n);
+    if (n <= b->cap)
+        return CHUTE_OK;
+    size_t cap = b->cap ? b->cap : 65536;
+    while (cap < n) {
+        if (cap > SIZE_MAX / 4)
+            return CHUTE_ENOMEM;
+        cap *= 2;
+    }
+    uint8_t *d = ch_aligned_alloc(CH_DIRECT_ALIGN, cap + 64);
+    if (!d)
+        return CHUTE_ENOMEM;
+    free(b->data);
+    b->data = d;
+    b->cap = cap;
+    return CHUTE_OK;
 }
 
 static void note_inflight(ch_ra *ra, uint64_t now)
@@ -203,14 +241,27 @@ static int task_prepare(ch_ra *ra, ra_buf *b, uint64_t t)
     q->path = loc->path;
     q->tag = t;
     size_t before = b->data.cap;
+    b->direct_req = 0;
     if (loc->h) {
         /* Over the limit, or no memory: the worker's own read says so. */
-        if (loc->len > ra->max_bytes || ch_buf_reserve(&b->data, (size_t)loc->len) != CHUTE_OK)
+        if (loc->len > ra->max_bytes)
             goto miss;
         q->off = loc->off;
         q->len = (size_t)loc->len;
+        /* direct_io: a record starting on a 4 KiB boundary is read as the
+         * aligned range [off, round_up(off + len)) into the aligned buffer;
+         * the sample is its first len bytes, so nothing moves. */
+        const uint64_t A = CH_DIRECT_ALIGN;
+        uint64_t alen = (loc->len + A - 1) / A * A;
+        if (ra->direct && loc->len && loc->off % A == 0 && alen <= ra->max_bytes + A &&
+            loc->off <= UINT64_MAX - alen) {
+            q->len = (size_t)alen;
+            b->direct_req = 1;
+        }
+        if (ra_reserve(ra, &b->data, q->len) != CHUTE_OK)
+            goto miss;
     } else {
-        if (ch_buf_reserve(&b->data, 1) != CHUTE_OK)
+        if (ra_reserve(ra, &b->data, 1) != CHUTE_OK)
             goto miss;
         q->len = b->data.cap < ra->max_bytes ? b->data.cap : (size_t)ra->max_bytes;
     }
@@ -231,10 +282,20 @@ static int task_complete(ch_ra *ra, ra_buf *b, int rc, size_t got, const chute_e
 {
     const chute_dataset *ds = ra->ds;
     ch_locator *loc = &b->loc;
+    if (b->direct_req && rc != CHUTE_OK && rc != CH_RA_MISS) {
+        /* The aligned range failed (it may end past the end of the file,
+         * or the device wants a larger alignment): the exact range,
+         * ordinarily; its failure is the read's. */
+        b->direct_req = 0;
+        atomic_fetch_add_explicit(&ra->direct_retried, 1, memory_order_relaxed);
+        b->req.off = loc->off;
+        b->req.len = (size_t)loc->len;
+        return 1;
+    }
     if (!loc->h && rc == CH_ESMALL && !b->grown && got <= ra->max_bytes) {
         size_t before = b->data.cap;
         b->grown = 1;
-        if (ch_buf_reserve(&b->data, got ? got : 1) == CHUTE_OK) {
+        if (ra_reserve(ra, &b->data, got ? got : 1) == CHUTE_OK) {
             atomic_fetch_add(&ra->pool_bytes, b->data.cap - before);
             b->req.buf = b->data.data;
             b->req.len = b->data.cap < ra->max_bytes ? b->data.cap : (size_t)ra->max_bytes;
@@ -518,6 +579,12 @@ int ch_ra_create(ch_ra **out, const chute_dataset *ds, const ch_sampler *sampler
         else
             ra->aio = NULL; /* no ring here: the threads, silently */
     }
+    /* The engine must be the local source's: ch_local_aio_direct is its. */
+    if (ra->aio && ds->direct_io && (src->caps & CH_SOURCE_CAP_DIRECT) &&
+        src->aio_open == ch_source_local.aio_open) {
+        ch_local_aio_direct(ra->aio, 1);
+        ra->direct = 1;
+    }
     pthread_mutex_init(&ra->mu, NULL);
     pthread_cond_init(&ra->cv, NULL);
     pthread_cond_init(&ra->run_cv, NULL);
@@ -688,6 +755,8 @@ void ch_ra_get_stats(const ch_ra *ra, ch_ra_stats *out)
     out->threads = ra->nthreads;
     out->async = ra->aio && !ra->aio_failed;
     out->inflight_max = atomic_load(&m->inflight_max);
+    out->direct_reads = ra->direct ? ch_local_aio_direct_reads(ra->aio) : 0;
+    out->direct_retried = atomic_load(&m->direct_retried);
 }
 
 void ch_ra_free_forked(ch_ra *ra)
