@@ -428,6 +428,7 @@ static void run_async(ch_ra *ra, uint64_t gen)
     uint64_t inflight = 0;             /* submitted + delayed */
     uint32_t phead = 0, pcount = 0;    /* delayed FIFO (due times ascend) */
     int stop = 0, exhausted = 0;
+    uint64_t waited = UINT64_MAX;      /* the task whose buffer we slept on */
     for (;;) {
         if (!stop && atomic_load(&ra->gen) != gen)
             stop = 1;
@@ -438,7 +439,11 @@ static void run_async(ch_ra *ra, uint64_t gen)
                 break;
             }
             uint64_t c = atomic_load_explicit(ra->claimed, memory_order_relaxed);
-            if (t < c) { /* workers got here first: jump to where they are */
+            /* Workers got here first: jump to where they are.  Not for a
+             * task whose buffer we waited on: as run_reader, race its
+             * worker for it (else with few buffers and many workers the
+             * engine, always behind `claimed`, would never read). */
+            if (t < c && t != waited) {
                 atomic_store(&ra->cursor, c);
                 continue;
             }
@@ -448,6 +453,7 @@ static void run_async(ch_ra *ra, uint64_t gen)
                 if (inflight > 0)
                     break; /* reap first; never sleep with reads in flight */
                 wait_change(ra, b, w, gen);
+                waited = t;
                 if (atomic_load(&ra->gen) != gen)
                     stop = 1;
                 continue;
