@@ -38,8 +38,9 @@
  * device works, so it is never the bottleneck below ~100k reads/s, and a
  * single claimant keeps the cursor simple (it may peek and wait without
  * racing another reader).  It never blocks while it has reads in flight:
- * if the next task's buffer is still in use it reaps first, and only with
- * nothing in flight does it sleep on the buffer's word.  read_delay_us is
+ * if the next task's buffer is still in use it reaps first (waiting at
+ * most 1 ms, so a buffer released meanwhile is refilled promptly), and
+ * only with nothing in flight does it sleep on the buffer's word.  read_delay_us is
  * a FIFO of not-yet-submitted requests with due times (the thread cannot
  * sleep per read).  Otherwise (the cache tier, a source without aio, an
  * io_uring the kernel refuses, or CHUTE_READAHEAD_ENGINE=threads in the
@@ -432,6 +433,7 @@ static void run_async(ch_ra *ra, uint64_t gen)
     for (;;) {
         if (!stop && atomic_load(&ra->gen) != gen)
             stop = 1;
+        int blocked = 0;               /* a buffer still in use stopped the fill */
         while (!stop && !exhausted && inflight < D) {
             uint64_t t = atomic_load(&ra->cursor);
             if (t >= ra->total) {
@@ -450,8 +452,10 @@ static void run_async(ch_ra *ra, uint64_t gen)
             ra_buf *b = &ra->bufs[t % D];
             uint64_t w = atomic_load(&b->word);
             if (TURN(w) < t) { /* buffer still serves task t - depth (or older) */
-                if (inflight > 0)
+                if (inflight > 0) {
+                    blocked = 1;
                     break; /* reap first; never sleep with reads in flight */
+                }
                 wait_change(ra, b, w, gen);
                 waited = t;
                 if (atomic_load(&ra->gen) != gen)
@@ -501,6 +505,11 @@ static void run_async(ch_ra *ra, uint64_t gen)
                 return;
             continue;
         }
+        /* Stopped by a buffer in use: its worker will release it at any
+         * moment, and a reap that waits for our own (slow) reads would not
+         * notice; look again within a millisecond. */
+        if (blocked && !stop && (wait_ms < 0 || wait_ms > 1))
+            wait_ms = 1;
         int n = src->aio_reap(ra->aio, ra->done, (unsigned)D, wait_ms);
         if (n < 0) {
             for (; pcount > 0; pcount--, phead = (phead + 1) % (uint32_t)D) {
