@@ -3,15 +3,20 @@
 # read-ahead (loader option readahead), one command.
 #
 #   bash bench/coldcache.sh [--images N] [--readahead K] [--workers N] [--runs R]
-#                           [--no-build] [--remote]
+#                           [--no-build] [--remote] [--fadvise]
 #
 # Builds chute (Release), makes the ImageNet-like JPEG tree of bench/run.sh
 # (bench/make_dataset.py) and packs it into chute shards, then runs
-# `chute bench` (train) on the shards and on the tree, each with readahead 0
-# and K, each warm (files read into the page cache first) and cold
-# (`sync; echo 3 > /proc/sys/vm/drop_caches` as root, else
+# `chute bench` (train) on the shards and on the tree, each with the
+# read-ahead off (readahead 0), on K blocking reader threads
+# (CHUTE_READAHEAD_ENGINE=threads), through io_uring (the default engine for
+# local files: one thread, K reads in flight) and, for the shards, through
+# io_uring with O_DIRECT (--direct-io 1), each warm (files read into the
+# page cache first) and cold (`sync; echo 3 > /proc/sys/vm/drop_caches` as
+# root, else -- or with --fadvise, which leaves other users' caches alone --
 # posix_fadvise(DONTNEED) on every file), R runs each (the median is kept),
-# and prints images/s and cold/warm.  The issue's targets: with the
+# and prints images/s, cold/warm, the engine `chute bench` reports having
+# used and the most reads it had in flight.  The issue's targets: with the
 # read-ahead, cold shards >= 95% of warm, cold tree >= 90%.
 # --remote also runs bench/remote_latency.py (SeaweedFS + faultproxy.py
 # adding 20 ms per request).
@@ -26,6 +31,7 @@ WORKERS=""
 RUNS=3
 BUILD=1
 REMOTE=0
+FADVISE=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --images|--readahead|--workers|--runs)
@@ -39,7 +45,8 @@ while [ $# -gt 0 ]; do
             shift ;;
         --no-build) BUILD=0 ;;
         --remote) REMOTE=1 ;;
-        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --fadvise) FADVISE=1 ;;
+        -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "coldcache.sh: unknown option '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -76,7 +83,7 @@ fi
 
 drop_caches() { # $1: directory
     sync
-    if [ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then
+    if [ "$FADVISE" = 0 ] && [ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then
         return 0
     fi
     "$PY" - "$1" <<'EOF'
@@ -90,25 +97,45 @@ EOF
 }
 warm() { find "$1" -type f -exec cat {} + >/dev/null; }
 
-# images/s of one `chute bench` run (train, the default options).
-one() { # $1 path, $2 readahead
-    local args=("$1" --json --quiet --transform train --readahead "$2")
+# "images/s engine inflight_max" of one `chute bench` run (train, the
+# default options) in read-ahead mode $2: off, threads, io_uring, direct.
+one() { # $1 path, $2 mode
+    local args=("$1" --json --quiet --transform train --readahead "$RA") eng=""
+    case "$2" in
+        off) args=("$1" --json --quiet --transform train --readahead 0) ;;
+        threads) eng=threads ;;
+        direct) args+=(--direct-io 1) ;;
+    esac
     [ -n "$WORKERS" ] && args+=(--workers "$WORKERS")
-    build/chute bench "${args[@]}" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["images_per_sec"])'
+    CHUTE_READAHEAD_ENGINE=$eng build/chute bench "${args[@]}" | "$PY" -c '
+import json, sys
+d = json.load(sys.stdin)
+print(d["images_per_sec"], d.get("readahead_engine", "?"), d.get("readahead_inflight_max", 0))'
 }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-echo "== bench: train, $RUNS runs each, median images/s"
-printf "%-7s %-10s %10s %10s %10s\n" source readahead warm cold cold/warm
+echo "== bench: train, $RUNS runs each, median images/s (readahead $RA)"
+printf "%-7s %-9s %10s %10s %10s  %-9s %s\n" source read-ahead warm cold cold/warm engine in-flight
 for src in shards tree; do
     path=$SHARDS
-    [ "$src" = tree ] && path=$TREE
-    for ra in 0 "$RA"; do
-        w=$(for r in $(seq "$RUNS"); do warm "$path"; one "$path" "$ra"; done | median)
-        c=$(for r in $(seq "$RUNS"); do drop_caches "$path"; one "$path" "$ra"; done | median)
-        [ -n "$w" ] && [ -n "$c" ] || { echo "coldcache.sh: a bench run failed" >&2; exit 1; }
-        printf "%-7s %-10s %10.1f %10.1f %9.1f%%\n" "$src" "$ra" "$w" "$c" \
-            "$(echo "$c $w" | awk '{print 100 * $1 / $2}')"
+    modes="off threads io_uring direct"
+    if [ "$src" = tree ]; then path=$TREE; modes="off threads io_uring"; fi
+    for mode in $modes; do
+        log=$DATA/runs-$src-$mode.txt
+        : >"$log"
+        for r in $(seq "$RUNS"); do warm "$path"; echo "warm $(one "$path" "$mode")" >>"$log"; done
+        for r in $(seq "$RUNS"); do drop_caches "$path"; echo "cold $(one "$path" "$mode")" >>"$log"; done
+        w=$(awk '$1 == "warm" {print $2}' "$log" | median)
+        c=$(awk '$1 == "cold" {print $2}' "$log" | median)
+        [ -n "$w" ] && [ -n "$c" ] || { echo "coldcache.sh: a bench run failed (see $log)" >&2; exit 1; }
+        eng=$(awk '{print $3}' "$log" | sort -u | paste -sd, -)
+        inflight=$(awk '{print $4}' "$log" | sort -g | tail -1)
+        printf "%-7s %-9s %10.1f %10.1f %9.1f%%  %-9s %s\n" "$src" "$mode" "$w" "$c" \
+            "$(echo "$c $w" | awk '{print 100 * $1 / $2}')" "$eng" "$inflight"
+        case "$mode" in
+            io_uring|direct) [ "$eng" = io_uring ] ||
+                echo "  note: io_uring was not used ($eng): the kernel or a seccomp filter refuses it" ;;
+        esac
     done
 done
 

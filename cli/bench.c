@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "util.h"
 #include "common/loader_options.h"
+#include "pipeline/readahead.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +154,14 @@ int cmd_bench(int argc, char **argv)
                kind, tnames[transform], (unsigned long long)images, (unsigned long long)batches,
                secs, ips, mbs, s.workers);
         cli_json_str(stdout, workers_why); /* names files: escaped */
+        /* The read-ahead's engine and the most reads it had in flight
+         * (bench/coldcache.sh reports them). */
+        ch_ra_stats ras;
+        ch_loader_ra_stats(ld, &ras);
+        printf(",\"readahead_engine\":\"%s\",\"readahead_inflight_max\":%llu,"
+               "\"readahead_direct_reads\":%llu",
+               !ras.depth ? "off" : ras.async ? "io_uring" : "threads",
+               (unsigned long long)ras.inflight_max, (unsigned long long)ras.direct_reads);
         printf(",\"batch_size\":%u,\"wait_seconds\":%.4f,\"wait_fraction\":%.4f,"
                "\"cpu_seconds\":%.3f,\"cpu_seconds_per_1k\":%.4f,\"corrupt\":%llu,"
                "\"dct_scaled\":%llu,\"read_busy_s\":%.3f,\"decode_busy_s\":%.3f,"

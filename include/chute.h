@@ -196,6 +196,14 @@ typedef struct chute_dataset_options {
     uint32_t audio_samples;
     uint32_t audio_rate;
     uint32_t audio_channels_first; /* 1: (channels, frames) */
+    /* 1: the loader's read-ahead (readahead > 0) reads local records that
+     * start on a 4 KiB boundary (chute shards packed with the default
+     * alignment) through O_DIRECT, bypassing the page cache: the aligned
+     * range enclosing the record goes straight into the read-ahead's
+     * buffer and the sample is its first bytes (no copy).  Needs the
+     * io_uring engine; where the filesystem refuses O_DIRECT, or a record
+     * is not aligned, the read is an ordinary one.  0 (default): never. */
+    uint32_t direct_io;
 } chute_dataset_options;
 
 /* chute_dataset_open with options. */

@@ -292,6 +292,7 @@ int ch_dataset_open_src(const ch_source_ops *src, const char *path,
         return rc;
     }
     ds->read_delay_us = opt ? opt->read_delay_us : 0;
+    ds->direct_io = opt ? (int)opt->direct_io : 0;
     if (opt && opt->inject_fail_reads) {
         int st = opt->inject_fail_status ? opt->inject_fail_status : CHUTE_EIO;
         if (st >= 0 || st < CHUTE_EINTERRUPTED) {

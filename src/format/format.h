@@ -194,6 +194,8 @@ struct chute_dataset {
      * NULL.  n is 0 and the loader takes its samples through
      * src/pipeline/stream.h instead of read(). */
     const struct ch_stream_spec *stream;
+    /* chute_dataset_options.direct_io: the read-ahead may use O_DIRECT. */
+    int direct_io;
 };
 
 /* The index of field `name` in ds->fields, or -1. */

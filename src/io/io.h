@@ -162,6 +162,18 @@ static inline int ch_src_list(const ch_source_ops *s, const char *dir, ch_list_f
 
 /* Local files through open/pread. */
 extern const ch_source_ops ch_source_local;
+/* O_DIRECT through the local source's io_uring engine (it has
+ * CH_SOURCE_CAP_DIRECT when built with liburing).  After
+ * ch_local_aio_direct(engine, 1), a positional request whose off, len and
+ * buf are multiples of CH_DIRECT_ALIGN is read through an O_DIRECT
+ * descriptor of the handle's file (opened once per handle; where the
+ * filesystem refuses O_DIRECT, the ordinary descriptor).  An O_DIRECT
+ * read that ends past the end of the file fails as a short read would:
+ * the caller retries the exact range.  ch_local_aio_direct_reads: how many
+ * reads went through O_DIRECT (any thread). */
+#define CH_DIRECT_ALIGN 4096u
+void ch_local_aio_direct(void *engine, int on);
+uint64_t ch_local_aio_direct_reads(void *engine);
 
 /* S3 (s3://bucket/key) and HTTP (http://, https://) through libcurl
  * (src/io/s3.c); present when built with CHUTE_HAVE_CURL. */

@@ -25,7 +25,11 @@ typedef struct ch_ra_stats {
     uint64_t failed;          /* read-ahead reads that failed (handed on as the first attempt) */
     uint64_t pool_bytes;      /* bytes held by the buffer pool now */
     uint32_t depth;           /* buffers in the pool */
-    uint32_t threads;         /* reads in flight at most */
+    uint32_t threads;         /* reader threads (1 engine thread when async) */
+    uint32_t async;           /* 1: reads through the source's async engine (io_uring) */
+    uint64_t inflight_max;    /* the most reads ever in flight at once */
+    uint64_t direct_reads;    /* reads done through O_DIRECT (direct_io) */
+    uint64_t direct_retried;  /* aligned ranges that failed, read again exactly */
 } ch_ra_stats;
 
 /* A read-ahead of `depth` samples over ds, in the order of `sampler`
