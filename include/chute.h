@@ -688,6 +688,13 @@ typedef struct chute_pack_options {
     uint32_t max_side;
     uint32_t quality;
     int raw;
+    /* out_dir "s3://bucket/prefix/" (docs/REMOTE.md, "Writing to S3"): a
+     * prefix that already holds a dataset's objects is refused
+     * (CHUTE_EINVAL) unless force is nonzero; then the old manifest is
+     * deleted first, the old objects the new dataset does not overwrite
+     * next, and the new manifest uploaded last.  Ignored for local
+     * out_dirs (a local pack always replaces, under its lock). */
+    int force;
 } chute_pack_options;
 
 /* Default JPEG quality of pack --max-side (chosen by measurement:
@@ -798,6 +805,7 @@ typedef struct chute_convert_options {
     chute_pack_wait_fn on_wait;
     void *user;
     const chute_dataset_options *source; /* how to open src (NULL: probe the path) */
+    int force;                 /* as chute_pack_options.force (s3:// dst only) */
 } chute_convert_options;
 
 typedef struct chute_convert_result {
