@@ -176,6 +176,13 @@ typedef struct chute_dataset_options {
      * 0), extra_keys further datasets of N rows delivered as fields of the
      * row's shape and dtype.  Reads are thread-safe and take no HDF5 lock
      * except for variable-length images (docs/DESIGN.md, "HDF5"). */
+    /* RAM tier of the cache (src/io/cache.c): up to cache_ram_bytes of
+     * whole cache_block_bytes blocks kept in this process's memory, least
+     * recently used evicted, consulted before cache_dir's disk tier; with
+     * no cache_dir it is the only tier (a remote dataset's second epoch
+     * then comes from memory).  Per dataset handle, not shared between
+     * processes.  0 = none. */
+    uint64_t cache_ram_bytes;
 } chute_dataset_options;
 
 /* chute_dataset_open with options. */

@@ -327,6 +327,9 @@ class Loader:
             cache_dir within cache_bytes of disk (default 10 GiB), shared safely by
             every process on the node, checksum-verified; a full or deleted
             directory falls back to the origin.  Ignored when source is a Dataset.
+        cache_ram_bytes: RAM tier of that cache (bytes; 0 = none): whole blocks in
+            this process's memory, least recently used evicted, read before
+            cache_dir (or alone without one).  Ignored when source is a Dataset.
         decoded_cache_bytes: RAM budget (bytes) of the decoded-sample cache, 0 = off.
             Samples decoded in the first epoch are kept while the budget lasts and
             later epochs skip reading and decoding them; train crops/flips are still
@@ -406,6 +409,7 @@ class Loader:
         cache_bytes: int = 0,
         cache_block_bytes: int = 0,
         readahead: int = _default("readahead"),
+        cache_ram_bytes: int = 0,
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -499,7 +503,9 @@ class Loader:
                                                                   cache_block_bytes, 0,
                                                                   2 ** 30),
                                           schema=schema, csv_no_header=bool(csv_no_header),
-                                          index_dir=index_dir)
+                                          index_dir=index_dir,
+                                          cache_ram_bytes=_uint("cache_ram_bytes",
+                                                                cache_ram_bytes, 0, 2 ** 64 - 1))
         self._core = _chute._Loader(
             self.dataset,
             batch_size=self.batch_size,

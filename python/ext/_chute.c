@@ -895,24 +895,25 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
                              "inject_fail_reads", "inject_fail_status", "format",
                              "label_offset", "image_key", "label_key", "extra_keys",
                              "cache_dir", "cache_bytes", "cache_block_bytes", "schema",
-                             "csv_no_header", "index_dir", NULL};
+                             "csv_no_header", "index_dir", "cache_ram_bytes", NULL};
     const char *format = NULL, *image_key = NULL, *label_key = NULL, *extra_keys = NULL;
     const char *cache_dir = NULL;
     unsigned long long cache_bytes = 0, cache_block = 0;
     const char *schema = NULL;
     int csv_no_header = 0;
     const char *index_dir = NULL;
+    unsigned long long cache_ram = 0;
     int label_offset = 0;
     PyObject *path = NULL;
     int kind = CHUTE_SOURCE_AUTO, fail_status = 0;
     unsigned int delay = 0, fail_reads = 0;
     unsigned long long fail_sample = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKKzpz:Dataset", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKKzpzK:Dataset", kwlist,
                                      PyUnicode_FSConverter, &path, &kind, &delay, &fail_sample,
                                      &fail_reads, &fail_status, &format, &label_offset,
                                      &image_key, &label_key, &extra_keys, &cache_dir,
                                      &cache_bytes, &cache_block, &schema, &csv_no_header,
-                                     &index_dir))
+                                     &index_dir, &cache_ram))
         return -1;
     if (self->ref) {
         Py_DECREF(path);
@@ -942,6 +943,7 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     o.schema = schema;
     o.csv_no_header = csv_no_header;
     o.index_dir = index_dir;
+    o.cache_ram_bytes = cache_ram;
     Py_BEGIN_ALLOW_THREADS
     rc = chute_dataset_open_ex(p, &o, &ds, &err);
     Py_END_ALLOW_THREADS
