@@ -634,6 +634,26 @@ typedef struct chute_stats {
     uint64_t cache_misses;
     uint64_t cache_bytes;
     uint64_t cache_entries;
+    /* The block cache tier (chute_dataset_options cache_dir /
+     * cache_ram_bytes; all zero when the dataset has none), counted since
+     * the dataset was opened (every loader on it adds to the same
+     * counters).  A block lookup is served from RAM (tier_ram_hits), else
+     * from a verified cache_dir file (tier_disk_hits), else read from the
+     * origin: tier_fetches blocks, tier_fetched_bytes bytes.  Evictions
+     * per tier; tier_corrupt cache files found damaged and refetched;
+     * tier_fallbacks blocks read from the origin because cache_dir failed
+     * (full, deleted); tier_ram_bytes / tier_ram_budget the RAM tier's
+     * use.  Hit rate = (ram + disk hits) / (ram + disk hits + fetches). */
+    uint64_t tier_ram_hits;
+    uint64_t tier_disk_hits;
+    uint64_t tier_fetches;
+    uint64_t tier_fetched_bytes;
+    uint64_t tier_ram_evictions;
+    uint64_t tier_disk_evictions;
+    uint64_t tier_corrupt;
+    uint64_t tier_fallbacks;
+    uint64_t tier_ram_bytes;
+    uint64_t tier_ram_budget;
 } chute_stats;
 
 /* Snapshot of the counters; callable from any thread. */

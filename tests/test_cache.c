@@ -899,4 +899,99 @@ TEST(ram_tier_threads_small_budget)
     return 0;
 }
 
+/* ---- the tier's counters in chute_stats (chute_loader_stats) ---------- */
+
+static uint64_t run_epoch(chute_loader *ld, uint64_t epoch)
+{
+    uint64_t n = 0;
+    if (chute_loader_start_epoch(ld, epoch, 0) != CHUTE_OK)
+        return 0;
+    chute_batch *b;
+    while (chute_loader_next(ld, &b) == CHUTE_OK) {
+        chute_batch_view v;
+        chute_batch_view_get(b, &v);
+        n += v.count;
+        chute_batch_release(b);
+    }
+    return n;
+}
+
+/* The shard fixture with blocks larger than any file and RAM for all of
+ * it: the origin is read once per file (the directory's own listing and
+ * sizes say how much), and every sample read of a later epoch is one RAM
+ * hit, nothing else.  Without a tier the counters stay zero. */
+TEST(loader_stats_count_tier)
+{
+    if (!g_data)
+        SKIP("no --data");
+    char ready[4200], root[4200];
+    snprintf(ready, sizeof ready, "%s/READY", g_data);
+    if (access(ready, F_OK) != 0)
+        SKIP("fixture data missing (run the data_setup test)");
+    snprintf(root, sizeof root, "%s/shards", g_data);
+    uint64_t files = 0, bytes = 0;
+    DIR *d = opendir(root);
+    CHECK(d, "opendir %s", root);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char p[8400];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", root, de->d_name);
+        if (de->d_name[0] != '.' && stat(p, &st) == 0 && S_ISREG(st.st_mode)) {
+            files++;
+            bytes += (uint64_t)st.st_size;
+        }
+    }
+    closedir(d);
+    for (int tier = 0; tier < 2; tier++) {
+        chute_dataset_options dopt = {0};
+        if (tier) {
+            dopt.cache_ram_bytes = 1ull << 30;
+            dopt.cache_block_bytes = 1ull << 30;
+        }
+        chute_dataset *ds = NULL;
+        chute_error e;
+        CHECK(chute_dataset_open_ex(root, &dopt, &ds, &e) == CHUTE_OK, "%s", e.message);
+        chute_loader_options lo = {0};
+        lo.batch_size = 16;
+        lo.size = 32;
+        lo.workers = 2;
+        lo.readahead = 0; /* one read per sample: one lookup each */
+        chute_loader *ld = NULL;
+        CHECK(chute_loader_create(ds, &lo, &ld, &e) == CHUTE_OK, "%s", e.message);
+        uint64_t n0 = run_epoch(ld, 0);
+        chute_stats s1, s2;
+        chute_loader_stats(ld, &s1);
+        uint64_t n1 = run_epoch(ld, 1);
+        chute_loader_stats(ld, &s2);
+        chute_loader_destroy(ld);
+        chute_dataset_close(ds);
+        CHECK(n0 > 0, "epoch 0 delivered nothing");
+        if (!tier) {
+            CHECK(s2.tier_ram_hits == 0 && s2.tier_disk_hits == 0 && s2.tier_fetches == 0 &&
+                      s2.tier_fetched_bytes == 0 && s2.tier_ram_budget == 0,
+                  "no tier, yet counters: %llu hits %llu fetches",
+                  (unsigned long long)s2.tier_ram_hits, (unsigned long long)s2.tier_fetches);
+            continue;
+        }
+        CHECK(s1.tier_fetches == files && s1.tier_fetched_bytes == bytes,
+              "first epoch: %llu blocks (%llu bytes) from the origin, the directory has %llu "
+              "files (%llu bytes)",
+              (unsigned long long)s1.tier_fetches, (unsigned long long)s1.tier_fetched_bytes,
+              (unsigned long long)files, (unsigned long long)bytes);
+        CHECK(s2.tier_fetches == files && s2.tier_fetched_bytes == bytes,
+              "the second epoch went to the origin: %llu blocks",
+              (unsigned long long)s2.tier_fetches);
+        CHECK(s2.tier_ram_hits - s1.tier_ram_hits == n1 && n1 > 0,
+              "second epoch: %llu RAM hits for %llu samples read",
+              (unsigned long long)(s2.tier_ram_hits - s1.tier_ram_hits), (unsigned long long)n1);
+        CHECK(s2.tier_ram_bytes == bytes && s2.tier_ram_budget == (1ull << 30) &&
+                  s2.tier_disk_hits == 0 && s2.tier_ram_evictions == 0,
+              "RAM holds %llu bytes (want %llu), disk hits %llu, evictions %llu",
+              (unsigned long long)s2.tier_ram_bytes, (unsigned long long)bytes,
+              (unsigned long long)s2.tier_disk_hits, (unsigned long long)s2.tier_ram_evictions);
+    }
+    return 0;
+}
+
 UNIT_MAIN
