@@ -768,7 +768,11 @@ class Loader:
         workers, wall_s, queue_capacity, read latency percentiles
         (read_lat_p50_ms, _p90_, _p99_, _max_), copied_batches (see
         hold_policy), held_batches (batches alive zero-copy now) and the decoded
-        cache's cache_hits, cache_misses, cache_bytes, cache_entries."""
+        cache's cache_hits, cache_misses, cache_bytes, cache_entries; the block
+        cache tier's (cache_dir / cache_ram_bytes, since the dataset was opened)
+        tier_ram_hits, tier_disk_hits, tier_fetches, tier_fetched_bytes (read
+        from the origin), tier_ram_evictions, tier_disk_evictions, tier_corrupt,
+        tier_fallbacks, tier_ram_bytes, tier_ram_budget."""
         return self._core.stats()
 
     def close(self) -> None:

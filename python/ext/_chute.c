@@ -1758,6 +1758,16 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
         Py_DECREF(d);
         return NULL;
     }
+    /* The block cache tier (cache_dir / cache_ram_bytes): chute_stats tier_*. */
+    if (U("tier_ram_hits", s.tier_ram_hits) || U("tier_disk_hits", s.tier_disk_hits) ||
+        U("tier_fetches", s.tier_fetches) || U("tier_fetched_bytes", s.tier_fetched_bytes) ||
+        U("tier_ram_evictions", s.tier_ram_evictions) ||
+        U("tier_disk_evictions", s.tier_disk_evictions) || U("tier_corrupt", s.tier_corrupt) ||
+        U("tier_fallbacks", s.tier_fallbacks) || U("tier_ram_bytes", s.tier_ram_bytes) ||
+        U("tier_ram_budget", s.tier_ram_budget)) {
+        Py_DECREF(d);
+        return NULL;
+    }
 #undef U
 #undef F
     return d;
