@@ -168,7 +168,7 @@ int cmd_bench(int argc, char **argv)
                "\"transform_busy_s\":%.3f,\"open_seconds\":%.4f,\"read_lat_p50_us\":%.1f,"
                "\"read_lat_p90_us\":%.1f,\"read_lat_p99_us\":%.1f,\"queue_fill_avg\":%.3f,"
                "\"queue_capacity\":%u,\"samples_delivered\":%llu,\"wall_seconds\":%.4f,"
-               "\"gpu_idle_fraction\":%.3f,\"failed\":%s}\n",
+               "\"gpu_idle_fraction\":%.3f,\"failed\":%s",
                o.batch_size ? o.batch_size : (uint32_t)ch_loader_opts()[CH_LOPT_batch_size].def, wait,
                secs > 0 ? wait / secs : 0, cpu, images ? cpu / images * 1000 : 0,
                (unsigned long long)s.corrupt, (unsigned long long)s.dct_scaled,
@@ -177,6 +177,14 @@ int cmd_bench(int argc, char **argv)
                s.batches ? (double)s.queue_fill_sum / s.batches : 0.0, s.queue_capacity,
                (unsigned long long)s.samples, s.wall_ns / 1e9,
                gpu_samples ? (double)gpu_idle / gpu_samples : -1.0, failed ? "true" : "false");
+        /* The block cache tier (cache_dir / cache_ram_bytes), counted over
+         * the whole run: null without one. */
+        printf(",\"cache\":");
+        if (dopt.cache_dir || dopt.cache_ram_bytes)
+            cli_tier_json(stdout, &s);
+        else
+            printf("null");
+        printf("}\n");
     } else {
         printf("%s (%s, %s): %llu images in %.2f s = %.1f images/s, %.1f MB/s, %u workers (%s)\n",
                pos[0], kind, tnames[transform], (unsigned long long)images, secs, ips, mbs,
@@ -189,6 +197,11 @@ int cmd_bench(int argc, char **argv)
         printf("  reads: p50 %.0f us, p99 %.0f us; ready batches found per next(): %.2f of %u\n",
                s.read_lat_p50_ns / 1e3, s.read_lat_p99_ns / 1e3,
                s.batches ? (double)s.queue_fill_sum / s.batches : 0.0, s.queue_capacity);
+        if (dopt.cache_dir || dopt.cache_ram_bytes) {
+            printf("  cache tier: ");
+            cli_tier_text(stdout, &s);
+            printf("\n");
+        }
         if (gpu_samples)
             printf("  GPU %s idle in %.0f%% of %llu samples\n", cli_gpu_name(gpu),
                    100.0 * gpu_idle / gpu_samples, (unsigned long long)gpu_samples);

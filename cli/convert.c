@@ -121,6 +121,8 @@ int cmd_convert(int argc, char **argv)
         {"--strict", CLI_FLAG, &strict, NULL, 0, 0, "fail on the first damaged sample"},
         {"--no-wait", CLI_FLAG, &no_wait, NULL, 0, 0,
          "fail at once if another process is writing into DST (default: wait)"},
+        {"--force", CLI_FLAG, &o.force, NULL, 0, 0,
+         "DST s3://bucket/prefix/: replace a dataset already there (default: refuse)"},
         {"--source-format", CLI_STR, &so.format, NULL, 0, 0, CLI_FORMAT_HELP},
         {"--source-label-offset", CLI_STR, &src_label_offset, NULL, 0, 0,
          "added to labels read from SRC's files (-1 for imagenet_to_gcs.py's TFRecords)"},

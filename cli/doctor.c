@@ -279,6 +279,40 @@ static void source_stage(doctor_result *r)
                r->source_kind, r->read_p50_ms);
 }
 
+/* The cache tier as a stage.  It is the bottleneck when storage is slow
+ * and the warm pipeline stage still read more than a tenth of its blocks
+ * from the origin: the cache is too small for the data read (or its
+ * directory fails), so every epoch pays the source's rate. */
+static void cache_stage(doctor_result *r)
+{
+    if (!r->cache_on)
+        return;
+    const chute_stats *s = &r->cache_st;
+    if (r->cache_bottleneck) {
+        size_t l = strlen(r->verdict);
+        snprintf(r->verdict + l, sizeof r->verdict - l,
+                 " (the cache tier: %.0f%% of the warm pipeline's block lookups hit, %llu blocks "
+                 "read from the %s source; storage delivers %.0f images/s cold)",
+                 100 * r->cache_hit_rate, (unsigned long long)s->tier_fetches, r->source_kind,
+                 r->storage_ips);
+        add_advice(r,
+                   "the cache tier misses: %llu RAM and %llu disk evictions in the pipeline "
+                   "stage; give it room for the data read each epoch (--cache-ram-bytes for RAM, "
+                   "--cache-dir with --cache-bytes on local NVMe)%s",
+                   (unsigned long long)s->tier_ram_evictions,
+                   (unsigned long long)s->tier_disk_evictions,
+                   s->tier_fallbacks ? "; cache_dir failed (full or removed) and reads went to "
+                                       "the origin"
+                                     : "");
+    } else if (!strcmp(r->bottleneck, "storage") && r->cache_hit_rate >= 0.9) {
+        add_advice(r,
+                   "the cache tier served %.0f%% of the warm pipeline's block lookups: the cold "
+                   "storage rate is the first epoch's; later epochs read from the cache "
+                   "(pipeline %.0f images/s)",
+                   100 * r->cache_hit_rate, r->pipeline_ips);
+    }
+}
+
 static void diagnose(doctor_result *r)
 {
     /* Seconds of CPU per image on one core.  Reading is left out: its time
@@ -288,7 +322,10 @@ static void diagnose(doctor_result *r)
     r->transform_ips = r->transform_s > 0 ? r->workers / r->transform_s : 0;
     r->cpu_ips = per_img_cpu > 0 ? r->workers / per_img_cpu : 0;
     r->deliverable_ips = r->pipeline_ips < r->storage_ips ? r->pipeline_ips : r->storage_ips;
-    if (r->storage_ips < r->cpu_ips)
+    if (r->storage_ips < r->cpu_ips && r->cache_on && r->cache_hit_rate >= 0 &&
+        r->cache_hit_rate < 0.9)
+        snprintf(r->bottleneck, sizeof r->bottleneck, "cache"); /* cache_stage says why */
+    else if (r->storage_ips < r->cpu_ips)
         snprintf(r->bottleneck, sizeof r->bottleneck, "storage");
     else if (r->decode_s >= r->transform_s)
         snprintf(r->bottleneck, sizeof r->bottleneck, "decode");
@@ -342,7 +379,7 @@ static void diagnose(doctor_result *r)
                        "read latency p99 is %.1f ms: more reads in flight (more workers) hide "
                        "latency on remote storage",
                        r->read_p99_ms);
-    } else {
+    } else if (strcmp(r->bottleneck, "cache")) { /* cache: advice in cache_stage */
         if (r->workers < r->cores)
             add_advice(r, "only %u of %u cores work on the input: use --workers %u", r->workers,
                        r->cores, r->cores);
@@ -528,7 +565,12 @@ int cmd_doctor(int argc, char **argv)
     } else {
         r->gpu_idle_frac = -1;
     }
+    r->cache_on = dopt.cache_dir || dopt.cache_ram_bytes;
+    cli_tier_diff(&one.st, &full.st, &r->cache_st); /* stage 4's lookups alone */
+    r->cache_hit_rate = cli_tier_hit_rate(&r->cache_st);
     diagnose(r);
+    r->cache_bottleneck = !strcmp(r->bottleneck, "cache");
+    cache_stage(r);
     source_stage(r);
     /* The last hop: what a batch costs to reach the GPU (GPU hosts only). */
     char h2d_why[512];
@@ -553,6 +595,11 @@ int cmd_doctor(int argc, char **argv)
                    "p99 %.1f ms (loader's read histogram)%s\n",
                    r->storage_ips, r->storage_mbs, r->source_kind, r->read_p50_ms, r->read_p99_ms,
                    r->source_bottleneck ? "  <- bottleneck" : "");
+        if (r->cache_on) {
+            printf("  cache      ");
+            cli_tier_text(stdout, &r->cache_st);
+            printf(" (pipeline stage)%s\n", r->cache_bottleneck ? "  <- bottleneck" : "");
+        }
         printf("  decode     %8.0f images/s  (%.0f per core, %.2f ms/image)\n", r->decode_ips,
                r->decode_s > 0 ? 1 / r->decode_s : 0, r->decode_s * 1e3);
         printf("  transform  %8.0f images/s  (%.0f per core, %.2f ms/image)\n", r->transform_ips,

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "chute.h"
+
 #define DOCTOR_MAX_SERIES 4096
 #define DOCTOR_MAX_ADVICE 8
 #define DOCTOR_MAX_WARNINGS 4
@@ -58,6 +60,14 @@ typedef struct doctor_result {
      * remote one: "s3", "http"), 1 when remote, 1 when it is the bottleneck */
     char source_kind[16];
     int source_remote, source_bottleneck;
+    /* the block cache tier as a stage (dataset options cache_dir /
+     * cache_ram_bytes): on or not, the full pipeline stage's lookups
+     * (chute_stats tier_* over stage 4 alone), their hit rate (-1: none),
+     * 1 when it is the bottleneck (storage is, and stage 4 still went to
+     * the origin for more than 10% of its blocks) */
+    int cache_on, cache_bottleneck;
+    double cache_hit_rate;
+    chute_stats cache_st;
 } doctor_result;
 
 /* H2D copy rate of `bytes` from pinned and from pageable memory on

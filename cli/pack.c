@@ -82,6 +82,8 @@ int cmd_pack(int argc, char **argv)
          "JPEG quality of --max-side's re-encoded images (default 90)"},
         {"--raw", CLI_FLAG, &raw, NULL, 0, 0,
          "store decoded RGB pixels (CHRAW records; after --max-side's resize if given)"},
+        {"--force", CLI_FLAG, &o.force, NULL, 0, 0,
+         "OUT_DIR s3://bucket/prefix/: replace a dataset already there (default: refuse)"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
     const char *pos[2];
@@ -109,6 +111,7 @@ int cmd_pack(int argc, char **argv)
         co.validate = !no_validate;
         co.strict = strict;
         co.no_wait = no_wait;
+        co.force = o.force;
         co.source = &so;
         return cli_convert_run("pack", pos[0], pos[1], &co);
     }

@@ -75,6 +75,14 @@ void doctor_print_json(FILE *f, const doctor_result *r)
                "\"read_p99_ms\":%.3f,\"bottleneck\":%s},",
             r->source_remote ? "true" : "false", r->storage_ips, r->storage_mbs, r->read_p50_ms,
             r->read_p99_ms, r->source_bottleneck ? "true" : "false");
+    fprintf(f, "\"cache_stage\":"); /* the pipeline stage's lookups; null without a tier */
+    if (r->cache_on) {
+        fprintf(f, "{\"bottleneck\":%s,\"counters\":", r->cache_bottleneck ? "true" : "false");
+        cli_tier_json(f, &r->cache_st);
+        fprintf(f, "},");
+    } else {
+        fprintf(f, "null,");
+    }
     fprintf(f, "\"verdict\":");
     cli_json_str(f, r->verdict);
     fprintf(f, ",\"advice\":[");

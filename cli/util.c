@@ -306,3 +306,62 @@ int cli_loader_opts(chute_loader_options *o, cli_opt *out, cli_opt_text *text, i
     n += cli_rows(o, ch_loader_xopts(), ch_loader_xopt_count(), out + n, text + n, cap - n);
     return n;
 }
+
+/* ---- the block cache tier's counters (chute_stats tier_*) ---- */
+
+void cli_tier_diff(const chute_stats *a, const chute_stats *b, chute_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->tier_ram_hits = b->tier_ram_hits - a->tier_ram_hits;
+    out->tier_disk_hits = b->tier_disk_hits - a->tier_disk_hits;
+    out->tier_fetches = b->tier_fetches - a->tier_fetches;
+    out->tier_fetched_bytes = b->tier_fetched_bytes - a->tier_fetched_bytes;
+    out->tier_ram_evictions = b->tier_ram_evictions - a->tier_ram_evictions;
+    out->tier_disk_evictions = b->tier_disk_evictions - a->tier_disk_evictions;
+    out->tier_corrupt = b->tier_corrupt - a->tier_corrupt;
+    out->tier_fallbacks = b->tier_fallbacks - a->tier_fallbacks;
+    out->tier_ram_bytes = b->tier_ram_bytes; /* levels, not counters */
+    out->tier_ram_budget = b->tier_ram_budget;
+}
+
+double cli_tier_hit_rate(const chute_stats *s)
+{
+    uint64_t hits = s->tier_ram_hits + s->tier_disk_hits, all = hits + s->tier_fetches;
+    return all ? (double)hits / all : -1;
+}
+
+void cli_tier_json(FILE *f, const chute_stats *s)
+{
+    double hr = cli_tier_hit_rate(s);
+    fprintf(f,
+            "{\"ram_hits\":%llu,\"disk_hits\":%llu,\"fetches\":%llu,\"fetched_bytes\":%llu,"
+            "\"ram_evictions\":%llu,\"disk_evictions\":%llu,\"corrupt\":%llu,\"fallbacks\":%llu,"
+            "\"ram_bytes\":%llu,\"ram_budget\":%llu,\"hit_rate\":",
+            (unsigned long long)s->tier_ram_hits, (unsigned long long)s->tier_disk_hits,
+            (unsigned long long)s->tier_fetches, (unsigned long long)s->tier_fetched_bytes,
+            (unsigned long long)s->tier_ram_evictions, (unsigned long long)s->tier_disk_evictions,
+            (unsigned long long)s->tier_corrupt, (unsigned long long)s->tier_fallbacks,
+            (unsigned long long)s->tier_ram_bytes, (unsigned long long)s->tier_ram_budget);
+    if (hr >= 0)
+        fprintf(f, "%.4f}", hr);
+    else
+        fprintf(f, "null}");
+}
+
+void cli_tier_text(FILE *f, const chute_stats *s)
+{
+    double hr = cli_tier_hit_rate(s);
+    fprintf(f,
+            "hit rate %s%.1f%s: RAM %llu, disk %llu hits; %llu blocks (%.1f MB) from the "
+            "origin; evicted RAM %llu, disk %llu",
+            hr >= 0 ? "" : "(no lookups) ", hr >= 0 ? 100 * hr : 0.0, hr >= 0 ? "%" : "",
+            (unsigned long long)s->tier_ram_hits, (unsigned long long)s->tier_disk_hits,
+            (unsigned long long)s->tier_fetches, s->tier_fetched_bytes / 1e6,
+            (unsigned long long)s->tier_ram_evictions,
+            (unsigned long long)s->tier_disk_evictions);
+    if (s->tier_ram_budget)
+        fprintf(f, "; RAM %.1f of %.1f MB", s->tier_ram_bytes / 1e6, s->tier_ram_budget / 1e6);
+    if (s->tier_corrupt || s->tier_fallbacks)
+        fprintf(f, "; %llu damaged files refetched, %llu blocks past a failing cache_dir",
+                (unsigned long long)s->tier_corrupt, (unsigned long long)s->tier_fallbacks);
+}

@@ -23,6 +23,14 @@ int cli_parse_u64(const char *s, uint64_t *out);
  * -1 with *why set (may be NULL) if not a size or it overflows 64 bits. */
 int cli_parse_size(const char *s, uint64_t *out, const char **why);
 
+/* The block cache tier's counters (chute_stats tier_*): b - a (levels
+ * from b), the hit rate ((RAM + disk hits) / lookups; -1 without any),
+ * and as a JSON object / one line of text. */
+void cli_tier_diff(const chute_stats *a, const chute_stats *b, chute_stats *out);
+double cli_tier_hit_rate(const chute_stats *s);
+void cli_tier_json(FILE *f, const chute_stats *s);
+void cli_tier_text(FILE *f, const chute_stats *s);
+
 /* Growable text buffer for building reports. */
 typedef struct cli_sb {
     char *p;

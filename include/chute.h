@@ -204,6 +204,13 @@ typedef struct chute_dataset_options {
      * io_uring engine; where the filesystem refuses O_DIRECT, or a record
      * is not aligned, the read is an ordinary one.  0 (default): never. */
     uint32_t direct_io;
+    /* RAM tier of the cache (src/io/cache.c): up to cache_ram_bytes of
+     * whole cache_block_bytes blocks kept in this process's memory, least
+     * recently used evicted, consulted before cache_dir's disk tier; with
+     * no cache_dir it is the only tier (a remote dataset's second epoch
+     * then comes from memory).  Per dataset handle, not shared between
+     * processes.  0 = none. */
+    uint64_t cache_ram_bytes;
 } chute_dataset_options;
 
 /* chute_dataset_open with options. */
@@ -685,6 +692,26 @@ typedef struct chute_stats {
     uint64_t cache_misses;
     uint64_t cache_bytes;
     uint64_t cache_entries;
+    /* The block cache tier (chute_dataset_options cache_dir /
+     * cache_ram_bytes; all zero when the dataset has none), counted since
+     * the dataset was opened (every loader on it adds to the same
+     * counters).  A block lookup is served from RAM (tier_ram_hits), else
+     * from a verified cache_dir file (tier_disk_hits), else read from the
+     * origin: tier_fetches blocks, tier_fetched_bytes bytes.  Evictions
+     * per tier; tier_corrupt cache files found damaged and refetched;
+     * tier_fallbacks blocks read from the origin because cache_dir failed
+     * (full, deleted); tier_ram_bytes / tier_ram_budget the RAM tier's
+     * use.  Hit rate = (ram + disk hits) / (ram + disk hits + fetches). */
+    uint64_t tier_ram_hits;
+    uint64_t tier_disk_hits;
+    uint64_t tier_fetches;
+    uint64_t tier_fetched_bytes;
+    uint64_t tier_ram_evictions;
+    uint64_t tier_disk_evictions;
+    uint64_t tier_corrupt;
+    uint64_t tier_fallbacks;
+    uint64_t tier_ram_bytes;
+    uint64_t tier_ram_budget;
 } chute_stats;
 
 /* Snapshot of the counters; callable from any thread. */
@@ -746,6 +773,13 @@ typedef struct chute_pack_options {
     uint32_t max_side;
     uint32_t quality;
     int raw;
+    /* out_dir "s3://bucket/prefix/" (docs/REMOTE.md, "Writing to S3"): a
+     * prefix that already holds a dataset's objects is refused
+     * (CHUTE_EINVAL) unless force is nonzero; then the old manifest is
+     * deleted first, the old objects the new dataset does not overwrite
+     * next, and the new manifest uploaded last.  Ignored for local
+     * out_dirs (a local pack always replaces, under its lock). */
+    int force;
 } chute_pack_options;
 
 /* Default JPEG quality of pack --max-side (chosen by measurement:
@@ -856,6 +890,7 @@ typedef struct chute_convert_options {
     chute_pack_wait_fn on_wait;
     void *user;
     const chute_dataset_options *source; /* how to open src (NULL: probe the path) */
+    int force;                 /* as chute_pack_options.force (s3:// dst only) */
 } chute_convert_options;
 
 typedef struct chute_convert_result {

@@ -694,4 +694,304 @@ TEST(dataset_through_cache_identical)
     return 0;
 }
 
+/* ---- the RAM tier (cache_ram_bytes) ---------------------------------- */
+
+static int open_ram(const char *dir, uint64_t ram, ch_cache **c)
+{
+    ch_cache_options o = {.dir = dir, .block_bytes = BLK, .ram_bytes = ram};
+    chute_error e;
+    int rc = ch_cache_create(&g_counting, &o, c, &e);
+    if (rc != CHUTE_OK)
+        fprintf(stderr, "ch_cache_create: %s\n", e.message);
+    return rc;
+}
+
+/* Read blocks [a, b) whole, in order, through one handle; 0 if right. */
+static int read_blocks(const ch_source_ops *s, const char *p, const uint8_t *want, unsigned a,
+                       unsigned b)
+{
+    void *h = NULL;
+    uint64_t size = 0;
+    chute_error e;
+    if (ch_src_open(s, p, &h, &size, &e) != CHUTE_OK)
+        return -1;
+    uint8_t *buf = malloc(BLK);
+    int bad = 0;
+    for (unsigned k = a; k < b && !bad; k++) {
+        uint64_t off = (uint64_t)k * BLK;
+        size_t n = (size_t)(FSIZE - off < BLK ? FSIZE - off : BLK);
+        bad = s->read_at(h, p, off, buf, n, &e) != CHUTE_OK || memcmp(buf, want + off, n) != 0;
+    }
+    s->close(h);
+    free(buf);
+    return bad ? -1 : 0;
+}
+
+#define ORIGIN() ((unsigned long long)atomic_load(g_origin_reads))
+
+TEST(ram_tier_serves_repeats_without_origin)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("ram_only", origin, cdir, &want) == 0, "setup");
+    ch_cache *c;
+    CHECK(open_ram(NULL, FSIZE + BLK, &c) == CHUTE_OK, "create a RAM-only cache");
+    const ch_source_ops *s = ch_cache_source(c);
+    CHECK(read_all(s, origin, want, 1) == 0, "first pass differs from the origin");
+    CHECK(ORIGIN() == NBLK, "first pass: %llu origin reads, want %u", ORIGIN(), NBLK);
+    CHECK(read_all(s, origin, want, 2) == 0, "second pass differs");
+    uint8_t *buf = malloc(FSIZE);
+    size_t len = 0;
+    chute_error e;
+    CHECK(ch_src_read_file(s, origin, buf, FSIZE, &len, &e) == CHUTE_OK && len == FSIZE &&
+              !memcmp(buf, want, FSIZE),
+          "read_file differs");
+    CHECK(ORIGIN() == NBLK, "the second pass / read_file read the origin (%llu reads)", ORIGIN());
+    ch_cache_stats st;
+    ch_cache_stats_get(c, &st);
+    CHECK(st.ram_entries == NBLK && st.ram_bytes == FSIZE && st.ram_evictions == 0 &&
+              st.ram_misses == NBLK && st.ram_hits > NBLK && st.hits == 0 && st.fills == 0,
+          "stats: %llu entries, %llu bytes, %llu evictions, %llu misses, %llu hits, disk %llu/%llu",
+          (unsigned long long)st.ram_entries, (unsigned long long)st.ram_bytes,
+          (unsigned long long)st.ram_evictions, (unsigned long long)st.ram_misses,
+          (unsigned long long)st.ram_hits, (unsigned long long)st.hits,
+          (unsigned long long)st.fills);
+    struct stat fs;
+    CHECK(stat(cdir, &fs) != 0, "a RAM-only cache made a directory");
+    /* A changed origin (same size, new bytes and mtime) is a miss. */
+    for (size_t i = 0; i < FSIZE; i++)
+        want[i] ^= 0x5a;
+    FILE *f = fopen(origin, "wb");
+    CHECK(f && fwrite(want, 1, FSIZE, f) == FSIZE && fclose(f) == 0, "rewrite the origin");
+    struct timespec ts[2] = {{0, UTIME_OMIT}, {time(NULL) + 100, 0}};
+    CHECK(utimensat(AT_FDCWD, origin, ts, 0) == 0, "set the origin's mtime");
+    CHECK(read_blocks(s, origin, want, 0, NBLK) == 0, "a changed origin served stale bytes");
+    CHECK(ORIGIN() == 2 * NBLK, "a changed origin: %llu origin reads, want %u", ORIGIN(),
+          2 * NBLK);
+    ch_cache_stats_get(c, &st);
+    CHECK(st.ram_entries == NBLK && st.ram_bytes == FSIZE, "stale entries not replaced: %llu",
+          (unsigned long long)st.ram_entries);
+    free(buf);
+    ch_cache_destroy(c);
+    free(want);
+    return 0;
+}
+
+TEST(ram_tier_budget_lru)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("ram_lru", origin, cdir, &want) == 0, "setup");
+    ch_cache *c;
+    CHECK(open_ram(NULL, 4 * BLK, &c) == CHUTE_OK, "create");
+    const ch_source_ops *s = ch_cache_source(c);
+    ch_cache_stats st;
+    CHECK(read_blocks(s, origin, want, 0, NBLK) == 0, "pass differs");
+    ch_cache_stats_get(c, &st);
+    CHECK(ORIGIN() == NBLK && st.ram_entries == 4 && st.ram_bytes <= 4 * BLK &&
+              st.ram_evictions == NBLK - 4,
+          "after one pass: %llu origin reads, %llu entries, %llu bytes, %llu evictions", ORIGIN(),
+          (unsigned long long)st.ram_entries, (unsigned long long)st.ram_bytes,
+          (unsigned long long)st.ram_evictions);
+    /* The last four blocks are held: no origin read. */
+    CHECK(read_blocks(s, origin, want, NBLK - 4, NBLK) == 0 && ORIGIN() == NBLK,
+          "the most recent blocks went to the origin (%llu reads)", ORIGIN());
+    /* Block 0 was evicted; it now evicts the least recently used (NBLK-4). */
+    CHECK(read_blocks(s, origin, want, 0, 1) == 0 && ORIGIN() == NBLK + 1, "block 0: %llu",
+          ORIGIN());
+    /* Touch NBLK-3, then a new block evicts NBLK-2 (least recently used),
+     * not NBLK-3 (the oldest inserted): LRU, not FIFO. */
+    CHECK(read_blocks(s, origin, want, NBLK - 3, NBLK - 2) == 0 && ORIGIN() == NBLK + 1, "touch");
+    CHECK(read_blocks(s, origin, want, 1, 2) == 0 && ORIGIN() == NBLK + 2, "block 1");
+    CHECK(read_blocks(s, origin, want, NBLK - 3, NBLK - 2) == 0 && ORIGIN() == NBLK + 2,
+          "the touched block was evicted (FIFO, not LRU)");
+    CHECK(read_blocks(s, origin, want, NBLK - 2, NBLK - 1) == 0 && ORIGIN() == NBLK + 3,
+          "the least recently used block was kept");
+    ch_cache_stats_get(c, &st);
+    CHECK(st.ram_entries == 4 && st.ram_bytes <= 4 * BLK, "over budget: %llu bytes",
+          (unsigned long long)st.ram_bytes);
+    ch_cache_destroy(c);
+    /* A budget under the smallest block (the last, 12345 bytes) holds
+     * nothing and still reads right. */
+    CHECK(open_ram(NULL, 4096, &c) == CHUTE_OK, "create");
+    CHECK(read_all(ch_cache_source(c), origin, want, 5) == 0, "tiny budget: bytes differ");
+    ch_cache_stats_get(c, &st);
+    CHECK(st.ram_entries == 0 && st.ram_bytes == 0, "tiny budget holds %llu bytes",
+          (unsigned long long)st.ram_bytes);
+    ch_cache_destroy(c);
+    free(want);
+    return 0;
+}
+
+TEST(ram_tier_in_front_of_disk)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("ram_disk", origin, cdir, &want) == 0, "setup");
+    ch_cache *c;
+    CHECK(open_ram(cdir, FSIZE + BLK, &c) == CHUTE_OK, "create");
+    CHECK(read_all(ch_cache_source(c), origin, want, 1) == 0, "first pass differs");
+    ch_cache_stats st;
+    ch_cache_stats_get(c, &st);
+    CHECK(ORIGIN() == NBLK && st.fills == NBLK, "first pass: %llu origin reads, %llu fills",
+          ORIGIN(), (unsigned long long)st.fills);
+    ch_cache_destroy(c);
+    /* A new process: RAM is empty, the disk tier serves, RAM fills. */
+    CHECK(open_ram(cdir, FSIZE + BLK, &c) == CHUTE_OK, "re-create");
+    CHECK(read_all(ch_cache_source(c), origin, want, 2) == 0, "disk pass differs");
+    ch_cache_stats_get(c, &st);
+    CHECK(ORIGIN() == NBLK && st.hits == NBLK && st.ram_misses == NBLK,
+          "disk pass: %llu origin reads, %llu disk hits, %llu RAM misses", ORIGIN(),
+          (unsigned long long)st.hits, (unsigned long long)st.ram_misses);
+    /* Then RAM serves: the disk tier is not asked again. */
+    CHECK(read_all(ch_cache_source(c), origin, want, 3) == 0, "RAM pass differs");
+    ch_cache_stats s2;
+    ch_cache_stats_get(c, &s2);
+    CHECK(ORIGIN() == NBLK && s2.hits == NBLK && s2.misses == st.misses &&
+              s2.ram_hits > st.ram_hits && s2.ram_misses == NBLK,
+          "RAM pass: disk hits %llu -> %llu, RAM hits %llu -> %llu", (unsigned long long)st.hits,
+          (unsigned long long)s2.hits, (unsigned long long)st.ram_hits,
+          (unsigned long long)s2.ram_hits);
+    ch_cache_destroy(c);
+    free(want);
+    return 0;
+}
+
+/* Many threads on one handle with a budget of three blocks: entries are
+ * evicted while other threads copy from them. */
+TEST(ram_tier_threads_small_budget)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("ram_threads", origin, cdir, &want) == 0, "setup");
+    ch_cache *c;
+    CHECK(open_ram(NULL, 3 * BLK, &c) == CHUTE_OK, "create");
+    void *h;
+    uint64_t size;
+    chute_error e;
+    CHECK(ch_src_open(ch_cache_source(c), origin, &h, &size, &e) == CHUTE_OK, "open");
+    pthread_t t[6];
+    sh_arg a[6];
+    for (int i = 0; i < 6; i++) {
+        a[i] = (sh_arg){ch_cache_source(c), h, origin, want, 91 + (uint64_t)i, 0};
+        pthread_create(&t[i], NULL, sh_main, &a[i]);
+    }
+    int bad = 0;
+    for (int i = 0; i < 6; i++) {
+        pthread_join(t[i], NULL);
+        bad |= a[i].bad;
+    }
+    ch_cache_source(c)->close(h);
+    ch_cache_stats st;
+    ch_cache_stats_get(c, &st);
+    ch_cache_destroy(c);
+    free(want);
+    CHECK(!bad, "a thread read wrong bytes through the RAM tier");
+    CHECK(st.ram_bytes <= 3 * BLK && st.ram_entries <= 3 && st.ram_evictions > 0 &&
+              st.ram_hits > 0,
+          "budget 3 blocks: %llu bytes, %llu entries, %llu evictions, %llu hits",
+          (unsigned long long)st.ram_bytes, (unsigned long long)st.ram_entries,
+          (unsigned long long)st.ram_evictions, (unsigned long long)st.ram_hits);
+    return 0;
+}
+
+/* ---- the tier's counters in chute_stats (chute_loader_stats) ---------- */
+
+static uint64_t run_epoch(chute_loader *ld, uint64_t epoch)
+{
+    uint64_t n = 0;
+    if (chute_loader_start_epoch(ld, epoch, 0) != CHUTE_OK)
+        return 0;
+    chute_batch *b;
+    while (chute_loader_next(ld, &b) == CHUTE_OK) {
+        chute_batch_view v;
+        chute_batch_view_get(b, &v);
+        n += v.count;
+        chute_batch_release(b);
+    }
+    return n;
+}
+
+/* The shard fixture with blocks larger than any file and RAM for all of
+ * it: the origin is read once per file (the directory's own listing and
+ * sizes say how much), and every sample read of a later epoch is one RAM
+ * hit, nothing else.  Without a tier the counters stay zero. */
+TEST(loader_stats_count_tier)
+{
+    if (!g_data)
+        SKIP("no --data");
+    char ready[4200], root[4200];
+    snprintf(ready, sizeof ready, "%s/READY", g_data);
+    if (access(ready, F_OK) != 0)
+        SKIP("fixture data missing (run the data_setup test)");
+    snprintf(root, sizeof root, "%s/shards", g_data);
+    uint64_t files = 0, bytes = 0;
+    DIR *d = opendir(root);
+    CHECK(d, "opendir %s", root);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char p[8400];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", root, de->d_name);
+        if (de->d_name[0] != '.' && stat(p, &st) == 0 && S_ISREG(st.st_mode)) {
+            files++;
+            bytes += (uint64_t)st.st_size;
+        }
+    }
+    closedir(d);
+    for (int tier = 0; tier < 2; tier++) {
+        chute_dataset_options dopt = {0};
+        if (tier) {
+            dopt.cache_ram_bytes = 1ull << 30;
+            dopt.cache_block_bytes = 1ull << 30;
+        }
+        chute_dataset *ds = NULL;
+        chute_error e;
+        CHECK(chute_dataset_open_ex(root, &dopt, &ds, &e) == CHUTE_OK, "%s", e.message);
+        chute_loader_options lo = {0};
+        lo.batch_size = 16;
+        lo.size = 32;
+        lo.workers = 2;
+        lo.readahead = 0; /* one read per sample: one lookup each */
+        chute_loader *ld = NULL;
+        CHECK(chute_loader_create(ds, &lo, &ld, &e) == CHUTE_OK, "%s", e.message);
+        uint64_t n0 = run_epoch(ld, 0);
+        chute_stats s1, s2;
+        chute_loader_stats(ld, &s1);
+        uint64_t n1 = run_epoch(ld, 1);
+        chute_loader_stats(ld, &s2);
+        chute_loader_destroy(ld);
+        chute_dataset_close(ds);
+        CHECK(n0 > 0, "epoch 0 delivered nothing");
+        if (!tier) {
+            CHECK(s2.tier_ram_hits == 0 && s2.tier_disk_hits == 0 && s2.tier_fetches == 0 &&
+                      s2.tier_fetched_bytes == 0 && s2.tier_ram_budget == 0,
+                  "no tier, yet counters: %llu hits %llu fetches",
+                  (unsigned long long)s2.tier_ram_hits, (unsigned long long)s2.tier_fetches);
+            continue;
+        }
+        CHECK(s1.tier_fetches == files && s1.tier_fetched_bytes == bytes,
+              "first epoch: %llu blocks (%llu bytes) from the origin, the directory has %llu "
+              "files (%llu bytes)",
+              (unsigned long long)s1.tier_fetches, (unsigned long long)s1.tier_fetched_bytes,
+              (unsigned long long)files, (unsigned long long)bytes);
+        CHECK(s2.tier_fetches == files && s2.tier_fetched_bytes == bytes,
+              "the second epoch went to the origin: %llu blocks",
+              (unsigned long long)s2.tier_fetches);
+        CHECK(s2.tier_ram_hits - s1.tier_ram_hits == n1 && n1 > 0,
+              "second epoch: %llu RAM hits for %llu samples read",
+              (unsigned long long)(s2.tier_ram_hits - s1.tier_ram_hits), (unsigned long long)n1);
+        CHECK(s2.tier_ram_bytes == bytes && s2.tier_ram_budget == (1ull << 30) &&
+                  s2.tier_disk_hits == 0 && s2.tier_ram_evictions == 0,
+              "RAM holds %llu bytes (want %llu), disk hits %llu, evictions %llu",
+              (unsigned long long)s2.tier_ram_bytes, (unsigned long long)bytes,
+              (unsigned long long)s2.tier_disk_hits, (unsigned long long)s2.tier_ram_evictions);
+    }
+    return 0;
+}
+
 UNIT_MAIN

@@ -346,6 +346,9 @@ class Loader:
             cache_dir within cache_bytes of disk (default 10 GiB), shared safely by
             every process on the node, checksum-verified; a full or deleted
             directory falls back to the origin.  Ignored when source is a Dataset.
+        cache_ram_bytes: RAM tier of that cache (bytes; 0 = none): whole blocks in
+            this process's memory, least recently used evicted, read before
+            cache_dir (or alone without one).  Ignored when source is a Dataset.
         decoded_cache_bytes: RAM budget (bytes) of the decoded-sample cache, 0 = off.
             Samples decoded in the first epoch are kept while the budget lasts and
             later epochs skip reading and decoding them; train crops/flips are still
@@ -435,6 +438,7 @@ class Loader:
         audio_channels_first: int = _xdefault("audio_channels_first", "dataset"),
         stream_samples: int = _default("stream_samples"),
         stream_timeout_ms: int = _default("stream_timeout_ms"),
+        cache_ram_bytes: int = 0,
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -536,7 +540,9 @@ class Loader:
                                           index_dir=index_dir,
                                           audio_samples=_dopt("audio_samples", audio_samples),
                                           audio_rate=_dopt("audio_rate", audio_rate),
-                                          audio_channels_first=bool(audio_channels_first))
+                                          audio_channels_first=bool(audio_channels_first),
+                                          cache_ram_bytes=_uint("cache_ram_bytes",
+                                                                cache_ram_bytes, 0, 2 ** 64 - 1))
         self._core = _chute._Loader(
             self.dataset,
             batch_size=self.batch_size,
@@ -816,7 +822,11 @@ class Loader:
         workers, wall_s, queue_capacity, read latency percentiles
         (read_lat_p50_ms, _p90_, _p99_, _max_), copied_batches (see
         hold_policy), held_batches (batches alive zero-copy now) and the decoded
-        cache's cache_hits, cache_misses, cache_bytes, cache_entries."""
+        cache's cache_hits, cache_misses, cache_bytes, cache_entries; the block
+        cache tier's (cache_dir / cache_ram_bytes, since the dataset was opened)
+        tier_ram_hits, tier_disk_hits, tier_fetches, tier_fetched_bytes (read
+        from the origin), tier_ram_evictions, tier_disk_evictions, tier_corrupt,
+        tier_fallbacks, tier_ram_bytes, tier_ram_budget."""
         return self._core.stats()
 
     def close(self) -> None:

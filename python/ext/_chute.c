@@ -896,7 +896,7 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
                              "label_offset", "image_key", "label_key", "extra_keys",
                              "cache_dir", "cache_bytes", "cache_block_bytes", "schema",
                              "csv_no_header", "index_dir", "audio_samples", "audio_rate",
-                             "audio_channels_first", NULL};
+                             "audio_channels_first", "cache_ram_bytes", NULL};
     const char *format = NULL, *image_key = NULL, *label_key = NULL, *extra_keys = NULL;
     const char *cache_dir = NULL;
     unsigned long long cache_bytes = 0, cache_block = 0;
@@ -905,18 +905,19 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     const char *index_dir = NULL;
     unsigned int audio_samples = 0, audio_rate = 0;
     int audio_channels_first = 0;
+    unsigned long long cache_ram = 0;
     int label_offset = 0;
     PyObject *path = NULL;
     int kind = CHUTE_SOURCE_AUTO, fail_status = 0;
     unsigned int delay = 0, fail_reads = 0;
     unsigned long long fail_sample = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKKzpzIIp:Dataset", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKKzpzIIpK:Dataset", kwlist,
                                      PyUnicode_FSConverter, &path, &kind, &delay, &fail_sample,
                                      &fail_reads, &fail_status, &format, &label_offset,
                                      &image_key, &label_key, &extra_keys, &cache_dir,
                                      &cache_bytes, &cache_block, &schema, &csv_no_header,
                                      &index_dir, &audio_samples, &audio_rate,
-                                     &audio_channels_first))
+                                     &audio_channels_first, &cache_ram))
         return -1;
     if (self->ref) {
         Py_DECREF(path);
@@ -949,6 +950,7 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     o.audio_samples = audio_samples;
     o.audio_rate = audio_rate;
     o.audio_channels_first = (uint32_t)audio_channels_first;
+    o.cache_ram_bytes = cache_ram;
     Py_BEGIN_ALLOW_THREADS
     rc = chute_dataset_open_ex(p, &o, &ds, &err);
     Py_END_ALLOW_THREADS
@@ -1767,6 +1769,16 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
         F("read_lat_p90_ms", s.read_lat_p90_ns / 1e6) ||
         F("read_lat_p99_ms", s.read_lat_p99_ns / 1e6) ||
         F("read_lat_max_ms", s.read_lat_max_ns / 1e6)) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    /* The block cache tier (cache_dir / cache_ram_bytes): chute_stats tier_*. */
+    if (U("tier_ram_hits", s.tier_ram_hits) || U("tier_disk_hits", s.tier_disk_hits) ||
+        U("tier_fetches", s.tier_fetches) || U("tier_fetched_bytes", s.tier_fetched_bytes) ||
+        U("tier_ram_evictions", s.tier_ram_evictions) ||
+        U("tier_disk_evictions", s.tier_disk_evictions) || U("tier_corrupt", s.tier_corrupt) ||
+        U("tier_fallbacks", s.tier_fallbacks) || U("tier_ram_bytes", s.tier_ram_bytes) ||
+        U("tier_ram_budget", s.tier_ram_budget)) {
         Py_DECREF(d);
         return NULL;
     }

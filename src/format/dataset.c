@@ -273,9 +273,10 @@ int ch_dataset_open_src(const ch_source_ops *src, const char *path,
         ds->src = &ds->remote_src;
     }
 #endif
-    if (opt && opt->cache_dir) {
+    if (opt && (opt->cache_dir || opt->cache_ram_bytes)) {
         ch_cache_options co = {.dir = opt->cache_dir, .bytes = opt->cache_bytes,
-                               .block_bytes = opt->cache_block_bytes};
+                               .block_bytes = opt->cache_block_bytes,
+                               .ram_bytes = opt->cache_ram_bytes};
         rc = ch_cache_create(ds->src, &co, &ds->cache, err);
         if (rc != CHUTE_OK) {
             free(ds);

@@ -47,6 +47,7 @@
 #include "../codec/codec.h"
 #include "format.h"
 #include "pack_resize.h"
+#include "writer.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -957,6 +958,8 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
 {
     if (!root || !out_dir)
         return ch_err(err, CHUTE_EINVAL, "chute_pack: root and out_dir are required");
+    if (ch_publish_is_remote(out_dir)) /* s3://: staged here, uploaded (publish.c) */
+        return ch_publish_pack(root, out_dir, opt, out_result, err);
     chute_pack_options o = opt ? *opt : (chute_pack_options){0};
     if (!o.shard_size)
         o.shard_size = 256ull << 20;

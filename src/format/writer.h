@@ -100,4 +100,11 @@ void ch_pack_unlock(const char *out_dir, int fd);
 int ch_pack_write_manifest(const char *dir, const uint64_t *samples, const uint64_t *bytes,
                            uint32_t n, chute_error *err);
 
+/* pack/convert into s3:// (publish.c): stage locally, upload, manifest last. */
+int ch_publish_is_remote(const char *dst);
+int ch_publish_pack(const char *root, const char *dst, const chute_pack_options *o,
+                    chute_pack_result *res, chute_error *err);
+int ch_publish_convert(const char *src, const char *dst, const chute_convert_options *o,
+                       chute_convert_result *res, chute_error *err);
+
 #endif

@@ -431,6 +431,8 @@ int chute_convert(const char *src, const char *dst, const chute_convert_options 
     if (o.align < 64 || (o.align & (o.align - 1)))
         return ch_err(err, CHUTE_EINVAL, "align %u is not a power of two >= 64", o.align);
 
+    if (ch_publish_is_remote(dst)) /* s3://: staged here, uploaded (publish.c) */
+        return ch_publish_convert(src, dst, &o, out_result, err);
     convert_run r;
     memset(&r, 0, sizeof r);
     r.o = &o;

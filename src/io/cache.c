@@ -53,8 +53,22 @@
  * warm cache) is open + pread + pread + fstat + close per read, with no
  * lock and no allocation; misses allocate one block buffer.
  *
- * Not done yet: a RAM tier (cache_ram_bytes) in front of the disk; stat
- * and list are passed through uncached.
+ * The RAM tier (cache_ram_bytes) sits in front of the disk tier, or
+ * alone when there is no cache_dir: whole blocks kept in memory, least
+ * recently used evicted past the budget, looked up before the disk.  It
+ * is per process (a cache object), so ranks on one node each hold their
+ * own; the disk tier is the node-wide one.  One mutex guards its table
+ * and LRU list and is held only for lookups and list moves, never across
+ * I/O or a copy: a hit takes a reference on the entry, copies outside the
+ * lock and drops the reference; an entry evicted while a reader copies
+ * from it is freed by the last reference, so the budget may be passed by
+ * at most one block per concurrent reader, briefly.  A miss reads the
+ * whole block (from the disk tier or the origin) and inserts it.  A hit
+ * allocates nothing.  Entries carry the origin's size and mtime (a
+ * changed file is a miss) and their full key (a hash collision is a miss).
+ *
+ * stat and list are passed through uncached (every open stats the origin
+ * to detect a changed file, in both tiers).
  */
 #define _GNU_SOURCE
 #include "io.h"
@@ -90,6 +104,8 @@ struct ch_cache {
         n_fallback, n_waits;
     _Atomic int warned; /* 0 none, 1 being written, 2 written */
     char warning[512];
+    struct ram *ram;    /* the RAM tier, or NULL */
+    int disk;           /* a cache_dir is set (else RAM only) */
 };
 
 typedef struct cache_file {
@@ -503,15 +519,15 @@ static void fill(cache_file *f, uint64_t k, const char *final, const uint8_t *da
 
 /* ---- one block ------------------------------------------------------ */
 
-static int block_read(cache_file *f, uint64_t k, uint64_t boff, void *dst, size_t len,
-                      chute_error *err)
+static int block_read_disk(cache_file *f, uint64_t k, uint64_t boff, void *dst, size_t len,
+                           chute_error *err)
 {
     ch_cache *c = f->c;
     uint64_t bl = block_len(f, k);
     uint64_t h[2];
     char p[4200];
     int lfd = -1;
-    if (f->cacheable) {
+    if (f->cacheable && c->disk) {
         block_name(f, k, h);
         block_path(f, h, p, sizeof p);
         if (try_hit(f, k, p, boff, dst, len))
@@ -559,6 +575,234 @@ static int block_read(cache_file *f, uint64_t k, uint64_t boff, void *dst, size_
         close(lfd);
     }
     return rc;
+}
+
+/* ---- the RAM tier ----------------------------------------------------- */
+
+typedef struct ram_ent {
+    struct ram_ent *hnext;         /* hash chain */
+    struct ram_ent *prev, *next;   /* LRU list, most recent first */
+    uint64_t h0, h1;               /* block_name */
+    uint64_t size;                 /* the origin's size and mtime when read */
+    int64_t mtime;
+    uint64_t len;                  /* data bytes */
+    _Atomic uint32_t refs;         /* the table's (while linked) + readers' */
+    size_t keylen;
+    char *key;                     /* source name, NUL, path (+ block in h) */
+    uint8_t *data;
+} ram_ent;
+
+typedef struct ram {
+    pthread_mutex_t mu;            /* guards everything below */
+    ram_ent **tab;
+    size_t nb;                     /* buckets, a power of two */
+    ram_ent *head, *tail;
+    uint64_t budget, used, entries;
+    _Atomic uint64_t hits, misses, evictions, inserts;
+} ram;
+
+static void ram_ent_free(ram_ent *e)
+{
+    free(e->key);
+    free(e->data);
+    free(e);
+}
+
+static void ram_ent_put(ram_ent *e)
+{
+    if (atomic_fetch_sub(&e->refs, 1) == 1)
+        ram_ent_free(e);
+}
+
+/* Under mu: take e out of the table and the list; the table's reference
+ * is dropped by the caller (outside the lock is fine). */
+static void ram_unlink(ram *r, ram_ent *e)
+{
+    ram_ent **pp = &r->tab[e->h0 & (r->nb - 1)];
+    while (*pp && *pp != e)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = e->hnext;
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        r->head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        r->tail = e->prev;
+    e->prev = e->next = e->hnext = NULL;
+    r->used -= e->len;
+    r->entries--;
+}
+
+static void ram_front(ram *r, ram_ent *e)
+{
+    if (r->head == e)
+        return;
+    e->prev->next = e->next; /* e is not the head, so it has a prev */
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        r->tail = e->prev;
+    e->prev = NULL;
+    e->next = r->head;
+    r->head->prev = e;
+    r->head = e;
+}
+
+static int ram_create(ram **out, uint64_t budget, uint64_t block)
+{
+    ram *r = calloc(1, sizeof *r);
+    if (!r)
+        return -1;
+    uint64_t want = budget / block + 1;
+    size_t nb = 64;
+    while (nb < want && nb < (1u << 20))
+        nb *= 2;
+    r->tab = calloc(nb, sizeof *r->tab);
+    if (!r->tab) {
+        free(r);
+        return -1;
+    }
+    r->nb = nb;
+    r->budget = budget;
+    pthread_mutex_init(&r->mu, NULL);
+    *out = r;
+    return 0;
+}
+
+static void ram_destroy(ram *r)
+{
+    if (!r)
+        return;
+    for (ram_ent *e = r->head, *n; e; e = n) {
+        n = e->next;
+        ram_ent_free(e); /* no reader is left: every handle is closed */
+    }
+    free(r->tab);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+static int ram_match(const ram_ent *e, const cache_file *f, const uint64_t h[2])
+{
+    return e->h0 == h[0] && e->h1 == h[1] && e->keylen == f->keylen &&
+           !memcmp(e->key, f->key, f->keylen);
+}
+
+/* Copy [boff, boff+len) of block k from RAM.  1 served, 0 a miss. */
+static int ram_get(ram *r, const cache_file *f, const uint64_t h[2], uint64_t boff, void *dst,
+                   size_t len)
+{
+    pthread_mutex_lock(&r->mu);
+    ram_ent *e = r->tab[h[0] & (r->nb - 1)];
+    while (e && !ram_match(e, f, h))
+        e = e->hnext;
+    if (e && (e->size != f->size || e->mtime != f->mtime || boff + len > e->len))
+        e = NULL; /* a changed origin: the refill replaces it */
+    if (e) {
+        atomic_fetch_add(&e->refs, 1);
+        ram_front(r, e);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!e) {
+        atomic_fetch_add(&r->misses, 1);
+        return 0;
+    }
+    memcpy(dst, e->data + boff, len);
+    ram_ent_put(e);
+    atomic_fetch_add(&r->hits, 1);
+    return 1;
+}
+
+/* Insert block k (data: bl bytes, taken over) and evict past the budget. */
+static void ram_insert(ram *r, const cache_file *f, const uint64_t h[2], uint8_t *data,
+                       uint64_t bl)
+{
+    ram_ent *e = bl <= r->budget ? calloc(1, sizeof *e) : NULL;
+    char *key = e ? malloc(f->keylen ? f->keylen : 1) : NULL;
+    if (!e || !key) {
+        free(e);
+        free(key);
+        free(data);
+        return;
+    }
+    memcpy(key, f->key, f->keylen);
+    e->h0 = h[0];
+    e->h1 = h[1];
+    e->size = f->size;
+    e->mtime = f->mtime;
+    e->len = bl;
+    e->keylen = f->keylen;
+    e->key = key;
+    e->data = data;
+    atomic_init(&e->refs, 1);
+    ram_ent *gone = NULL; /* unlinked entries, chained through hnext */
+    pthread_mutex_lock(&r->mu);
+    ram_ent **b = &r->tab[h[0] & (r->nb - 1)];
+    ram_ent *old = *b;
+    while (old && !ram_match(old, f, h))
+        old = old->hnext;
+    if (old && old->size == f->size && old->mtime == f->mtime) {
+        /* another thread filled it meanwhile: keep that one */
+        pthread_mutex_unlock(&r->mu);
+        ram_ent_free(e);
+        return;
+    }
+    if (old) {
+        ram_unlink(r, old);
+        old->hnext = gone;
+        gone = old;
+    }
+    e->hnext = *b;
+    *b = e;
+    e->next = r->head;
+    if (r->head)
+        r->head->prev = e;
+    r->head = e;
+    if (!r->tail)
+        r->tail = e;
+    r->used += bl;
+    r->entries++;
+    atomic_fetch_add(&r->inserts, 1);
+    while (r->used > r->budget && r->tail && r->tail != e) {
+        ram_ent *t = r->tail;
+        ram_unlink(r, t);
+        t->hnext = gone;
+        gone = t;
+        atomic_fetch_add(&r->evictions, 1);
+    }
+    pthread_mutex_unlock(&r->mu);
+    while (gone) { /* freed now, or by the last reader still copying */
+        ram_ent *n = gone->hnext;
+        ram_ent_put(gone);
+        gone = n;
+    }
+}
+
+static int block_read(cache_file *f, uint64_t k, uint64_t boff, void *dst, size_t len,
+                      chute_error *err)
+{
+    ram *r = f->c->ram;
+    if (!r || !f->cacheable)
+        return block_read_disk(f, k, boff, dst, len, err);
+    uint64_t h[2];
+    block_name(f, k, h);
+    if (ram_get(r, f, h, boff, dst, len))
+        return CHUTE_OK;
+    uint64_t bl = block_len(f, k);
+    uint8_t *blk = malloc(bl ? bl : 1);
+    if (!blk)
+        return block_read_disk(f, k, boff, dst, len, err);
+    int rc = block_read_disk(f, k, 0, blk, (size_t)bl, err);
+    if (rc != CHUTE_OK) {
+        free(blk);
+        return rc;
+    }
+    memcpy(dst, blk + boff, len);
+    ram_insert(r, f, h, blk, bl);
+    return CHUTE_OK;
 }
 
 /* ---- the ops -------------------------------------------------------- */
@@ -715,27 +959,37 @@ static int cache_read_file_static(const char *path, void *buf, size_t cap, size_
 int ch_cache_create(const ch_source_ops *inner, const ch_cache_options *opt, ch_cache **out,
                     chute_error *err)
 {
-    if (!inner || !opt || !out || !opt->dir || !*opt->dir)
-        return ch_err(err, CHUTE_EINVAL, "cache: an inner source and cache_dir are required");
+    int disk = opt && opt->dir && *opt->dir;
+    if (!inner || !opt || !out || (!disk && !opt->ram_bytes))
+        return ch_err(err, CHUTE_EINVAL,
+                      "cache: an inner source and cache_dir or cache_ram_bytes are required");
     *out = NULL;
     uint64_t block = opt->block_bytes ? opt->block_bytes : (8ull << 20);
     if (block < 4096 || block > (1ull << 30))
         return ch_err(err, CHUTE_EINVAL,
                       "cache_block_bytes %llu is out of range (4 KiB to 1 GiB)",
                       (unsigned long long)block);
-    if (strlen(opt->dir) > 3000)
+    if (disk && strlen(opt->dir) > 3000)
         return ch_err(err, CHUTE_EINVAL, "cache_dir is too long (%zu bytes)", strlen(opt->dir));
     ch_cache *c = calloc(1, sizeof *c);
     if (!c)
         return ch_err(err, CHUTE_ENOMEM, "cache: out of memory");
-    c->dir = strdup(opt->dir);
+    if (opt->ram_bytes && ram_create(&c->ram, opt->ram_bytes, block) != 0) {
+        free(c);
+        return ch_err(err, CHUTE_ENOMEM, "cache: out of memory");
+    }
+    c->disk = disk;
+    c->dir = strdup(disk ? opt->dir : "(memory)");
     size_t n = c->dir ? strlen(c->dir) : 0;
     while (n > 1 && c->dir[n - 1] == '/')
         c->dir[--n] = '\0';
     char locks[4200];
     snprintf(locks, sizeof locks, "%s/locks", c->dir ? c->dir : "");
-    int rc = !c->dir ? ch_err(err, CHUTE_ENOMEM, "cache: out of memory") : ch_mkdir_p(locks, err);
+    int rc = !c->dir ? ch_err(err, CHUTE_ENOMEM, "cache: out of memory")
+             : disk  ? ch_mkdir_p(locks, err)
+                     : CHUTE_OK;
     if (rc != CHUTE_OK) {
+        ram_destroy(c->ram);
         free(c->dir);
         free(c);
         return rc;
@@ -761,7 +1015,7 @@ int ch_cache_create(const ch_source_ops *inner, const ch_cache_options *opt, ch_
     /* A restart starts from the directory's true usage (and clears the
      * temporaries of a killed filler). */
     int e = 0;
-    int fd = lock_open(c, "evict.lock", &e);
+    int fd = disk ? lock_open(c, "evict.lock", &e) : -1;
     if (fd >= 0 && flock_wait(fd, LOCK_EX) == 0) {
         uint8_t b[8];
         put64(b, scan_evict(c, 0));
@@ -791,6 +1045,17 @@ void ch_cache_stats_get(ch_cache *c, ch_cache_stats *o)
     o->corrupt = atomic_load(&c->n_corrupt);
     o->fallbacks = atomic_load(&c->n_fallback);
     o->waits = atomic_load(&c->n_waits);
+    if (c->ram) {
+        ram *r = c->ram;
+        o->ram_hits = atomic_load(&r->hits);
+        o->ram_misses = atomic_load(&r->misses);
+        o->ram_evictions = atomic_load(&r->evictions);
+        pthread_mutex_lock(&r->mu);
+        o->ram_bytes = r->used;
+        o->ram_entries = r->entries;
+        pthread_mutex_unlock(&r->mu);
+        o->ram_budget = r->budget;
+    }
 }
 
 const char *ch_cache_warning(ch_cache *c)
@@ -804,6 +1069,7 @@ void ch_cache_destroy(ch_cache *c)
 {
     if (!c)
         return;
+    ram_destroy(c->ram);
     free(c->dir);
     free(c);
 }

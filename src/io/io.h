@@ -191,9 +191,12 @@ const ch_source_ops *ch_source_for(const char *path);
  * kept in a node-local directory shared by every process on the node. */
 typedef struct ch_cache ch_cache;
 typedef struct ch_cache_options {
-    const char *dir;        /* required; created if missing */
+    const char *dir;        /* created if missing; NULL = no disk tier (ram_bytes
+                               then required) */
     uint64_t bytes;         /* disk budget for block files; 0 = 10 GiB */
     uint64_t block_bytes;   /* block size, 4 KiB..1 GiB; 0 = 8 MiB */
+    uint64_t ram_bytes;     /* RAM tier in front of the disk (or alone when dir
+                               is NULL): whole blocks, LRU; 0 = none */
 } ch_cache_options;
 typedef struct ch_cache_stats {
     uint64_t hits;          /* blocks served from a verified cache file */
@@ -206,6 +209,12 @@ typedef struct ch_cache_stats {
     uint64_t fallbacks;     /* blocks served from the inner source because the
                                cache directory failed (full, deleted, ...) */
     uint64_t waits;         /* misses that waited for another filler's lock */
+    /* The RAM tier (zero without one).  Its misses go on to the disk
+     * tier (hits/misses above) or, without one, the origin. */
+    uint64_t ram_hits, ram_misses, ram_evictions;
+    uint64_t ram_bytes;     /* block bytes held now (<= ram_budget) */
+    uint64_t ram_entries;   /* blocks held now */
+    uint64_t ram_budget;
 } ch_cache_stats;
 /* Wrap `inner` (borrowed; must outlive the cache).  The source to use is
  * ch_cache_source(c), valid until ch_cache_destroy, which must come after

@@ -94,3 +94,23 @@ void ch_remote_aio_stats_get(void *engine, ch_remote_aio_stats *out);
 void ch_remote_tuned(const ch_source_ops *base, const ch_remote_aio_opts *opts,
                      ch_source_ops *out);
 #endif
+/* The UploadId of an InitiateMultipartUploadResult document: printable
+ * ASCII, no space, at most cap-1 bytes.  0 found, -1 not (malformed,
+ * missing, empty or too long). */
+int ch_s3_upload_id(const char *doc, size_t n, char *out, size_t cap);
+
+/* ---- writing datasets (pack/convert to s3://; src/io/s3.c) ----
+ * Upload the local file `file` as the object `path` (s3:// in the
+ * session's bucket), replacing an object of that name: one PUT when it
+ * has at most part_bytes bytes, else a multipart upload (Create, parts of
+ * part_bytes read into one buffer of that size, Complete; Abort on any
+ * failure, so no parts are left billed).  Every request is retried like a
+ * read (transient errors, capped backoff with jitter).  Not thread-safe
+ * for one session (one upload at a time). */
+int ch_remote_upload_file(ch_remote *s, const char *path, const char *file, uint64_t part_bytes,
+                          chute_error *err);
+/* Does the object exist (HEAD)?  *out 1/0; an error other than 404 fails. */
+int ch_remote_exists(ch_remote *s, const char *path, int *out, chute_error *err);
+/* Part size of multipart uploads: CHUTE_REMOTE_PART_MB, default 16, at
+ * least 5 (S3's minimum for every part but the last), at most 5120. */
+uint64_t ch_remote_part_bytes(void);

@@ -439,3 +439,46 @@ size_t ch_s3_encode(const char *src, int keep_slash, char *dst, size_t cap)
     dst[k] = '\0';
     return k;
 }
+
+/* ---- InitiateMultipartUploadResult (pack/convert to s3://) ---- */
+
+typedef struct upid_ctx {
+    char *out;
+    size_t cap;
+    int found;
+} upid_ctx;
+
+static int upid_end(void *user, const xml_elem *st, int depth, const char *text, size_t tlen)
+{
+    upid_ctx *c = user;
+    if (depth == 2 && name_is(&st[0], "InitiateMultipartUploadResult") &&
+        name_is(&st[1], "UploadId")) {
+        if (tlen == 0 || tlen >= c->cap)
+            return 2; /* empty or too long: not found */
+        for (size_t i = 0; i < tlen; i++)
+            if (text[i] <= ' ' || text[i] >= 0x7f)
+                return 2;
+        memcpy(c->out, text, tlen);
+        c->out[tlen] = '\0';
+        c->found = 1;
+        return 2;
+    }
+    return 0;
+}
+
+int ch_s3_upload_id(const char *doc, size_t n, char *out, size_t cap)
+{
+    if (!cap)
+        return -1;
+    out[0] = '\0';
+    char *buf = malloc(n + 1);
+    if (!buf)
+        return -1;
+    upid_ctx c = {out, cap, 0};
+    chute_error e;
+    xml_walk(doc, n, buf, upid_end, &c, "upload", &e);
+    free(buf);
+    if (!c.found)
+        out[0] = '\0';
+    return c.found ? 0 : -1;
+}

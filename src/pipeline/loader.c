@@ -1641,6 +1641,20 @@ void chute_loader_stats(const chute_loader *ld, chute_stats *out)
         out->read_lat_max_ns = ch_hist_quantile(h, 1.0);
         free(h);
     }
+    if (ld->ds->cache) { /* the block cache tier (src/io/cache.c) */
+        ch_cache_stats cs;
+        ch_cache_stats_get(ld->ds->cache, &cs);
+        out->tier_ram_hits = cs.ram_hits;
+        out->tier_disk_hits = cs.hits;
+        out->tier_fetches = cs.fetches;
+        out->tier_fetched_bytes = cs.bytes_fetched;
+        out->tier_ram_evictions = cs.ram_evictions;
+        out->tier_disk_evictions = cs.evictions;
+        out->tier_corrupt = cs.corrupt;
+        out->tier_fallbacks = cs.fallbacks;
+        out->tier_ram_bytes = cs.ram_bytes;
+        out->tier_ram_budget = cs.ram_budget;
+    }
 }
 
 int chute_batch_use_stream(chute_batch *b, void *cuda_stream)

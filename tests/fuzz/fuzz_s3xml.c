@@ -1,7 +1,8 @@
 /*
  * fuzz_s3xml.c — fuzz target: the XML an S3 server sends back
  * (src/io/s3_xml.c).  Every input is parsed as a ListObjectsV2 page under
- * two prefixes and as an error document; every name handed out must be
+ * two prefixes, as an error document and as a multipart upload's
+ * InitiateMultipartUploadResult; every name handed out must be
  * non-empty, free of '/' and NUL, and a truncated page must carry a
  * token.  The input also goes through the key encoder, whose output must
  * decode back to the input exactly.
@@ -46,6 +47,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (const char *c = code; *c; c++)
         if (*c <= ' ' || *c >= 0x7f)
             __builtin_trap();
+    char upid[128];
+    if (ch_s3_upload_id((const char *)data, size, upid, sizeof upid) == 0) {
+        if (!upid[0])
+            __builtin_trap();
+        for (const char *c = upid; *c; c++)
+            if (*c <= ' ' || *c >= 0x7f)
+                __builtin_trap();
+    }
     char src[256], enc[256 * 3 + 1], dec[256];
     size_t m = size < sizeof src - 1 ? size : sizeof src - 1;
     memcpy(src, data, m);

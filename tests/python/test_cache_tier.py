@@ -97,3 +97,36 @@ def test_two_processes_share_one_cache(shards, tmp_path):
     names = os.listdir(cdir)
     assert not [n for n in names if ".tmp." in n], "temporary files left behind"
     assert blk_files(cdir)
+
+
+def test_ram_tier_batches_identical_and_counted(shards):
+    """cache_ram_bytes alone: batches equal the uncached run's; the origin
+    is read once per file with the directory's bytes (os.stat); each
+    sample of the second epoch is exactly one RAM hit."""
+    files = [os.path.join(shards, n) for n in os.listdir(shards)]
+    size = sum(os.path.getsize(f) for f in files)
+    ref = digest(shards)
+    ld = chute.Loader(shards, cache_ram_bytes=1 << 30, cache_block_bytes=1 << 30, readahead=0,
+                      **KW)
+    hits = []
+    for epoch in range(2):
+        ld.set_epoch(epoch)
+        got, samples = [], 0
+        for b in ld:
+            got.append(hashlib.sha256(b"".join(np.from_dlpack(a).tobytes() for a in b)).hexdigest())
+            samples += len(np.from_dlpack(b[2]))
+        st = ld.stats()
+        assert st["tier_fetches"] == len(files) and st["tier_fetched_bytes"] == size, st
+        assert st["tier_ram_bytes"] == size and st["tier_ram_budget"] == 1 << 30, st
+        hits.append(st["tier_ram_hits"])
+        if epoch == 0:
+            assert got == ref
+    ld.close()
+    assert hits[1] - hits[0] == samples > 0, (hits, samples)
+    # Without a tier the counters are zero.
+    ld = chute.Loader(shards, **KW)
+    for _ in ld:
+        pass
+    st = ld.stats()
+    ld.close()
+    assert st["tier_fetches"] == 0 and st["tier_ram_hits"] == 0 and st["tier_ram_budget"] == 0

@@ -1,0 +1,334 @@
+/*
+ * publish.c — pack and convert into s3://bucket/prefix/.
+ *
+ * Why staging, and why this order.  S3 has no rename and no directory
+ * lock, so the local crash-safety recipe (temporary names, rename, fsync
+ * of the directory, flock on OUT_DIR) does not carry over.  What carries
+ * over is its one promise: a reader never sees a half-written dataset as
+ * complete.  For the chute format the manifest is what makes a prefix a
+ * dataset (a prefix without "chute.manifest" does not open), so:
+ *
+ *   1. the dataset is written by the ordinary local engine (pack.c,
+ *      writers.c) into a private staging directory under $TMPDIR, with
+ *      every check, skip rule and verification they make;
+ *   2. an old dataset at the prefix is replaced only when asked (`force`):
+ *      its manifest is deleted first (it stops opening at once), then the
+ *      objects of any writer that the new dataset does not have;
+ *   3. every data file is uploaded (one PUT, or a multipart upload above
+ *      the part size: src/io/s3.c), and only then the manifest;
+ *   4. the result is opened from s3:// through its reader and counted.
+ *
+ * A pack killed or failing anywhere before step 3's last request leaves no
+ * manifest, so nothing opens; a multipart upload that fails is aborted.
+ * TFRecord and WebDataset have no manifest: a reader lists the prefix,
+ * so an interrupted upload of those is a smaller dataset, not a marked
+ * incomplete one (their index files go after the data they index).
+ *
+ * Concurrency.  There is no lock on a prefix: two publishers to one
+ * prefix are refused by the existence check when one has finished before
+ * the other starts, and otherwise race (the last manifest wins, and it
+ * only names shards its own pack uploaded under the same names, so the
+ * dataset that opens is one of the two, but --force is what a user says
+ * when racing is acceptable).  Staging costs local disk equal to the
+ * dataset; a SIGKILLed pack leaves its staging directory
+ * ($TMPDIR/chute-stage-*) behind.
+ */
+#define _GNU_SOURCE
+#include "writer.h"
+#include "../io/remote.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int ch_publish_is_remote(const char *dst)
+{
+    return dst && (!strncmp(dst, "s3://", 5) || !strncmp(dst, "http://", 7) ||
+                   !strncmp(dst, "https://", 8));
+}
+
+#ifndef CHUTE_HAVE_CURL
+
+int ch_publish_pack(const char *root, const char *dst, const chute_pack_options *o,
+                    chute_pack_result *res, chute_error *err)
+{
+    (void)root, (void)o, (void)res;
+    return ch_err(err, CHUTE_EUNSUPPORTED, "%s: this build has no S3 support (libcurl)", dst);
+}
+
+int ch_publish_convert(const char *src, const char *dst, const chute_convert_options *o,
+                       chute_convert_result *res, chute_error *err)
+{
+    (void)src, (void)o, (void)res;
+    return ch_err(err, CHUTE_EUNSUPPORTED, "%s: this build has no S3 support (libcurl)", dst);
+}
+
+#else
+
+typedef struct names {
+    char **v;
+    size_t n, cap;
+} names;
+
+static int names_add(names *s, const char *name)
+{
+    if (s->n == s->cap) {
+        size_t c = s->cap ? s->cap * 2 : 32;
+        char **t = realloc(s->v, c * sizeof *t);
+        if (!t)
+            return -1;
+        s->v = t;
+        s->cap = c;
+    }
+    if (!(s->v[s->n] = strdup(name)))
+        return -1;
+    s->n++;
+    return 0;
+}
+
+static int names_has(const names *s, const char *name)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (!strcmp(s->v[i], name))
+            return 1;
+    return 0;
+}
+
+static void names_free(names *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->v[i]);
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A name some writer puts in a dataset directory. */
+static int dataset_name(const char *name)
+{
+    if (!strcmp(name, CH_MANIFEST_NAME))
+        return 1;
+    for (size_t i = 0; ch_writers[i]; i++)
+        if (ch_writers[i]->owns(name))
+            return 1;
+    return 0;
+}
+
+typedef struct publish {
+    char base[4096];   /* "s3://bucket/prefix" without trailing '/' */
+    char stage[4096];  /* local staging directory */
+    ch_remote *rs;
+    names old;         /* dataset objects already at the prefix */
+    int force;
+} publish;
+
+static int old_entry(void *user, const char *name, const ch_stat *st)
+{
+    names *s = user;
+    if (st->type == CH_ENT_FILE && dataset_name(name))
+        return names_add(s, name) ? -1 : 0;
+    return 0;
+}
+
+static void rm_stage(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *de;
+        char p[8192];
+        while ((de = readdir(d)) != NULL) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+                continue;
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static void publish_end(publish *p)
+{
+    if (p->stage[0])
+        rm_stage(p->stage);
+    ch_remote_free(p->rs);
+    names_free(&p->old);
+}
+
+/* Check the destination, make the staging directory. */
+static int publish_begin(publish *p, const char *src, const char *dst, int force,
+                         chute_error *err)
+{
+    memset(p, 0, sizeof *p);
+    p->force = force;
+    if (strncmp(dst, "s3://", 5))
+        return ch_err(err, CHUTE_EUNSUPPORTED,
+                      "%s: only s3:// destinations can be written (HTTP has no upload)", dst);
+    size_t n = strlen(dst);
+    while (n > 5 && dst[n - 1] == '/')
+        n--;
+    if (n >= sizeof p->base - 300)
+        return ch_err(err, CHUTE_EINVAL, "%s: the destination is too long", dst);
+    memcpy(p->base, dst, n);
+    p->base[n] = '\0';
+    if (!strchr(p->base + 5, '/'))
+        return ch_err(err, CHUTE_EINVAL,
+                      "%s: give a prefix inside the bucket (s3://bucket/prefix/), not the bucket",
+                      dst);
+    if (src) { /* convert s3://a/x -> s3://a/x/y (or the other way) would eat its source */
+        size_t sn = strlen(src);
+        while (sn > 5 && src[sn - 1] == '/')
+            sn--;
+        size_t m = CH_MIN(sn, n);
+        if (!strncmp(src, p->base, m) && (sn == n || (sn > n ? src[n] : p->base[sn]) == '/'))
+            return ch_err(err, CHUTE_EINVAL,
+                          "%s: the destination may not be the source, inside it or contain it",
+                          dst);
+    }
+    int rc = ch_remote_new(p->base, &p->rs, err);
+    if (rc)
+        return rc;
+    const ch_source_ops *s3 = ch_source_for(p->base);
+    chute_error e = {0};
+    rc = s3 ? ch_src_list(s3, p->base, old_entry, &p->old, &e) : CHUTE_EUNSUPPORTED;
+    if (rc == CHUTE_ENOTFOUND) {
+        rc = CHUTE_OK; /* an empty prefix */
+    } else if (rc) {
+        if (err)
+            *err = e;
+        return rc;
+    }
+    if (p->old.n && !force)
+        return ch_err(err, CHUTE_EINVAL,
+                      "%s: holds a dataset already (%zu of its objects, e.g. '%s'); it is never "
+                      "replaced unless asked (--force)",
+                      p->base, p->old.n, p->old.v[0]);
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    if ((size_t)snprintf(p->stage, sizeof p->stage, "%s/chute-stage-XXXXXX", tmp) >=
+        sizeof p->stage - 300) {
+        p->stage[0] = '\0';
+        return ch_err(err, CHUTE_EINVAL, "TMPDIR %s: too long", tmp);
+    }
+    if (!mkdtemp(p->stage)) {
+        rc = ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot make a staging directory", p->stage);
+        p->stage[0] = '\0';
+        return rc;
+    }
+    return CHUTE_OK;
+}
+
+static int key_of(const publish *p, const char *name, char *out, size_t cap, chute_error *err)
+{
+    if ((size_t)snprintf(out, cap, "%s/%s", p->base, name) >= cap)
+        return ch_err(err, CHUTE_EINVAL, "%s/%s: too long", p->base, name);
+    return CHUTE_OK;
+}
+
+/* Upload the staged dataset: old dataset out of the way (force), data,
+ * then the manifest; then open it from s3:// and count its samples. */
+static int publish_commit(publish *p, const char *reader, int32_t label_offset, uint64_t samples,
+                          chute_error *err)
+{
+    names now = {0};
+    int rc = CHUTE_OK;
+    DIR *d = opendir(p->stage);
+    if (!d)
+        return ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot list", p->stage);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL && rc == CHUTE_OK)
+        if (dataset_name(de->d_name) && names_add(&now, de->d_name))
+            rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+    closedir(d);
+    if (rc == CHUTE_OK && now.n == 0)
+        rc = ch_err(err, CHUTE_EINVAL, "%s: nothing was written to upload", p->stage);
+    if (rc == CHUTE_OK)
+        qsort(now.v, now.n, sizeof *now.v, cmp_str);
+    char key[8192], file[8192];
+    /* 2. The old manifest first, then what the new dataset will not overwrite. */
+    if (rc == CHUTE_OK && names_has(&p->old, CH_MANIFEST_NAME) &&
+        (rc = key_of(p, CH_MANIFEST_NAME, key, sizeof key, err)) == CHUTE_OK)
+        rc = ch_remote_delete(p->rs, key, err);
+    for (size_t i = 0; rc == CHUTE_OK && i < p->old.n; i++)
+        if (strcmp(p->old.v[i], CH_MANIFEST_NAME) && !names_has(&now, p->old.v[i]) &&
+            (rc = key_of(p, p->old.v[i], key, sizeof key, err)) == CHUTE_OK)
+            rc = ch_remote_delete(p->rs, key, err);
+    /* 3. Data (TFRecord index files sort after their data files), manifest last. */
+    uint64_t part = ch_remote_part_bytes();
+    for (int pass = 0; pass < 2 && rc == CHUTE_OK; pass++)
+        for (size_t i = 0; rc == CHUTE_OK && i < now.n; i++) {
+            int is_manifest = !strcmp(now.v[i], CH_MANIFEST_NAME);
+            if (is_manifest != pass)
+                continue;
+            snprintf(file, sizeof file, "%s/%s", p->stage, now.v[i]);
+            rc = key_of(p, now.v[i], key, sizeof key, err);
+            if (rc == CHUTE_OK)
+                rc = ch_remote_upload_file(p->rs, key, file, part, err);
+        }
+    names_free(&now);
+    if (rc)
+        return rc;
+    /* 4. It opens from where readers will open it, with every sample. */
+    chute_dataset_options dso = {0};
+    dso.format = reader;
+    dso.label_offset = label_offset;
+    chute_dataset *ds = NULL;
+    chute_error e = {0};
+    char url[4200];
+    snprintf(url, sizeof url, "%s/", p->base);
+    rc = chute_dataset_open_ex(url, &dso, &ds, &e);
+    if (rc)
+        return ch_err(err, rc, "the uploaded dataset does not open: %s", e.message);
+    if (chute_dataset_size(ds) != samples)
+        rc = ch_err(err, CHUTE_ECORRUPT, "%s: the uploaded dataset has %llu samples, %llu were "
+                                         "written",
+                    url, (unsigned long long)chute_dataset_size(ds), (unsigned long long)samples);
+    chute_dataset_close(ds);
+    return rc;
+}
+
+int ch_publish_pack(const char *root, const char *dst, const chute_pack_options *o,
+                    chute_pack_result *res, chute_error *err)
+{
+    publish p;
+    chute_pack_result r = {0};
+    int rc = publish_begin(&p, NULL, dst, o ? o->force : 0, err);
+    if (rc == CHUTE_OK)
+        rc = chute_pack(root, p.stage, o, &r, err);
+    if (rc == CHUTE_OK)
+        rc = publish_commit(&p, "shards", 0, r.files, err);
+    publish_end(&p);
+    if (rc == CHUTE_OK && res)
+        *res = r;
+    return rc;
+}
+
+int ch_publish_convert(const char *src, const char *dst, const chute_convert_options *o,
+                       chute_convert_result *res, chute_error *err)
+{
+    publish p;
+    chute_convert_result r = {0};
+    int rc = publish_begin(&p, src, dst, o ? o->force : 0, err);
+    if (rc == CHUTE_OK)
+        rc = chute_convert(src, p.stage, o, &r, err);
+    if (rc == CHUTE_OK) {
+        const ch_writer_ops *wr = ch_writer_find(r.format);
+        int chute_fmt = !strcmp(r.format, "chute");
+        rc = publish_commit(&p, wr ? wr->reader : NULL, chute_fmt || !o ? 0 : -o->label_offset,
+                            r.samples, err);
+    }
+    publish_end(&p);
+    if (rc == CHUTE_OK && res)
+        *res = r;
+    return rc;
+}
+
+#endif
