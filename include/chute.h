@@ -414,6 +414,16 @@ typedef struct chute_loader_options {
      * Ignored for other datasets. */
     uint64_t stream_samples;
     uint32_t stream_timeout_ms;
+    /* Hybrid CPU/GPU decode (0, the default: off): the percentage 0..100
+     * of each batch's JPEGs to decode with nvJPEG on the loader's device.
+     * Needs device "cuda[:N]" (else CHUTE_EINVAL) and nvJPEG, loaded with
+     * dlopen ($CHUTE_NVJPEG, else beside libchute_cuda.so, the Python
+     * wheel nvidia-nvjpeg's nvidia/nvjpeg/lib, /usr/local/cuda/lib64, the
+     * loader's path); without it CHUTE_EUNSUPPORTED "nvJPEG not found" and
+     * the places tried.  This build has the GPU decode and resampler in
+     * the CUDA module but does not yet route samples to it, so a nonzero
+     * share with nvJPEG present is CHUTE_EUNSUPPORTED saying so. */
+    uint32_t gpu_decode_share;
 } chute_loader_options;
 
 typedef struct chute_loader chute_loader;

@@ -151,12 +151,31 @@ int ch_cuda_module_load(const char *who, const ch_cuda_module **out_mod, void **
     return CHUTE_OK;
 }
 
+int ch_cuda_nvjpeg_find(const ch_cuda_module *m, char *msg, size_t msglen)
+{
+    if (m->size < offsetof(ch_cuda_module, resize_u8) + sizeof m->resize_u8 ||
+        !m->nvjpeg_find) {
+        snprintf(msg, msglen, "nvJPEG not supported by this CUDA module (an older build)");
+        return CHUTE_EUNSUPPORTED;
+    }
+    char path[1024] = "";
+    int rc = m->nvjpeg_find(path, sizeof path, msg, msglen);
+    if (rc == CHUTE_OK)
+        snprintf(msg, msglen, "nvJPEG found at %s", path);
+    return rc;
+}
+
 int ch_cuda_loader_open(chute_loader_options *o, ch_out_spec *spec, ch_cuda_loader **out,
                         chute_error *err)
 {
     *out = NULL;
     int dev = -1;
     int rc = ch_cuda_parse_device(o->device, &dev, err);
+    if (rc == CHUTE_OK && dev < 0 && o->gpu_decode_share)
+        return ch_err(err, CHUTE_EINVAL,
+                      "gpu_decode_share %u needs device \"cuda\" or \"cuda:N\" (device is "
+                      "\"%.32s\")",
+                      o->gpu_decode_share, o->device ? o->device : "cpu");
     if (rc != CHUTE_OK || dev < 0)
         return rc;
     char who[32];
@@ -170,7 +189,24 @@ int ch_cuda_loader_open(chute_loader_options *o, ch_out_spec *spec, ch_cuda_load
         return rc;
     }
     int n = 0;
-    char msg[512] = "";
+    char msg[2048] = "";
+    if (o->gpu_decode_share) {
+        /* nvJPEG first: finding it needs no device, so the message is the
+         * same on a GPU-less host as on a GPU host that lacks the library. */
+        rc = ch_cuda_nvjpeg_find(g->m, msg, sizeof msg);
+        if (rc != CHUTE_OK) {
+            dlclose(g->handle);
+            free(g);
+            return ch_err(err, rc, "%s: gpu_decode_share %u: %s", who, o->gpu_decode_share,
+                          msg);
+        }
+        dlclose(g->handle);
+        free(g);
+        return ch_err(err, CHUTE_EUNSUPPORTED,
+                      "%s: gpu_decode_share %u: %s, but this build does not route samples to "
+                      "the GPU decoder yet (use 0)",
+                      who, o->gpu_decode_share, msg);
+    }
     rc = g->m->device_count(&n, msg, sizeof msg);
     if (rc == CHUTE_OK && dev >= n) {
         rc = CHUTE_EINVAL;

@@ -25,6 +25,11 @@ int ch_cuda_parse_device(const char *device, int *out_dev, chute_error *err);
 int ch_cuda_module_load(const char *who, const ch_cuda_module **out_mod, void **out_handle,
                         chute_error *err);
 
+/* Whether the module can load nvJPEG (no device needed): CHUTE_OK with
+ * "nvJPEG found at PATH" in msg, else CHUTE_EUNSUPPORTED with "nvJPEG not
+ * found ..." and the places tried. */
+int ch_cuda_nvjpeg_find(const ch_cuda_module *m, char *msg, size_t msglen);
+
 /* For a loader created with options->device: -1 (host) leaves *out NULL.
  * Otherwise loads the module and checks the device, remembers the output
  * the user asked for (dtype, layout, normalize: from *o and *spec), and

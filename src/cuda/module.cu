@@ -362,10 +362,25 @@ static int mod_h2d_bandwidth(int dev, size_t bytes, int pinned, double *out_gbps
     return ST_OK;
 }
 
+/* nvjpeg.cu */
+extern "C" int ch_nvjpeg_find(char *out_path, size_t pathlen, char *msg, size_t msglen);
+extern "C" int ch_nvjpeg_open(int dev, uint64_t max_pixels, ch_nvjpeg **out, char *msg,
+                              size_t msglen);
+extern "C" int ch_nvjpeg_decode_resize(ch_nvjpeg *j, const uint8_t *const *jpegs,
+                                       const size_t *lens, const ch_gpu_crop *crops, uint32_t n,
+                                       uint32_t size, uint8_t *dst_dev, size_t dst_stride,
+                                       void *stream, char *msg, size_t msglen);
+extern "C" void ch_nvjpeg_close(ch_nvjpeg *j);
+extern "C" int ch_gpu_resize_u8(int dev, const uint8_t *rgb, uint32_t w, uint32_t h,
+                                const ch_gpu_crop *crop, uint32_t size, uint8_t *out, char *msg,
+                                size_t msglen);
+
 static const ch_cuda_module the_module = {
     CH_CUDA_ABI_VERSION, sizeof(ch_cuda_module), mod_device_count, mod_open, mod_submit,
     mod_host_wait,       mod_stream_wait,        mod_release,      mod_slot_info, mod_close,
     mod_mem_info,        mod_h2d_bandwidth,
+    ch_nvjpeg_find,      ch_nvjpeg_open,         ch_nvjpeg_decode_resize, ch_nvjpeg_close,
+    ch_gpu_resize_u8,
 };
 
 extern "C" __attribute__((visibility("default"))) const ch_cuda_module *chute_cuda_module_v1(void)
