@@ -420,9 +420,13 @@ typedef struct chute_loader_options {
      * dlopen ($CHUTE_NVJPEG, else beside libchute_cuda.so, the Python
      * wheel nvidia-nvjpeg's nvidia/nvjpeg/lib, /usr/local/cuda/lib64, the
      * loader's path); without it CHUTE_EUNSUPPORTED "nvJPEG not found" and
-     * the places tried.  This build has the GPU decode and resampler in
-     * the CUDA module but does not yet route samples to it, so a nonzero
-     * share with nvJPEG present is CHUTE_EUNSUPPORTED saying so. */
+     * the places tried.  The first ceil(batch_size * share / 100)
+     * positions of each batch whose image is a grey or colour JPEG are
+     * decoded whole by nvJPEG and resampled on the GPU (same crop and
+     * flip as the CPU would draw; values within a few levels of the CPU
+     * path's, not bit-identical).  Ignored with decoded_cache_bytes.  An
+     * image nvJPEG cannot decode fails its batch (on_corrupt=skip covers
+     * the CPU-decoded samples only). */
     uint32_t gpu_decode_share;
 } chute_loader_options;
 

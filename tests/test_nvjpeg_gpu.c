@@ -255,7 +255,7 @@ TEST(gpu_nvjpeg_decode_matches_cpu_path)
             to_gpu_crop(&crop, &g);
             const uint8_t *encs[1] = {enc};
             size_t lens[1] = {len};
-            rc = g_m->nvjpeg_decode_resize(j, encs, lens, &g, 1, S, dev, sb, NULL, msg,
+            rc = g_m->nvjpeg_decode_resize(j, encs, lens, &g, NULL, 1, S, dev, sb, NULL, msg,
                                            sizeof msg);
             CHECK(rc == CHUTE_OK, "nvjpeg %s: %s", path, msg);
             CHECK(cudaMemcpy(gpu, dev, sb, cudaMemcpyDeviceToHost) == cudaSuccess, "D2H");
@@ -282,7 +282,7 @@ TEST(gpu_nvjpeg_decode_matches_cpu_path)
     const uint8_t *encs[1] = {junk};
     size_t lens[1] = {sizeof junk};
     ch_gpu_crop g = {0, 0, 1, 1, 0, 0, 1, 1, 0};
-    rc = g_m->nvjpeg_decode_resize(j, encs, lens, &g, 1, S, dev, sb, NULL, msg, sizeof msg);
+    rc = g_m->nvjpeg_decode_resize(j, encs, lens, &g, NULL, 1, S, dev, sb, NULL, msg, sizeof msg);
     CHECK(rc == CHUTE_ECORRUPT && strstr(msg, "GPU-decoded sample 0"), "junk: rc %d: %s", rc,
           msg);
     g_m->nvjpeg_close(j);
@@ -293,6 +293,96 @@ TEST(gpu_nvjpeg_decode_matches_cpu_path)
     cudaFree(dev);
     free(gpu);
     free(cpu);
+    return 0;
+}
+
+/* A loader on the fixture tree: batch 16, 48 px, uint8 NHWC, seed 7, no DCT scaling. */
+static chute_loader *make_loader(chute_dataset *ds, const char *device, uint32_t share,
+                                 chute_error *err)
+{
+    chute_loader_options o = {0};
+    o.batch_size = 16;
+    o.size = 48;
+    o.workers = 3;
+    o.seed = 7;
+    o.dtype = CHUTE_DTYPE_UINT8;
+    o.layout = CHUTE_LAYOUT_NHWC;
+    o.device = device;
+    o.gpu_decode_share = share;
+    o.no_dct_scale = 1; /* both decode at full size: the difference is the decoders' */
+    chute_loader *ld = NULL;
+    if (chute_loader_create(ds, &o, &ld, err) != CHUTE_OK)
+        return NULL;
+    return ld;
+}
+
+TEST(gpu_hybrid_loader_matches_cpu_loader)
+{
+    NEED_GPU();
+    char path[4200];
+    snprintf(path, sizeof path, "%s/READY", g_data ? g_data : "");
+    if (!g_data || access(path, F_OK) != 0)
+        SKIP("fixture data missing (run the data_setup test)");
+    snprintf(path, sizeof path, "%s/tree", g_data);
+    chute_dataset *ds = NULL;
+    chute_error err = {0};
+    CHECK(chute_dataset_open(path, CHUTE_SOURCE_AUTO, &ds, &err) == CHUTE_OK, "%s",
+          err.message);
+    chute_loader *g = make_loader(ds, "cuda", 50, &err);
+    if (!g && strstr(err.message, "nvJPEG not found")) {
+        chute_dataset_close(ds);
+        SKIP("%s", err.message);
+    }
+    CHECK(g, "hybrid loader: %s", err.message);
+    chute_loader *c = make_loader(ds, NULL, 0, &err);
+    CHECK(c, "cpu loader: %s", err.message);
+    const size_t sb = 48 * 48 * 3;
+    uint8_t *host = malloc(16 * sb);
+    CHECK(host, "malloc");
+    double sum = 0, worst = 0;
+    long gpu_pos = 0, gpu_differs = 0, cpu_pos = 0;
+    chute_batch *bg, *bc;
+    while (chute_loader_next(g, &bg) == CHUTE_OK) {
+        CHECK(chute_loader_next(c, &bc) == CHUTE_OK, "cpu next: %s", chute_loader_errmsg(c));
+        chute_batch_view vg, vc;
+        chute_batch_view_get(bg, &vg);
+        chute_batch_view_get(bc, &vc);
+        CHECK(vg.count == vc.count && memcmp(vg.labels, vc.labels, vg.count * 8) == 0 &&
+                  memcmp(vg.indices, vc.indices, vg.count * 8) == 0,
+              "labels/indices differ");
+        CHECK(cudaEventSynchronize((cudaEvent_t)vg.cuda_event) == cudaSuccess, "event sync");
+        CHECK(cudaMemcpy(host, vg.data, vg.nbytes, cudaMemcpyDeviceToHost) == cudaSuccess,
+              "D2H");
+        for (uint32_t p = 0; p < vg.count; p++) {
+            const uint8_t *a = host + p * sb, *b = (const uint8_t *)vc.data + p * sb;
+            double m = 0;
+            for (size_t i = 0; i < sb; i++)
+                m += fabs((double)a[i] - (double)b[i]);
+            m /= (double)sb;
+            if (p >= 8) { /* past ceil(16 * 50%): the CPU path's pixels, exactly */
+                CHECK(m == 0, "position %u (CPU-decoded) differs: %.3f", p, m);
+                cpu_pos++;
+            } else {
+                CHECK(m <= 2.0, "position %u: mean abs diff %.3f > 2.0", p, m);
+                sum += m;
+                worst = m > worst ? m : worst;
+                gpu_pos++;
+                gpu_differs += m > 0; /* grey / CMYK / PNG positions stay on the CPU: 0 */
+            }
+        }
+        chute_batch_release(bg);
+        chute_batch_release(bc);
+    }
+    fprintf(stderr,
+            "hybrid loader vs CPU: %ld GPU-eligible positions (%ld differ: nvJPEG-decoded), "
+            "mean abs diff %.3f, worst %.3f; %ld CPU positions exact\n",
+            gpu_pos, gpu_differs, gpu_pos ? sum / gpu_pos : 0.0, worst, cpu_pos);
+    CHECK(gpu_differs > 0, "no position was decoded by nvJPEG (routing did nothing)");
+    CHECK(sum / gpu_pos <= 1.0, "mean abs diff %.3f > 1.0", sum / gpu_pos);
+    free(host);
+    chute_loader_destroy(g);
+    chute_loader_destroy(c);
+    chute_dataset_close(ds);
     return 0;
 }
 

@@ -39,6 +39,12 @@ int ch_cuda_loader_open(chute_loader_options *o, ch_out_spec *spec, ch_cuda_load
 /* Once the ring exists: pin it, allocate the device buffers. */
 int ch_cuda_loader_attach(ch_cuda_loader *g, void *ring, size_t ring_len, uint32_t nslots,
                           size_t slot_stride, chute_error *err);
+/* Hybrid decode: a worker about to decode the JPEG `enc` for the sample at
+ * `dst` (in the ring) with `crop` asks whether the GPU takes it instead.
+ * 1: its bytes were staged, skip the decode; 0: decode it on the CPU.
+ * Any worker thread. */
+int ch_cuda_loader_route(ch_cuda_loader *g, uint8_t *dst, int is_jpeg, uint32_t channels,
+                         const uint8_t *enc, size_t len, const ch_crop *crop);
 /* A batch's last sample is written (any worker thread). */
 int ch_cuda_loader_submit(ch_cuda_loader *g, uint32_t slot, uint32_t count, chute_error *err);
 /* Before workers write into a slot again: its last H2D copy is done. */

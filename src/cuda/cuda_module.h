@@ -106,19 +106,30 @@ typedef struct ch_cuda_module {
                        size_t msglen);
     /* Decode n JPEGs (host memory, valid for the call) on the GPU and
      * resample crops[i] of each to size x size uint8 RGB at
-     * dst_dev + i * dst_stride (device memory), queued on `stream` (NULL:
+     * dst_dev + pos[i] * dst_stride (pos NULL: i; device memory), queued on `stream` (NULL:
      * legacy); the host buffers may be reused when it returns.  A JPEG
      * nvJPEG cannot decode is CHUTE_ECORRUPT naming its index. */
     int (*nvjpeg_decode_resize)(ch_nvjpeg *j, const uint8_t *const *jpegs, const size_t *lens,
-                                const ch_gpu_crop *crops, uint32_t n, uint32_t size,
-                                uint8_t *dst_dev, size_t dst_stride, void *stream, char *msg,
-                                size_t msglen);
+                                const ch_gpu_crop *crops, const uint32_t *pos, uint32_t n,
+                                uint32_t size, uint8_t *dst_dev, size_t dst_stride,
+                                void *stream, char *msg, size_t msglen);
     void (*nvjpeg_close)(ch_nvjpeg *j); /* NULL ok */
     /* The GPU resampler alone, host to host (tests: against the CPU
      * resampler on the same pixels): a w x h RGB8 image (stride w * 3). */
     int (*resize_u8)(int device, const uint8_t *rgb, uint32_t w, uint32_t h,
                      const ch_gpu_crop *crop, uint32_t size, uint8_t *out, char *msg,
                      size_t msglen);
+    /* submit() for a batch of which n samples are still encoded JPEGs
+     * (hybrid decode): after the H2D copy of the CPU-made samples, decode
+     * and resample sample i into position pos[i] of the slot's device input,
+     * then convert as submit() does.  The slot's h2d_done event is recorded
+     * after the decodes, so host_wait also covers the JPEG bytes: the
+     * caller may reuse them once host_wait(slot) returns.  Calls on one
+     * ch_nvjpeg are serialised inside. */
+    int (*submit_decoded)(ch_cuda_ctx *c, ch_nvjpeg *j, uint32_t slot, uint32_t count,
+                          const uint8_t *const *jpegs, const size_t *lens,
+                          const ch_gpu_crop *crops, const uint32_t *pos, uint32_t n, char *msg,
+                          size_t msglen);
 } ch_cuda_module;
 
 typedef const ch_cuda_module *(*ch_cuda_module_fn)(void);

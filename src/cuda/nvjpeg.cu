@@ -48,6 +48,7 @@
 #include <dlfcn.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +94,7 @@ struct ch_nvjpeg {
     nvjpegJpegState_t st;
     uint8_t *scratch; /* device, one decoded RGBI image */
     size_t scratch_len;
+    pthread_mutex_t mu; /* one nvJPEG state and scratch: one decode at a time */
 };
 
 static int resolve(nvj_api *a)
@@ -357,6 +359,7 @@ extern "C" void ch_nvjpeg_close(ch_nvjpeg *j)
     cudaFree(j->scratch);
     if (j->api.lib)
         dlclose(j->api.lib);
+    pthread_mutex_destroy(&j->mu);
     free(j);
 }
 
@@ -369,6 +372,7 @@ extern "C" int ch_nvjpeg_open(int dev, uint64_t max_pixels, ch_nvjpeg **out, cha
         snprintf(msg, msglen, "out of host memory");
         return ST_ENOMEM;
     }
+    pthread_mutex_init(&j->mu, NULL);
     j->device = dev;
     j->max_pixels = max_pixels ? max_pixels : (1ull << 28);
     int rc = nvj_load(&j->api, NULL, 0, msg, msglen);
@@ -391,10 +395,11 @@ out:
     return rc;
 }
 
-extern "C" int ch_nvjpeg_decode_resize(ch_nvjpeg *j, const uint8_t *const *jpegs,
-                                       const size_t *lens, const ch_gpu_crop *crops, uint32_t n,
-                                       uint32_t size, uint8_t *dst_dev, size_t dst_stride,
-                                       void *stream, char *msg, size_t msglen)
+static int decode_resize_locked(ch_nvjpeg *j, const uint8_t *const *jpegs,
+                                const size_t *lens, const ch_gpu_crop *crops,
+                                const uint32_t *pos, uint32_t n, uint32_t size,
+                                uint8_t *dst_dev, size_t dst_stride, void *stream, char *msg,
+                                size_t msglen)
 {
     int dev = j->device, rc = ST_OK;
     cudaStream_t s = stream ? (cudaStream_t)stream : (cudaStream_t)0;
@@ -434,9 +439,22 @@ extern "C" int ch_nvjpeg_decode_resize(ch_nvjpeg *j, const uint8_t *const *jpegs
             return ST_ECORRUPT;
         }
         launch_resize(j->scratch, (size_t)ws[0] * 3, &crops[i], size,
-                      dst_dev + (size_t)i * dst_stride, s);
+                      dst_dev + (size_t)(pos ? pos[i] : i) * dst_stride, s);
         CK(cudaGetLastError(), "resize kernel launch");
     }
 out:
+    return rc;
+}
+
+extern "C" int ch_nvjpeg_decode_resize(ch_nvjpeg *j, const uint8_t *const *jpegs,
+                                       const size_t *lens, const ch_gpu_crop *crops,
+                                       const uint32_t *pos, uint32_t n, uint32_t size,
+                                       uint8_t *dst_dev, size_t dst_stride, void *stream,
+                                       char *msg, size_t msglen)
+{
+    pthread_mutex_lock(&j->mu);
+    int rc = decode_resize_locked(j, jpegs, lens, crops, pos, n, size, dst_dev, dst_stride,
+                                  stream, msg, msglen);
+    pthread_mutex_unlock(&j->mu);
     return rc;
 }
