@@ -26,7 +26,7 @@
  * triangle filter widened by the downscale factor, centres at
  * x0 + (i + 0.5) * scale in double, support clipped to the crop's clip box,
  * weights normalised in double), then sums the 2-D separable product in
- * float and rounds to nearest.  The CPU path sums one axis first into a
+ * float and rounds as the CPU does (+ 0.5, truncate, clamp).  The CPU path sums one axis first into a
  * float intermediate, so on identical pixels the two differ by rounding
  * (<= 1 per value; tests/README.md gives the measured bound).  The flip is
  * applied on the output column, as the CPU resampler does.  Cost is
@@ -283,9 +283,9 @@ __global__ void resize_kernel(const uint8_t *__restrict__ src, size_t sstride, a
     }
     uint32_t col = flip ? size - 1 - ox : ox;
     uint8_t *o = dst + ((size_t)oy * size + col) * 3;
-    for (int c = 0; c < 3; c++) {
-        float v = rintf(acc[c]);
-        o[c] = (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
+    for (int c = 0; c < 3; c++) { /* as resample.c: + 0.5, truncate, clamp (NaN -> 0) */
+        float v = acc[c] + 0.5f;
+        o[c] = !(v > 0.0f) ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
     }
 }
 
