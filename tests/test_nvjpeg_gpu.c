@@ -3,7 +3,9 @@
  * path, on a GPU host (each test skips, 77, without a CUDA device or
  * without nvJPEG; built wherever the module is, ready to run).
  *
- * Two comparisons, each against the CPU code that makes today's batches
+ * host_build_of_gpu_resampler_matches_cpu needs no GPU: it runs the
+ * kernel's per-pixel code compiled for the host.  The others compare,
+ * each against the CPU code that makes today's batches
  * (linked from chute_obj, not re-implemented here):
  *   - the GPU resampler alone (resize_u8) against ch_resize_plan_make +
  *     ch_resize_run on the same pixels and crops (train crops from
@@ -60,6 +62,24 @@ static int module_usable(char *why, size_t n)
     return 0;
 }
 
+/* The module alone (no device): g_m set, or why not. */
+static int module_loaded(char *why, size_t n)
+{
+    const char *p = getenv("CHUTE_TEST_CUDA_MODULE");
+    if (!p || !p[0]) {
+        snprintf(why, n, "the CUDA module was not built");
+        return -1;
+    }
+    g_h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+    ch_cuda_module_fn fn = g_h ? (ch_cuda_module_fn)dlsym(g_h, CH_CUDA_SYMBOL) : NULL;
+    g_m = fn ? fn() : NULL;
+    if (!g_m) {
+        snprintf(why, n, "cannot load %s", p);
+        return -1;
+    }
+    return 0;
+}
+
 #define NEED_GPU()                                                                        \
     do {                                                                                  \
         char why_[600];                                                                   \
@@ -98,9 +118,41 @@ static int cpu_sample(const uint8_t *pix, size_t stride, uint32_t w, uint32_t h,
                                                                                           : -1;
 }
 
+typedef int (*resize_fn)(const uint8_t *rgb, uint32_t w, uint32_t h, const ch_gpu_crop *crop,
+                         uint32_t size, uint8_t *out, char *msg, size_t msglen);
+
+static int g_on_host; /* compare_resamplers: the host build of the kernel's code */
+
+static int resize_with_module(const uint8_t *rgb, uint32_t w, uint32_t h,
+                              const ch_gpu_crop *crop, uint32_t size, uint8_t *out, char *msg,
+                              size_t msglen)
+{
+    return g_on_host ? g_m->resize_u8_host(rgb, w, h, crop, size, out, msg, msglen)
+                     : g_m->resize_u8(0, rgb, w, h, crop, size, out, msg, msglen);
+}
+
+static int compare_resamplers(void);
+
+/* The same per-pixel code as the CUDA kernel, run on the host: its taps,
+ * weights and rounding against resample.c, on every CI host with nvcc. */
+TEST(host_build_of_gpu_resampler_matches_cpu)
+{
+    char why[600];
+    if (module_loaded(why, sizeof why) != 0)
+        SKIP("%s", why);
+    g_on_host = 1;
+    return compare_resamplers();
+}
+
 TEST(gpu_resize_matches_cpu_resampler)
 {
     NEED_GPU();
+    g_on_host = 0;
+    return compare_resamplers();
+}
+
+static int compare_resamplers(void)
+{
     const uint32_t W = 331, H = 217, S = 64;
     uint8_t *img = malloc((size_t)W * H * 3);
     uint8_t *a = malloc((size_t)S * S * 3), *b = malloc((size_t)S * S * 3);
@@ -140,7 +192,7 @@ TEST(gpu_resize_matches_cpu_resampler)
         ch_gpu_crop g;
         to_gpu_crop(&crop, &g);
         char msg[512] = "";
-        int rc = g_m->resize_u8(0, img, W, H, &g, S, b, msg, sizeof msg);
+        int rc = resize_with_module(img, W, H, &g, S, b, msg, sizeof msg);
         CHECK(rc == CHUTE_OK, "resize_u8 crop %d: %s", k, msg);
         for (size_t i = 0; i < (size_t)S * S * 3; i++) {
             int d = abs((int)a[i] - (int)b[i]);
@@ -150,7 +202,8 @@ TEST(gpu_resize_matches_cpu_resampler)
             total++;
         }
     }
-    fprintf(stderr, "GPU vs CPU resampler: max abs diff %d, %.4f%% of values differ\n", maxd,
+    fprintf(stderr, "%s vs CPU resampler: max abs diff %d, %.4f%% of values differ\n",
+            g_on_host ? "GPU code on the host" : "GPU", maxd,
             100.0 * (double)differ / (double)total);
     CHECK(maxd <= 1, "max abs diff %d", maxd);
     CHECK(differ * 100 <= total, "%llu of %llu values differ", (unsigned long long)differ,
@@ -158,7 +211,7 @@ TEST(gpu_resize_matches_cpu_resampler)
     /* A crop outside the image is refused, not read out of bounds. */
     ch_gpu_crop bad = {0, 0, (double)W + 1, 10, 0, 0, (int32_t)W + 1, 10, 0};
     char msg[512] = "";
-    CHECK(g_m->resize_u8(0, img, W, H, &bad, S, b, msg, sizeof msg) == CHUTE_EINVAL,
+    CHECK(resize_with_module(img, W, H, &bad, S, b, msg, sizeof msg) == CHUTE_EINVAL,
           "bad crop accepted");
     ch_buf_free(&s.coef);
     ch_buf_free(&s.tmp);

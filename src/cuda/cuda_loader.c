@@ -207,7 +207,7 @@ int ch_cuda_module_load(const char *who, const ch_cuda_module **out_mod, void **
 
 int ch_cuda_nvjpeg_find(const ch_cuda_module *m, char *msg, size_t msglen)
 {
-    if (m->size < offsetof(ch_cuda_module, submit_decoded) + sizeof m->submit_decoded ||
+    if (m->size < offsetof(ch_cuda_module, resize_u8_host) + sizeof m->resize_u8_host ||
         !m->nvjpeg_find) {
         snprintf(msg, msglen, "nvJPEG not supported by this CUDA module (an older build)");
         return CHUTE_EUNSUPPORTED;

@@ -130,6 +130,10 @@ typedef struct ch_cuda_module {
                           const uint8_t *const *jpegs, const size_t *lens,
                           const ch_gpu_crop *crops, const uint32_t *pos, uint32_t n, char *msg,
                           size_t msglen);
+    /* resize_u8's per-pixel code compiled for the host (no device needed):
+     * the GPU resampler's arithmetic, testable where there is no GPU. */
+    int (*resize_u8_host)(const uint8_t *rgb, uint32_t w, uint32_t h, const ch_gpu_crop *crop,
+                          uint32_t size, uint8_t *out, char *msg, size_t msglen);
 } ch_cuda_module;
 
 typedef const ch_cuda_module *(*ch_cuda_module_fn)(void);

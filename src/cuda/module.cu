@@ -412,6 +412,9 @@ extern "C" int ch_nvjpeg_find(char *out_path, size_t pathlen, char *msg, size_t 
 extern "C" int ch_nvjpeg_open(int dev, uint64_t max_pixels, ch_nvjpeg **out, char *msg,
                               size_t msglen);
 extern "C" void ch_nvjpeg_close(ch_nvjpeg *j);
+extern "C" int ch_gpu_resize_u8_host(const uint8_t *rgb, uint32_t w, uint32_t h,
+                                     const ch_gpu_crop *crop, uint32_t size, uint8_t *out,
+                                     char *msg, size_t msglen);
 extern "C" int ch_gpu_resize_u8(int dev, const uint8_t *rgb, uint32_t w, uint32_t h,
                                 const ch_gpu_crop *crop, uint32_t size, uint8_t *out, char *msg,
                                 size_t msglen);
@@ -421,7 +424,7 @@ static const ch_cuda_module the_module = {
     mod_host_wait,       mod_stream_wait,        mod_release,      mod_slot_info, mod_close,
     mod_mem_info,        mod_h2d_bandwidth,
     ch_nvjpeg_find,      ch_nvjpeg_open,         ch_nvjpeg_decode_resize, ch_nvjpeg_close,
-    ch_gpu_resize_u8,    mod_submit_decoded,
+    ch_gpu_resize_u8,    mod_submit_decoded,     ch_gpu_resize_u8_host,
 };
 
 extern "C" __attribute__((visibility("default"))) const ch_cuda_module *chute_cuda_module_v1(void)
