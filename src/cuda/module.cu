@@ -22,6 +22,12 @@
  * The flip stays on the CPU (it is free there: the resampler writes the
  * row mirrored), so the pixels are exactly the CPU uint8 path's.
  *
+ * Hybrid decode (gpu_decode_share).  submit_decoded() is submit() with the
+ * batch's still-encoded JPEGs: between the H2D copy and the conversion it
+ * runs nvJPEG and the GPU resampler (nvjpeg.cu) into those positions of the
+ * slot's uint8 input, and records h2d_done only after them, so host_wait
+ * also guarantees nvJPEG has finished with the staged JPEG bytes.
+ *
  * Memory.  Every device buffer is allocated once in open() and freed in
  * close(); nothing is allocated per batch.  The CUDA runtime is linked
  * statically (CMake: CUDA_RUNTIME_LIBRARY Static) and hidden by the
