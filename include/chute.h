@@ -429,6 +429,20 @@ typedef struct chute_loader_options {
      * Ignored for other datasets. */
     uint64_t stream_samples;
     uint32_t stream_timeout_ms;
+    /* Hybrid CPU/GPU decode (0, the default: off): the percentage 0..100
+     * of each batch's JPEGs to decode with nvJPEG on the loader's device.
+     * Needs device "cuda[:N]" (else CHUTE_EINVAL) and nvJPEG, loaded with
+     * dlopen ($CHUTE_NVJPEG, else beside libchute_cuda.so, the Python
+     * wheel nvidia-nvjpeg's nvidia/nvjpeg/lib, /usr/local/cuda/lib64, the
+     * loader's path); without it CHUTE_EUNSUPPORTED "nvJPEG not found" and
+     * the places tried.  The first ceil(batch_size * share / 100)
+     * positions of each batch whose image is a grey or colour JPEG are
+     * decoded whole by nvJPEG and resampled on the GPU (same crop and
+     * flip as the CPU would draw; values within a few levels of the CPU
+     * path's, not bit-identical).  Ignored with decoded_cache_bytes.  An
+     * image nvJPEG cannot decode fails its batch (on_corrupt=skip covers
+     * the CPU-decoded samples only). */
+    uint32_t gpu_decode_share;
 } chute_loader_options;
 
 typedef struct chute_loader chute_loader;

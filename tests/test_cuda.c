@@ -235,4 +235,124 @@ TEST(host_batches_say_host)
     return 0;
 }
 
+/* ---- nvJPEG (optional): the search and its messages, no device needed --- */
+
+static const ch_cuda_module *open_module(void **out_h)
+{
+    *out_h = NULL;
+    const char *path = module_path();
+    if (!path)
+        return NULL;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return NULL;
+    ch_cuda_module_fn fn = (ch_cuda_module_fn)dlsym(h, CH_CUDA_SYMBOL);
+    *out_h = h;
+    return fn ? fn() : NULL;
+}
+
+TEST(nvjpeg_missing_named_by_env)
+{
+    void *h = NULL;
+    const ch_cuda_module *m = open_module(&h);
+    if (!m)
+        SKIP("the CUDA module was not built (no nvcc, or CHUTE_CUDA=OFF)");
+    CHECK(m->nvjpeg_find && m->nvjpeg_open && m->nvjpeg_decode_resize && m->nvjpeg_close &&
+              m->resize_u8,
+          "the module's nvJPEG entries are NULL");
+    char path[1024] = "", msg[2048] = "";
+    const char *missing = "/nonexistent/chute-test/libnvjpeg.so.12";
+    setenv("CHUTE_NVJPEG", missing, 1);
+    int rc = m->nvjpeg_find(path, sizeof path, msg, sizeof msg);
+    CHECK(rc == CHUTE_EUNSUPPORTED, "rc %d (%s)", rc, msg);
+    CHECK(strstr(msg, "nvJPEG not found (CHUTE_NVJPEG=/nonexistent/chute-test/libnvjpeg.so.12"),
+          "%s", msg);
+    /* A library that is not nvJPEG: opened, then refused by name. */
+    char self[4096];
+    snprintf(self, sizeof self, "%s", module_path());
+    setenv("CHUTE_NVJPEG", self, 1);
+    rc = m->nvjpeg_find(path, sizeof path, msg, sizeof msg);
+    CHECK(rc == CHUTE_EUNSUPPORTED && strstr(msg, "lacks the nvjpeg* entry points") &&
+              strstr(msg, self),
+          "rc %d: %s", rc, msg);
+    /* Opening a decoder fails the same way, before touching any device. */
+    setenv("CHUTE_NVJPEG", missing, 1);
+    ch_nvjpeg *j = (ch_nvjpeg *)1;
+    rc = m->nvjpeg_open(0, 0, &j, msg, sizeof msg);
+    unsetenv("CHUTE_NVJPEG");
+    CHECK(rc == CHUTE_EUNSUPPORTED && j == NULL && strstr(msg, "nvJPEG not found"), "rc %d: %s",
+          rc, msg);
+    dlclose(h);
+    return 0;
+}
+
+TEST(nvjpeg_search_lists_where_it_looked)
+{
+    void *h = NULL;
+    const ch_cuda_module *m = open_module(&h);
+    if (!m)
+        SKIP("the CUDA module was not built (no nvcc, or CHUTE_CUDA=OFF)");
+    unsetenv("CHUTE_NVJPEG");
+    char path[1024] = "", msg[2048] = "";
+    int rc = m->nvjpeg_find(path, sizeof path, msg, sizeof msg);
+    fprintf(stderr, "nvjpeg_find: rc %d path '%s' msg '%s'\n", rc, path, msg);
+    if (rc == CHUTE_OK) {
+        CHECK(strstr(path, "libnvjpeg.so"), "found '%s'", path);
+    } else {
+        CHECK(rc == CHUTE_EUNSUPPORTED, "rc %d", rc);
+        CHECK(strstr(msg, "nvJPEG not found: install the CUDA toolkit's libnvjpeg or `pip "
+                          "install nvidia-nvjpeg`, or set CHUTE_NVJPEG"),
+              "%s", msg);
+        CHECK(strstr(msg, "/usr/local/cuda/lib64/libnvjpeg.so.13: absent") &&
+                  strstr(msg, "/nvidia/nvjpeg/lib/libnvjpeg.so.12"),
+              "the places tried are not listed: %s", msg);
+    }
+    dlclose(h);
+    return 0;
+}
+
+TEST(gpu_decode_share_validation)
+{
+    NEED_DS();
+    chute_error err = {0};
+    chute_loader_options o = {0};
+    o.batch_size = 8;
+    o.size = 32;
+    o.workers = 1;
+    o.gpu_decode_share = 50;
+    chute_loader *ld = NULL;
+    int rc = chute_loader_create(g_ds, &o, &ld, &err);
+    CHECK(rc == CHUTE_EINVAL && !ld, "share on the host: rc %d", rc);
+    CHECK(strstr(err.message, "gpu_decode_share 50 needs device \"cuda\" or \"cuda:N\""), "%s",
+          err.message);
+    o.device = "cuda";
+    o.gpu_decode_share = 101;
+    rc = chute_loader_create(g_ds, &o, &ld, &err);
+    CHECK(rc == CHUTE_EINVAL && !ld && strstr(err.message, "gpu_decode_share"), "101: rc %d: %s",
+          rc, err.message);
+    /* nvJPEG missing: named, whatever else this host has. */
+    o.gpu_decode_share = 25;
+    setenv("CHUTE_NVJPEG", "/nonexistent/libnvjpeg.so.12", 1);
+    rc = chute_loader_create(g_ds, &o, &ld, &err);
+    unsetenv("CHUTE_NVJPEG");
+    CHECK(rc == CHUTE_EUNSUPPORTED && !ld, "rc %d (%s)", rc, err.message);
+    fprintf(stderr, "message: %s\n", err.message);
+    if (module_path() && have_driver())
+        CHECK(strstr(err.message, "device cuda:0: gpu_decode_share 25: nvJPEG not found "
+                                  "(CHUTE_NVJPEG=/nonexistent/libnvjpeg.so.12"),
+              "%s", err.message);
+    else if (!module_path())
+        CHECK(strstr(err.message, "CUDA module not built"), "%s", err.message);
+    else
+        CHECK(strstr(err.message, "no CUDA driver"), "%s", err.message);
+    /* Share 0 is the CPU path, untouched. */
+    o.device = NULL;
+    o.gpu_decode_share = 0;
+    rc = chute_loader_create(g_ds, &o, &ld, &err);
+    CHECK(rc == CHUTE_OK, "share 0: %s", err.message);
+    chute_loader_destroy(ld);
+    chute_dataset_close(g_ds);
+    return 0;
+}
+
 UNIT_MAIN

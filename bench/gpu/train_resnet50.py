@@ -97,10 +97,12 @@ def synthetic_batches(torch, device, batch, size):
         yield x, y
 
 
-def chute_batches(torch, device, args, on_gpu):
+def chute_batches(torch, device, args, on_gpu, gpu_share=0):
     import chute
     kw = dict(batch_size=args.batch, size=args.size, workers=args.workers, drop_last=True,
               seed=0)
+    if gpu_share:  # hybrid decode: this share of each batch's JPEGs through nvJPEG
+        kw["gpu_decode_share"] = gpu_share
     if on_gpu:
         # NHWC on the device: permuted to N,C,H,W it is channels_last already.
         loader = chute.Loader(args.data, layout="nhwc", device="cuda", **kw)
@@ -169,6 +171,17 @@ def run_mode(torch, torchvision, mode, args, device, nvml):
         if device.type != "cuda":
             return {"mode": mode, "skipped": "needs a CUDA device"}
         batches = chute_batches(torch, device, args, on_gpu=True)
+    elif mode == "chute-nvjpeg":
+        if device.type != "cuda":
+            return {"mode": mode, "skipped": "needs a CUDA device"}
+        try:
+            batches = chute_batches(torch, device, args, on_gpu=True,
+                                    gpu_share=args.gpu_decode_share)
+            next(batches)  # the loader is created lazily: surface "nvJPEG not found" here
+        except Exception as e:
+            if "nvJPEG not found" in str(e):
+                return {"mode": mode, "skipped": str(e)}
+            raise
     elif mode == "torch":
         batches = torch_batches(torch, device, args)
     elif mode == "dali":
@@ -224,7 +237,9 @@ def main():
     ap.add_argument("--data", required=True,
                     help="ImageFolder tree of JPEGs (every mode reads it; chute also reads a "
                          "packed shard directory, but then torch/dali need a tree)")
-    ap.add_argument("--modes", default="synthetic,chute,chute-cuda,torch,dali")
+    ap.add_argument("--modes", default="synthetic,chute,chute-cuda,chute-nvjpeg,torch,dali")
+    ap.add_argument("--gpu-decode-share", type=int, default=30,
+                    help="chute-nvjpeg: percent of each batch's JPEGs decoded by nvJPEG")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--workers", type=int, default=16)
@@ -252,7 +267,8 @@ def main():
                "torch": torch.__version__, "torchvision": torchvision.__version__,
                "python": sys.version.split()[0], "chute": chute_info,
                "batch": args.batch, "size": args.size, "workers": args.workers,
-               "steps": args.steps, "warmup": args.warmup}
+               "steps": args.steps, "warmup": args.warmup,
+               "gpu_decode_share": args.gpu_decode_share}
     print(json.dumps({"machine": machine}), flush=True)
     results = []
     for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:

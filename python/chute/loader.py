@@ -363,6 +363,10 @@ class Loader:
         stream_timeout_ms: for a stream, no byte for this long raises (the command is
             killed); 0 = wait forever.  Streams have no len(); see docs/DESIGN.md
             "Streams" (rank split: put $RANK in the command).
+        gpu_decode_share: with device="cuda", the percent (0..100) of each batch's
+            JPEGs decoded by nvJPEG on the GPU (0 = off); needs nvJPEG (the toolkit's
+            libnvjpeg, `pip install nvidia-nvjpeg`, or $CHUTE_NVJPEG), else
+            UnsupportedError "nvJPEG not found".
 
     Memory lifetime: a tensor from a batch keeps the batch's buffer alive —
     across iterations, epochs, and even after the loader is closed or freed —
@@ -439,6 +443,7 @@ class Loader:
         stream_samples: int = _default("stream_samples"),
         stream_timeout_ms: int = _default("stream_timeout_ms"),
         cache_ram_bytes: int = 0,
+        gpu_decode_share: int = _default("gpu_decode_share"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -581,6 +586,7 @@ class Loader:
             readahead=_opt("readahead", readahead),
             stream_samples=_opt("stream_samples", stream_samples),
             stream_timeout_ms=_opt("stream_timeout_ms", stream_timeout_ms),
+            gpu_decode_share=_opt("gpu_decode_share", gpu_decode_share),
         )
         self.device = device or "cpu"
         self.fields_requested: Tuple[str, ...] = (

@@ -27,11 +27,31 @@
  * slot at that moment (the worker finishing it, the consumer holding it),
  * so nothing here needs a lock.  No global state: each loader opens its
  * own module handle (dlopen counts references).
+ *
+ * Hybrid decode (gpu_decode_share = S > 0).  The first ceil(batch * S /
+ * 100) positions of every batch may be decoded by nvJPEG instead of the
+ * CPU: the worker making such a position parses the header and draws the
+ * crop as always (so the sample's geometry, and determinism, are the CPU
+ * path's), then ch_cuda_loader_route copies the JPEG's bytes into the
+ * slot's staging (gpu_n x 256 KiB, allocated once; an atomic bump) and
+ * skips the decode; the position is found from the destination pointer.
+ * Grey and colour JPEGs go to the GPU; CMYK, other formats, and JPEGs that
+ * do not fit in what is left of the staging are decoded on the CPU as
+ * before.  The worker that finishes the batch gathers the routed samples
+ * and submit_decoded queues, after the H2D copy of the CPU-made ones, the
+ * nvJPEG decode and the GPU resampler into those positions, then the
+ * conversion.  Not with decoded_cache_bytes (those loaders decode on the
+ * CPU: the cache holds CPU-decoded frames).  A JPEG nvJPEG fails on fails
+ * its batch (CHUTE_ECORRUPT naming the position): on_corrupt=skip applies
+ * to the CPU-decoded samples only.  The split is a fixed share; choosing it
+ * by measurement ("auto") is left to the caller (bench/gpu measures
+ * images/s per share).
  */
 #define _GNU_SOURCE
 #include "cuda_loader.h"
 
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +69,41 @@ struct ch_cuda_loader {
     uint32_t size, batch;
     uint32_t nslots;
     void **release_stream;    /* per slot; written by the slot's holder */
+    /* Hybrid decode (gpu_decode_share): the first gpu_n positions of each
+     * batch may be routed to nvJPEG (see "Hybrid decode" above). */
+    uint32_t share, gpu_n;
+    uint64_t max_pixels;
+    ch_nvjpeg *nj;
+    uint8_t *ring;
+    size_t slot_stride, sample_bytes;
+    struct gpu_slot *gs;      /* per slot */
 };
+
+/* One routed sample: its JPEG's bytes at stage + off, its crop. */
+typedef struct gpu_entry {
+    int on;
+    size_t off, len;
+    ch_gpu_crop crop;
+} gpu_entry;
+
+/* A slot's routed samples.  `used` is the only field workers share while
+ * the slot fills (an atomic bump); entry p is written by the worker making
+ * position p; the worker that finishes the batch reads them all (after the
+ * slot's acq_rel countdown) and resets them. */
+typedef struct gpu_slot {
+    uint8_t *stage;
+    size_t cap;
+    _Atomic size_t used;
+    gpu_entry *e;             /* gpu_n */
+    const uint8_t **jp;       /* gpu_n, gathered at submit */
+    size_t *lens;
+    ch_gpu_crop *crops;
+    uint32_t *pos;
+} gpu_slot;
+
+/* Staging per routed position: a JPEG bigger than what is left of its
+ * slot's gpu_n * this is decoded on the CPU instead. */
+#define GPU_STAGE_PER_SAMPLE (256u << 10)
 
 int ch_cuda_parse_device(const char *device, int *out_dev, chute_error *err)
 {
@@ -151,12 +205,31 @@ int ch_cuda_module_load(const char *who, const ch_cuda_module **out_mod, void **
     return CHUTE_OK;
 }
 
+int ch_cuda_nvjpeg_find(const ch_cuda_module *m, char *msg, size_t msglen)
+{
+    if (m->size < offsetof(ch_cuda_module, resize_u8_host) + sizeof m->resize_u8_host ||
+        !m->nvjpeg_find) {
+        snprintf(msg, msglen, "nvJPEG not supported by this CUDA module (an older build)");
+        return CHUTE_EUNSUPPORTED;
+    }
+    char path[1024] = "";
+    int rc = m->nvjpeg_find(path, sizeof path, msg, msglen);
+    if (rc == CHUTE_OK)
+        snprintf(msg, msglen, "nvJPEG found at %s", path);
+    return rc;
+}
+
 int ch_cuda_loader_open(chute_loader_options *o, ch_out_spec *spec, ch_cuda_loader **out,
                         chute_error *err)
 {
     *out = NULL;
     int dev = -1;
     int rc = ch_cuda_parse_device(o->device, &dev, err);
+    if (rc == CHUTE_OK && dev < 0 && o->gpu_decode_share)
+        return ch_err(err, CHUTE_EINVAL,
+                      "gpu_decode_share %u needs device \"cuda\" or \"cuda:N\" (device is "
+                      "\"%.32s\")",
+                      o->gpu_decode_share, o->device ? o->device : "cpu");
     if (rc != CHUTE_OK || dev < 0)
         return rc;
     char who[32];
@@ -170,7 +243,21 @@ int ch_cuda_loader_open(chute_loader_options *o, ch_out_spec *spec, ch_cuda_load
         return rc;
     }
     int n = 0;
-    char msg[512] = "";
+    char msg[2048] = "";
+    if (o->gpu_decode_share) {
+        /* nvJPEG first: finding it needs no device, so the message is the
+         * same on a GPU-less host as on a GPU host that lacks the library. */
+        rc = ch_cuda_nvjpeg_find(g->m, msg, sizeof msg);
+        if (rc != CHUTE_OK) {
+            dlclose(g->handle);
+            free(g);
+            return ch_err(err, rc, "%s: gpu_decode_share %u: %s", who, o->gpu_decode_share,
+                          msg);
+        }
+        g->share = o->gpu_decode_share;
+        g->gpu_n = (uint32_t)(((uint64_t)o->batch_size * g->share + 99) / 100);
+        g->max_pixels = o->max_pixels;
+    }
     rc = g->m->device_count(&n, msg, sizeof msg);
     if (rc == CHUTE_OK && dev >= n) {
         rc = CHUTE_EINVAL;
@@ -218,17 +305,97 @@ int ch_cuda_loader_attach(ch_cuda_loader *g, void *ring, size_t ring_len, uint32
     cfg.layout = (int)g->layout;
     memcpy(cfg.mul, g->mul, sizeof cfg.mul);
     memcpy(cfg.add, g->add, sizeof cfg.add);
-    char msg[512] = "";
+    char msg[2048] = "";
     int rc = g->m->open(&cfg, &g->ctx, msg, sizeof msg);
     if (rc != CHUTE_OK)
         return ch_err(err, rc, "%s", msg);
+    g->ring = ring;
+    g->slot_stride = slot_stride;
+    g->sample_bytes = (size_t)g->size * g->size * 3;
+    if (!g->gpu_n)
+        return CHUTE_OK;
+    rc = g->m->nvjpeg_open(g->device, g->max_pixels, &g->nj, msg, sizeof msg);
+    if (rc != CHUTE_OK)
+        return ch_err(err, rc, "device cuda:%d: gpu_decode_share %u: %s", g->device, g->share,
+                      msg);
+    g->gs = calloc(nslots, sizeof *g->gs);
+    if (!g->gs)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    uint32_t n = g->gpu_n;
+    for (uint32_t i = 0; i < nslots; i++) {
+        gpu_slot *q = &g->gs[i];
+        q->cap = (size_t)n * GPU_STAGE_PER_SAMPLE;
+        q->stage = malloc(q->cap);
+        q->e = calloc(n, sizeof *q->e);
+        q->jp = calloc(n, sizeof *q->jp);
+        q->lens = calloc(n, sizeof *q->lens);
+        q->crops = calloc(n, sizeof *q->crops);
+        q->pos = calloc(n, sizeof *q->pos);
+        atomic_init(&q->used, 0);
+        if (!q->stage || !q->e || !q->jp || !q->lens || !q->crops || !q->pos)
+            return ch_err(err, CHUTE_ENOMEM, "out of memory for %zu MiB of JPEG staging",
+                          (q->cap * nslots) >> 20);
+    }
     return CHUTE_OK;
+}
+
+int ch_cuda_loader_route(ch_cuda_loader *g, uint8_t *dst, int is_jpeg, uint32_t channels,
+                         const uint8_t *enc, size_t len, const ch_crop *crop)
+{
+    if (!g->gs || dst < g->ring)
+        return 0;
+    size_t off = (size_t)(dst - g->ring);
+    size_t slot = off / g->slot_stride, p = off % g->slot_stride / g->sample_bytes;
+    if (slot >= g->nslots || p >= g->gpu_n)
+        return 0;
+    gpu_slot *q = &g->gs[slot];
+    gpu_entry *e = &q->e[p];
+    e->on = 0; /* whatever an abandoned fill of this slot left here */
+    if (!is_jpeg || (channels != 3 && channels != 1)) /* nvJPEG: no CMYK */
+        return 0;
+    size_t u = atomic_load_explicit(&q->used, memory_order_relaxed);
+    do {
+        if (len > q->cap - u)
+            return 0; /* staging full: the CPU decodes this one */
+    } while (!atomic_compare_exchange_weak_explicit(&q->used, &u, u + len, memory_order_relaxed,
+                                                    memory_order_relaxed));
+    memcpy(q->stage + u, enc, len);
+    e->off = u;
+    e->len = len;
+    e->crop.x0 = crop->x0;
+    e->crop.y0 = crop->y0;
+    e->crop.x1 = crop->x1;
+    e->crop.y1 = crop->y1;
+    e->crop.clip_x0 = crop->clip_x0;
+    e->crop.clip_y0 = crop->clip_y0;
+    e->crop.clip_x1 = crop->clip_x1;
+    e->crop.clip_y1 = crop->clip_y1;
+    e->crop.flip = crop->flip;
+    e->on = 1;
+    return 1;
 }
 
 int ch_cuda_loader_submit(ch_cuda_loader *g, uint32_t slot, uint32_t count, chute_error *err)
 {
     char msg[512] = "";
-    int rc = g->m->submit(g->ctx, slot, count, msg, sizeof msg);
+    gpu_slot *q = g->gs && slot < g->nslots ? &g->gs[slot] : NULL;
+    uint32_t n = 0;
+    for (uint32_t p = 0; q && p < g->gpu_n; p++) {
+        gpu_entry *e = &q->e[p];
+        if (e->on && p < count) {
+            q->jp[n] = q->stage + e->off;
+            q->lens[n] = e->len;
+            q->crops[n] = e->crop;
+            q->pos[n] = p;
+            n++;
+        }
+        e->on = 0;
+    }
+    int rc = n ? g->m->submit_decoded(g->ctx, g->nj, slot, count, q->jp, q->lens, q->crops,
+                                      q->pos, n, msg, sizeof msg)
+               : g->m->submit(g->ctx, slot, count, msg, sizeof msg);
+    if (q) /* reused after host_wait(slot), which waits for the decodes */
+        atomic_store_explicit(&q->used, 0, memory_order_relaxed);
     return rc == CHUTE_OK ? CHUTE_OK : ch_err(err, rc, "%s", msg);
 }
 
@@ -299,9 +466,21 @@ void ch_cuda_loader_close(ch_cuda_loader *g)
     if (!g)
         return;
     if (getpid() == g->pid) {
-        g->m->close(g->ctx);
+        g->m->close(g->ctx); /* waits for the stream: no decode still reads the stage */
+        if (g->nj)
+            g->m->nvjpeg_close(g->nj);
         dlclose(g->handle);
     }
+    for (uint32_t i = 0; g->gs && i < g->nslots; i++) {
+        gpu_slot *q = &g->gs[i];
+        free(q->stage);
+        free(q->e);
+        free(q->jp);
+        free(q->lens);
+        free(q->crops);
+        free(q->pos);
+    }
+    free(g->gs);
     free(g->release_stream);
     free(g);
 }

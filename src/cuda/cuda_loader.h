@@ -25,6 +25,11 @@ int ch_cuda_parse_device(const char *device, int *out_dev, chute_error *err);
 int ch_cuda_module_load(const char *who, const ch_cuda_module **out_mod, void **out_handle,
                         chute_error *err);
 
+/* Whether the module can load nvJPEG (no device needed): CHUTE_OK with
+ * "nvJPEG found at PATH" in msg, else CHUTE_EUNSUPPORTED with "nvJPEG not
+ * found ..." and the places tried. */
+int ch_cuda_nvjpeg_find(const ch_cuda_module *m, char *msg, size_t msglen);
+
 /* For a loader created with options->device: -1 (host) leaves *out NULL.
  * Otherwise loads the module and checks the device, remembers the output
  * the user asked for (dtype, layout, normalize: from *o and *spec), and
@@ -34,6 +39,12 @@ int ch_cuda_loader_open(chute_loader_options *o, ch_out_spec *spec, ch_cuda_load
 /* Once the ring exists: pin it, allocate the device buffers. */
 int ch_cuda_loader_attach(ch_cuda_loader *g, void *ring, size_t ring_len, uint32_t nslots,
                           size_t slot_stride, chute_error *err);
+/* Hybrid decode: a worker about to decode the JPEG `enc` for the sample at
+ * `dst` (in the ring) with `crop` asks whether the GPU takes it instead.
+ * 1: its bytes were staged, skip the decode; 0: decode it on the CPU.
+ * Any worker thread. */
+int ch_cuda_loader_route(ch_cuda_loader *g, uint8_t *dst, int is_jpeg, uint32_t channels,
+                         const uint8_t *enc, size_t len, const ch_crop *crop);
 /* A batch's last sample is written (any worker thread). */
 int ch_cuda_loader_submit(ch_cuda_loader *g, uint32_t slot, uint32_t count, chute_error *err);
 /* Before workers write into a slot again: its last H2D copy is done. */

@@ -35,6 +35,16 @@ extern "C" {
 #define CH_CUDA_STREAM_LEGACY ((void *)0x1)
 
 typedef struct ch_cuda_ctx ch_cuda_ctx;
+typedef struct ch_nvjpeg ch_nvjpeg;
+
+/* A crop window in source-image coordinates, the same fields as
+ * src/ops/ops.h's ch_crop (the resampler's taps are computed from them the
+ * same way on the GPU; see nvjpeg.cu). */
+typedef struct ch_gpu_crop {
+    double x0, y0, x1, y1;
+    int32_t clip_x0, clip_y0, clip_x1, clip_y1;
+    int32_t flip;
+} ch_gpu_crop;
 
 /* What one loader's device side is: the host ring to pin and, per slot,
  * the batch to produce on the device. */
@@ -83,6 +93,47 @@ typedef struct ch_cuda_module {
      * best of a few copies, in GB/s (doctor). */
     int (*h2d_bandwidth)(int device, size_t bytes, int pinned, double *out_gbps, char *msg,
                          size_t msglen);
+    /* ---- appended: nvJPEG (optional), present when size covers them ---- */
+    /* Find and dlopen libnvjpeg (no device needed): $CHUTE_NVJPEG (that file
+     * only), else beside this module, the Python wheel's nvidia/nvjpeg/lib
+     * relative to it, /usr/local/cuda/lib64, then the loader's path.  On
+     * success the file opened is written to out_path.  CHUTE_EUNSUPPORTED
+     * with "nvJPEG not found ..." and every place tried otherwise. */
+    int (*nvjpeg_find)(char *out_path, size_t pathlen, char *msg, size_t msglen);
+    /* A decoder on `device`: the library, an nvJPEG handle and state, a
+     * grow-only device scratch for one decoded image (max_pixels bounds it). */
+    int (*nvjpeg_open)(int device, uint64_t max_pixels, ch_nvjpeg **out, char *msg,
+                       size_t msglen);
+    /* Decode n JPEGs (host memory, valid for the call) on the GPU and
+     * resample crops[i] of each to size x size uint8 RGB at
+     * dst_dev + pos[i] * dst_stride (pos NULL: i; device memory), queued on `stream` (NULL:
+     * legacy); the host buffers may be reused when it returns.  A JPEG
+     * nvJPEG cannot decode is CHUTE_ECORRUPT naming its index. */
+    int (*nvjpeg_decode_resize)(ch_nvjpeg *j, const uint8_t *const *jpegs, const size_t *lens,
+                                const ch_gpu_crop *crops, const uint32_t *pos, uint32_t n,
+                                uint32_t size, uint8_t *dst_dev, size_t dst_stride,
+                                void *stream, char *msg, size_t msglen);
+    void (*nvjpeg_close)(ch_nvjpeg *j); /* NULL ok */
+    /* The GPU resampler alone, host to host (tests: against the CPU
+     * resampler on the same pixels): a w x h RGB8 image (stride w * 3). */
+    int (*resize_u8)(int device, const uint8_t *rgb, uint32_t w, uint32_t h,
+                     const ch_gpu_crop *crop, uint32_t size, uint8_t *out, char *msg,
+                     size_t msglen);
+    /* submit() for a batch of which n samples are still encoded JPEGs
+     * (hybrid decode): after the H2D copy of the CPU-made samples, decode
+     * and resample sample i into position pos[i] of the slot's device input,
+     * then convert as submit() does.  The slot's h2d_done event is recorded
+     * after the decodes, so host_wait also covers the JPEG bytes: the
+     * caller may reuse them once host_wait(slot) returns.  Calls on one
+     * ch_nvjpeg are serialised inside. */
+    int (*submit_decoded)(ch_cuda_ctx *c, ch_nvjpeg *j, uint32_t slot, uint32_t count,
+                          const uint8_t *const *jpegs, const size_t *lens,
+                          const ch_gpu_crop *crops, const uint32_t *pos, uint32_t n, char *msg,
+                          size_t msglen);
+    /* resize_u8's per-pixel code compiled for the host (no device needed):
+     * the GPU resampler's arithmetic, testable where there is no GPU. */
+    int (*resize_u8_host)(const uint8_t *rgb, uint32_t w, uint32_t h, const ch_gpu_crop *crop,
+                          uint32_t size, uint8_t *out, char *msg, size_t msglen);
 } ch_cuda_module;
 
 typedef const ch_cuda_module *(*ch_cuda_module_fn)(void);

@@ -22,6 +22,12 @@
  * The flip stays on the CPU (it is free there: the resampler writes the
  * row mirrored), so the pixels are exactly the CPU uint8 path's.
  *
+ * Hybrid decode (gpu_decode_share).  submit_decoded() is submit() with the
+ * batch's still-encoded JPEGs: between the H2D copy and the conversion it
+ * runs nvJPEG and the GPU resampler (nvjpeg.cu) into those positions of the
+ * slot's uint8 input, and records h2d_done only after them, so host_wait
+ * also guarantees nvJPEG has finished with the staged JPEG bytes.
+ *
  * Memory.  Every device buffer is allocated once in open() and freed in
  * close(); nothing is allocated per batch.  The CUDA runtime is linked
  * statically (CMake: CUDA_RUNTIME_LIBRARY Static) and hidden by the
@@ -234,7 +240,24 @@ static int mod_open(const ch_cuda_config *cfg, ch_cuda_ctx **out, char *msg, siz
     return ST_OK;
 }
 
-static int mod_submit(ch_cuda_ctx *c, uint32_t slot, uint32_t count, char *msg, size_t msglen)
+extern "C" int ch_nvjpeg_decode_resize(ch_nvjpeg *j, const uint8_t *const *jpegs,
+                                       const size_t *lens, const ch_gpu_crop *crops,
+                                       const uint32_t *pos, uint32_t n, uint32_t size,
+                                       uint8_t *dst_dev, size_t dst_stride, void *stream,
+                                       char *msg, size_t msglen);
+
+/* The batch's GPU-decoded samples (hybrid decode), or none (j NULL). */
+typedef struct gpu_part {
+    ch_nvjpeg *j;
+    const uint8_t *const *jpegs;
+    const size_t *lens;
+    const ch_gpu_crop *crops;
+    const uint32_t *pos;
+    uint32_t n;
+} gpu_part;
+
+static int submit_impl(ch_cuda_ctx *c, uint32_t slot, uint32_t count, const gpu_part *g,
+                       char *msg, size_t msglen)
 {
     int dev = c->cfg.device;
     if (slot >= c->cfg.nslots || count > c->cfg.batch_size) {
@@ -248,6 +271,20 @@ static int mod_submit(ch_cuda_ctx *c, uint32_t slot, uint32_t count, char *msg, 
     TRY(cudaStreamWaitEvent(c->stream, c->freed[slot], 0), "cudaStreamWaitEvent (slot release)");
     TRY(cudaMemcpyAsync(c->d_in[slot], host, elems, cudaMemcpyHostToDevice, c->stream),
         "cudaMemcpyAsync (batch to device)");
+    if (g && g->n) {
+        for (uint32_t i = 0; i < g->n; i++)
+            if (g->pos[i] >= count) {
+                snprintf(msg, msglen, "device cuda:%d: GPU-decoded position %u >= count %u",
+                         dev, g->pos[i], count);
+                return ST_EINVAL;
+            }
+        int rc = ch_nvjpeg_decode_resize(g->j, g->jpegs, g->lens, g->crops, g->pos, g->n, S,
+                                         c->d_in[slot], (size_t)S * S * 3, c->stream, msg,
+                                         msglen);
+        if (rc != ST_OK)
+            return rc;
+    }
+    /* After the decodes: host_wait then also covers the JPEG bytes. */
     TRY(cudaEventRecord(c->h2d_done[slot], c->stream), "cudaEventRecord");
     if (elems && c->d_out[slot] != (void *)c->d_in[slot]) {
         const unsigned T = 256;
@@ -269,6 +306,20 @@ static int mod_submit(ch_cuda_ctx *c, uint32_t slot, uint32_t count, char *msg, 
     }
     TRY(cudaEventRecord(c->ready[slot], c->stream), "cudaEventRecord");
     return ST_OK;
+}
+
+static int mod_submit(ch_cuda_ctx *c, uint32_t slot, uint32_t count, char *msg, size_t msglen)
+{
+    return submit_impl(c, slot, count, NULL, msg, msglen);
+}
+
+static int mod_submit_decoded(ch_cuda_ctx *c, ch_nvjpeg *j, uint32_t slot, uint32_t count,
+                              const uint8_t *const *jpegs, const size_t *lens,
+                              const ch_gpu_crop *crops, const uint32_t *pos, uint32_t n,
+                              char *msg, size_t msglen)
+{
+    gpu_part g = {j, jpegs, lens, crops, pos, n};
+    return submit_impl(c, slot, count, j ? &g : NULL, msg, msglen);
 }
 
 static int mod_host_wait(ch_cuda_ctx *c, uint32_t slot, char *msg, size_t msglen)
@@ -362,10 +413,24 @@ static int mod_h2d_bandwidth(int dev, size_t bytes, int pinned, double *out_gbps
     return ST_OK;
 }
 
+/* nvjpeg.cu */
+extern "C" int ch_nvjpeg_find(char *out_path, size_t pathlen, char *msg, size_t msglen);
+extern "C" int ch_nvjpeg_open(int dev, uint64_t max_pixels, ch_nvjpeg **out, char *msg,
+                              size_t msglen);
+extern "C" void ch_nvjpeg_close(ch_nvjpeg *j);
+extern "C" int ch_gpu_resize_u8_host(const uint8_t *rgb, uint32_t w, uint32_t h,
+                                     const ch_gpu_crop *crop, uint32_t size, uint8_t *out,
+                                     char *msg, size_t msglen);
+extern "C" int ch_gpu_resize_u8(int dev, const uint8_t *rgb, uint32_t w, uint32_t h,
+                                const ch_gpu_crop *crop, uint32_t size, uint8_t *out, char *msg,
+                                size_t msglen);
+
 static const ch_cuda_module the_module = {
     CH_CUDA_ABI_VERSION, sizeof(ch_cuda_module), mod_device_count, mod_open, mod_submit,
     mod_host_wait,       mod_stream_wait,        mod_release,      mod_slot_info, mod_close,
     mod_mem_info,        mod_h2d_bandwidth,
+    ch_nvjpeg_find,      ch_nvjpeg_open,         ch_nvjpeg_decode_resize, ch_nvjpeg_close,
+    ch_gpu_resize_u8,    mod_submit_decoded,     ch_gpu_resize_u8_host,
 };
 
 extern "C" __attribute__((visibility("default"))) const ch_cuda_module *chute_cuda_module_v1(void)

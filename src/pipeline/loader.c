@@ -437,6 +437,13 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     } else {
         ch_geom_full(info.width, info.height, &crop);
     }
+    /* gpu_decode_share: this position's JPEG may go to nvJPEG (src/cuda/). */
+    if (ld->gpu && !ld->dc &&
+        ch_cuda_loader_route(ld->gpu, dst, info.kind == CH_IMG_JPEG, info.channels, bytes, len,
+                             &crop)) {
+        ch_decoder_abort(w->dec);
+        return CHUTE_OK;
+    }
     uint32_t denom = dct_denom(ld, info.caps, crop.x1 - crop.x0, crop.y1 - crop.y0);
     if (ld->dc && ld->o.transform == CHUTE_TRANSFORM_TRAIN) {
         rc = cache_frame(ld, w, idx, &info, bytes, len, &crop, denom, dst, err);
