@@ -39,6 +39,12 @@ static int st_open_kafka(chute_dataset *ds, ch_stream_spec *sp, const char *path
     sp->name = strndup(path, strcspn(path, "?"));
     if (!sp->uri || !sp->name)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    /* ds->root names the dataset in messages: without the query either. */
+    char *root = strdup(sp->name);
+    if (!root)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    free(ds->root);
+    ds->root = root;
     if (strlen(sp->name) <= 8 || !strchr(sp->name + 8, '/'))
         return ch_err(err, CHUTE_EINVAL, "%s: a Kafka URI is kafka://HOST:PORT[,HOST:PORT]/TOPIC[,TOPIC]?group=G",
                       sp->name);

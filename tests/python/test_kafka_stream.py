@@ -120,3 +120,14 @@ def test_kafka_state_refused_by_a_non_kafka_loader(cluster):
         with pytest.raises(ValueError, match="Kafka"):
             other.load_state_dict(st)
 
+
+
+def test_kafka_uri_without_a_group_fails_naming_it():
+    """The consumer opens when the epoch starts; its error reaches Python."""
+    with chute.Loader("kafka://127.0.0.1:9/topic?until=eof&kafka.sasl.password=hunter2",
+                      batch_size=2, size=8) as ld:
+        assert ld.dataset.is_stream
+        with pytest.raises(chute.ChuteError, match="consumer group") as e:
+            list(ld)
+        assert "hunter2" not in str(e.value)
+
