@@ -480,6 +480,22 @@ CHUTE_API uint64_t chute_loader_num_batches(const chute_loader *ld);
 /* Samples this rank delivers per epoch. */
 CHUTE_API uint64_t chute_loader_num_samples(const chute_loader *ld);
 
+/* Resume of a Kafka stream (kafka://...): its position is the consumer's
+ * offsets past what the consumer of this loader released (at-least-once),
+ * not a batch number.  chute_loader_stream_state copies that position's
+ * bytes (opaque, versioned) into buf: CHUTE_OK with *len, *len = 0 for
+ * loaders over other datasets, CHUTE_ELIMIT with *len = the size needed
+ * when cap is short (buf may be NULL then).  Any thread.
+ * chute_loader_set_stream_state gives a new loader (same URI and group)
+ * those bytes: the next chute_loader_start_epoch (or first next) opens the
+ * consumer there, and start_batch is then not used to skip samples.  The
+ * bytes are copied.  Control thread, before starting; CHUTE_EINVAL for a
+ * loader that is not over a Kafka stream (len 0 is always accepted).   */
+CHUTE_API int chute_loader_stream_state(chute_loader *ld, void *buf, size_t cap, size_t *len,
+                                        chute_error *err);
+CHUTE_API int chute_loader_set_stream_state(chute_loader *ld, const void *buf, size_t len,
+                                            chute_error *err);
+
 typedef struct chute_batch chute_batch;
 
 /* A batch's memory description.  Pointers stay valid until the batch is

@@ -73,7 +73,7 @@ def get_lib() -> str:
     return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "lib")
 
 
-_FUTURE = ("hdf5", "kafka")
+_FUTURE = ("hdf5", "kafka")  # each set from the library below
 
 
 def features() -> _Dict[str, bool]:
@@ -86,7 +86,8 @@ def features() -> _Dict[str, bool]:
     whether the NVIDIA management library can be loaded now (``chute doctor``'s
     GPU utilisation).  ``s3`` is whether libchute was built with libcurl (the
     s3:// and http(s):// sources); ``hdf5``: the HDF5 format (libhdf5 found
-    at build time).  Kafka is not part of this build.
+    at build time); ``kafka``: kafka:// stream datasets (librdkafka found at
+    build time).
     Never raises: what cannot be determined is reported as False.
     """
     from ._chute import features as _lib_features
@@ -111,6 +112,8 @@ def features() -> _Dict[str, bool]:
         out[name] = False
     # The hdf5 format: libhdf5 was found when libchute was built.
     out["hdf5"] = "hdf5" in have
+    # kafka:// stream datasets: librdkafka was found when libchute was built.
+    out["kafka"] = "kafka" in have
     # The CUDA module was built with this package (lib/libchute_cuda.so);
     # using it needs the driver and a device too (Loader(device="cuda")).
     out["cuda"] = "cuda" in have

@@ -780,7 +780,20 @@ class Loader:
             "remainder": self.remainder,
             "shuffle_mode": self.shuffle_mode,
             "shuffle_buffer": self.shuffle_buffer,
+            **self._stream_state(),
         }
+
+    def _stream_state(self) -> Dict[str, Any]:
+        # A Kafka stream (kafka://) resumes by position, not by batches: the
+        # consumer's offsets past what this loader released (base64 of
+        # chute_loader_stream_state's bytes, so the dict stays JSON-friendly).
+        if not self._is_stream or not self.dataset.path.startswith("kafka://"):
+            return {}
+        core = getattr(self, "_core", None)
+        if core is None or core.closed:
+            return {}
+        import base64
+        return {"stream_state": base64.b64encode(core.stream_state()).decode("ascii")}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict`: the next iteration runs the
@@ -809,6 +822,17 @@ class Loader:
                                  % (key, state.get(key), mine[key]))
         epoch = _uint("epoch", state["epoch"], 0, 2 ** 64 - 1)
         consumed = _uint("batches_consumed", state["batches_consumed"], 0, 2 ** 64 - 1)
+        if state.get("stream_state"):
+            if "stream_state" not in mine:
+                raise ValueError("cannot resume: the state is a Kafka stream's position, this "
+                                 "loader reads %r" % self.dataset.path)
+            import base64
+            import binascii
+            try:
+                raw = base64.b64decode(state["stream_state"], validate=True)
+            except (binascii.Error, TypeError, ValueError) as e:
+                raise ValueError("stream_state is not base64: %s" % e) from None
+            self._core.set_stream_state(raw)
         self._epoch = epoch
         self._resume = (epoch, consumed)
         self._consumed = consumed

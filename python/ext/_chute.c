@@ -1538,6 +1538,61 @@ static PyObject *Loader_start_epoch(LoaderObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* Kafka resume (chute_loader_stream_state): the position as bytes (b""
+ * for other datasets). */
+static PyObject *Loader_stream_state(LoaderObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (loader_enter(self))
+        return NULL;
+    chute_loader *ld = self->core->ld;
+    chute_error err = {0};
+    size_t len = 0;
+    int rc = chute_loader_stream_state(ld, NULL, 0, &len, &err);
+    PyObject *out = NULL;
+    if (rc == CHUTE_OK || rc == CHUTE_ELIMIT) {
+        for (int tries = 0; tries < 4 && !out; tries++) { /* it may grow meanwhile */
+            out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
+            if (!out)
+                break;
+            size_t got = 0;
+            rc = len ? chute_loader_stream_state(ld, PyBytes_AS_STRING(out), len, &got, &err)
+                     : CHUTE_OK;
+            if (rc == CHUTE_OK) {
+                if (got < len && _PyBytes_Resize(&out, (Py_ssize_t)got) != 0)
+                    out = NULL;
+                break;
+            }
+            Py_CLEAR(out);
+            len = got;
+            if (rc != CHUTE_ELIMIT)
+                break;
+        }
+    }
+    self->busy = 0;
+    if (!out && !PyErr_Occurred())
+        return raise_status(rc, err.message);
+    return out;
+}
+
+static PyObject *Loader_set_stream_state(LoaderObject *self, PyObject *args)
+{
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*:set_stream_state", &b))
+        return NULL;
+    if (loader_enter(self)) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    chute_error err = {0};
+    int rc = chute_loader_set_stream_state(self->core->ld, b.buf, (size_t)b.len, &err);
+    self->busy = 0;
+    PyBuffer_Release(&b);
+    if (rc != CHUTE_OK)
+        return raise_status(rc, err.message);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Loader_next(LoaderObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"timeout", NULL};
@@ -1788,6 +1843,11 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
 }
 
 static PyMethodDef Loader_methods[] = {
+    {"stream_state", (PyCFunction)Loader_stream_state, METH_NOARGS,
+     "stream_state()\n--\n\nA Kafka stream's position (bytes; b'' for other datasets)."},
+    {"set_stream_state", (PyCFunction)Loader_set_stream_state, METH_VARARGS,
+     "set_stream_state(state)\n--\n\nResume a Kafka stream from stream_state()'s bytes at "
+     "the next start."},
     {"start_epoch", (PyCFunction)Loader_start_epoch, METH_VARARGS,
      "start_epoch(epoch, start_batch)\n--\n\nBegin epoch `epoch`, skipping its first "
      "`start_batch` batches."},

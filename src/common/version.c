@@ -38,9 +38,15 @@ int chute_version_number(void) { return CHUTE_VERSION_NUMBER; }
 #else
 #define CH_FEATURE_HDF5 ""
 #endif
+/* "kafka": kafka:// stream datasets (librdkafka found at build time). */
+#ifdef CHUTE_HAVE_KAFKA
+#define CH_FEATURE_KAFKA " kafka"
+#else
+#define CH_FEATURE_KAFKA ""
+#endif
 const char *chute_features(void)
 {
-    return "jpeg" CH_FEATURE_PNG CH_FEATURE_CURL CH_FEATURE_CUDA CH_FEATURE_HDF5;
+    return "jpeg" CH_FEATURE_PNG CH_FEATURE_CURL CH_FEATURE_CUDA CH_FEATURE_HDF5 CH_FEATURE_KAFKA;
 }
 
 const char *chute_status_name(int status)

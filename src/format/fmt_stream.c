@@ -10,7 +10,9 @@
  * the registry (no probe can recognise a command); chute_dataset_open_ex
  * picks it by the path's form (ch_stream_path).  The samples flow through
  * the loader's stream path (src/pipeline/stream.h), which reads the
- * dataset's ch_stream_spec.
+ * dataset's ch_stream_spec.  `kafka://...` (a Kafka consumer,
+ * stream_kafka.c) is a stream dataset of the same shell; built without
+ * librdkafka it is refused with CHUTE_EUNSUPPORTED saying so.
  */
 #define _GNU_SOURCE
 #include "format.h"
@@ -22,7 +24,42 @@
 
 int ch_stream_path(const char *path)
 {
-    return path && (strcmp(path, "-") == 0 || strncmp(path, "pipe:", 5) == 0);
+    return path && (strcmp(path, "-") == 0 || strncmp(path, "pipe:", 5) == 0 ||
+                    strncmp(path, "kafka://", 8) == 0);
+}
+
+/* kafka://...: the reader is stream_kafka.c's; the name for messages is
+ * the URI without its query (which may hold client credentials). */
+static int st_open_kafka(chute_dataset *ds, ch_stream_spec *sp, const char *path,
+                         chute_error *err)
+{
+#ifdef CHUTE_HAVE_KAFKA
+    sp->ops = &ch_stream_kafka_ops;
+    sp->uri = strdup(path);
+    sp->name = strndup(path, strcspn(path, "?"));
+    if (!sp->uri || !sp->name)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    /* ds->root names the dataset in messages: without the query either. */
+    char *root = strdup(sp->name);
+    if (!root)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    free(ds->root);
+    ds->root = root;
+    if (strlen(sp->name) <= 8 || !strchr(sp->name + 8, '/'))
+        return ch_err(err, CHUTE_EINVAL, "%s: a Kafka URI is kafka://HOST:PORT[,HOST:PORT]/TOPIC[,TOPIC]?group=G",
+                      sp->name);
+    ds->stream = sp;
+    ds->n = 0;
+    ds->nclasses = 0;
+    return CHUTE_OK;
+#else
+    (void)ds;
+    (void)sp;
+    return ch_err(err, CHUTE_EUNSUPPORTED,
+                  "%.*s: this libchute was built without librdkafka (no Kafka streams; "
+                  "install librdkafka-dev and rebuild with CHUTE_WITH_KAFKA=ON)",
+                  (int)strcspn(path, "?"), path);
+#endif
 }
 
 static int st_probe(const ch_source_ops *src, const char *path, int is_dir, char *why, size_t n)
@@ -42,6 +79,8 @@ static int st_open(chute_dataset *ds, const char *path, const chute_dataset_opti
     if (!sp)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     ds->impl = sp;
+    if (strncmp(path, "kafka://", 8) == 0)
+        return st_open_kafka(ds, sp, path, err);
     sp->ops = &ch_stream_tar_ops;
     sp->name = strdup(path);
     if (strcmp(path, "-") != 0) {
@@ -98,6 +137,7 @@ static void st_close(void *impl)
         return;
     free(sp->cmd);
     free(sp->name);
+    free(sp->uri);
     free(sp);
 }
 

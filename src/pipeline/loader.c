@@ -968,6 +968,8 @@ static int stream_create(chute_loader *ld, chute_error *err)
         .max_bytes = o->max_sample_bytes,
         .on_end = stream_end,
         .ctx = ld,
+        .rank = o->rank,
+        .world = o->world_size,
     };
     int rc = ch_stream_create(&c, &ld->st, err);
     if (rc != CHUTE_OK)
@@ -1383,6 +1385,36 @@ uint64_t chute_loader_num_batches(const chute_loader *ld)
 {
     return ld && !ld->st ? ld->nbatches : 0; /* a stream's is unknown */
 }
+/* Kafka resume (stream.h: ch_stream_get_state / set_state). */
+int chute_loader_stream_state(chute_loader *ld, void *buf, size_t cap, size_t *len,
+                              chute_error *err)
+{
+    if (!ld || !len)
+        return ch_err(err, CHUTE_EINVAL, "chute_loader_stream_state: ld and len are required");
+    *len = 0;
+    if (!ld->st)
+        return CHUTE_OK;
+    int rc = ch_stream_get_state(ld->st, buf, cap, len, err);
+    if (rc == CH_ESMALL)
+        return ch_err(err, CHUTE_ELIMIT, "stream state is %zu bytes, the buffer %zu", *len, cap);
+    return rc;
+}
+
+int chute_loader_set_stream_state(chute_loader *ld, const void *buf, size_t len,
+                                  chute_error *err)
+{
+    if (!ld || (len && !buf))
+        return ch_err(err, CHUTE_EINVAL, "chute_loader_set_stream_state: bad arguments");
+    if (!ld->st || !ld->ds->stream->ops->state_save)
+        return len ? ch_err(err, CHUTE_EINVAL,
+                            "%s: only a Kafka stream resumes from state bytes",
+                            ld->st ? ch_stream_name(ld->st) : "not a stream")
+                   : CHUTE_OK;
+    if (ch_stream_set_state(ld->st, buf, len) != CHUTE_OK)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    return CHUTE_OK;
+}
+
 uint64_t chute_loader_num_samples(const chute_loader *ld)
 {
     if (!ld || ld->st)

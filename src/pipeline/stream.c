@@ -16,6 +16,7 @@
  * record, workers for a published position); the claim itself is a CAS.
  */
 #include "stream.h"
+#include "../io/io.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -48,6 +49,9 @@ struct ch_stream {
     uint64_t epoch, skip;
     uint64_t gen;             /* (mu) the run's; UINT64_MAX between runs */
     int inited;               /* the locks exist */
+    uint8_t *state;           /* (mu) resume bytes: set_state's, or the last run's at close */
+    size_t state_len;
+    int state_pinned;         /* (mu) set_state's, kept until the next open */
 };
 
 int ch_stream_create(const ch_stream_config *cfg, ch_stream **out, chute_error *err)
@@ -206,10 +210,22 @@ int ch_stream_start(ch_stream *st, uint64_t epoch, uint64_t skip, uint64_t gen)
     pthread_mutex_unlock(&st->mu);
     ch_shufbuf_reset(&st->sb, ch_rng_for(st->cfg.seed ^ 0x53545245414dull, epoch, 0));
     memset(&st->open_err, 0, sizeof st->open_err);
-    st->open_rc = st->cfg.spec->ops->open(st->cfg.spec, epoch, st->cfg.timeout_ms,
-                                          st->cfg.max_bytes, &st->reader, &st->open_err);
-    if (st->open_rc != CHUTE_OK)
-        st->reader = NULL;
+    void *reader = NULL;
+    if (st->cfg.spec->ops->open_at) {
+        /* The reader resumes by its own position: nothing to skip.  (The
+         * state is only changed by set_state, on this same thread.) */
+        st->skip = 0;
+        ch_stream_where w = {st->cfg.rank, st->cfg.world, st->nrec, st->state, st->state_len};
+        st->open_rc = st->cfg.spec->ops->open_at(st->cfg.spec, epoch, st->cfg.timeout_ms,
+                                                 st->cfg.max_bytes, &w, &reader, &st->open_err);
+    } else {
+        st->open_rc = st->cfg.spec->ops->open(st->cfg.spec, epoch, st->cfg.timeout_ms,
+                                              st->cfg.max_bytes, &reader, &st->open_err);
+    }
+    pthread_mutex_lock(&st->mu);
+    st->reader = st->open_rc == CHUTE_OK ? reader : NULL;
+    st->state_pinned = 0;
+    pthread_mutex_unlock(&st->mu);
     int rc = pthread_create(&st->thread, NULL, pump_main, st);
     if (rc != 0) {
         if (st->reader)
@@ -243,9 +259,29 @@ void ch_stream_stop(ch_stream *st)
         pthread_join(st->thread, NULL);
         st->have_thread = 0;
     }
-    if (st->reader)
-        st->cfg.spec->ops->close(st->reader);
+    /* Keep the run's last position (state asked for between runs), and
+     * take the reader out under mu: get_state must not see it closing. */
+    pthread_mutex_lock(&st->mu);
+    void *r = st->reader;
     st->reader = NULL;
+    if (r && st->cfg.spec->ops->state_save && !st->state_pinned) {
+        size_t len = 0;
+        chute_error e = {0};
+        int src = st->cfg.spec->ops->state_save(r, NULL, 0, &len, &e);
+        if (src == CH_ESMALL || (src == CHUTE_OK && len == 0)) {
+            uint8_t *b = len ? malloc(len) : NULL;
+            if (!len || (b && st->cfg.spec->ops->state_save(r, b, len, &len, &e) == CHUTE_OK)) {
+                free(st->state);
+                st->state = b;
+                st->state_len = len;
+            } else {
+                free(b);
+            }
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+    if (r)
+        st->cfg.spec->ops->close(r);
     /* Every record is free again; releases of this run are stale. */
     pthread_mutex_lock(&st->mu);
     for (uint32_t i = 0; i < st->nrec; i++)
@@ -276,6 +312,7 @@ void ch_stream_free(ch_stream *st)
         pthread_cond_destroy(&st->work_cv);
     }
     ch_shufbuf_free(&st->sb);
+    free(st->state);
     free(st->recs);
     free(st->ring);
     free(st->freelist);
@@ -331,4 +368,40 @@ void ch_stream_release(ch_stream *st, uint64_t gen, const uint32_t *h, uint32_t 
         pthread_cond_signal(&st->pump_cv);
     }
     pthread_mutex_unlock(&st->mu);
+}
+
+int ch_stream_set_state(ch_stream *st, const void *buf, size_t len)
+{
+    uint8_t *b = NULL;
+    if (len) {
+        b = malloc(len);
+        if (!b)
+            return CHUTE_ENOMEM;
+        memcpy(b, buf, len);
+    }
+    pthread_mutex_lock(&st->mu);
+    free(st->state);
+    st->state = b;
+    st->state_len = len;
+    st->state_pinned = 1;
+    pthread_mutex_unlock(&st->mu);
+    return CHUTE_OK;
+}
+
+int ch_stream_get_state(ch_stream *st, void *buf, size_t cap, size_t *len, chute_error *err)
+{
+    int rc = CHUTE_OK;
+    *len = 0;
+    pthread_mutex_lock(&st->mu);
+    if (st->reader && st->cfg.spec->ops->state_save && !st->state_pinned) {
+        rc = st->cfg.spec->ops->state_save(st->reader, buf, cap, len, err);
+    } else if (st->cfg.spec->ops->state_save) {
+        *len = st->state_len;
+        if (st->state_len > cap)
+            rc = CH_ESMALL;
+        else if (st->state_len)
+            memcpy(buf, st->state, st->state_len);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return rc;
 }

@@ -82,6 +82,16 @@ typedef struct ch_stream_rec {
     char why[200];
 } ch_stream_rec;
 
+/* Where a reader with positions of its own (Kafka) starts: the loader's
+ * rank/world, the arena's record count (the most samples held at once),
+ * and state bytes to resume from (ch_stream_set_state; len 0: none). */
+typedef struct ch_stream_where {
+    uint32_t rank, world;
+    uint32_t nrec;
+    const void *state;
+    size_t state_len;
+} ch_stream_where;
+
 /* What a stream's source provides (see the essay). */
 typedef struct ch_stream_reader_ops {
     const char *name;         /* "pipe", "stdin", "kafka" */
@@ -103,6 +113,13 @@ typedef struct ch_stream_reader_ops {
     /* Stop and free everything (a child killed and reaped).  The pump
      * has stopped calling next() when this runs. */
     void (*close)(void *r);
+    /* Optional (Kafka).  open_at, when set, is used instead of open: the
+     * reader resumes by its own position (state bytes), so a resumed
+     * start skips nothing.  state_save reports that position (CH_ESMALL
+     * with *len when cap is short); called under the stream's mutex. */
+    int (*open_at)(const void *spec, uint64_t epoch, int timeout_ms, uint64_t max_bytes,
+                   const ch_stream_where *w, void **out, chute_error *err);
+    int (*state_save)(void *r, void *buf, size_t cap, size_t *len, chute_error *err);
 } ch_stream_reader_ops;
 
 /* The pipe/stdin reader (stream_tar.c): spec is a ch_stream_spec. */
@@ -110,8 +127,11 @@ typedef struct ch_stream_spec {
     const ch_stream_reader_ops *ops;
     char *cmd;                /* pipe: the command; NULL: stdin */
     char *name;               /* "pipe:CMD" or "-", for messages */
+    char *uri;                /* kafka: the whole URI (name is without the query) */
 } ch_stream_spec;
 extern const ch_stream_reader_ops ch_stream_tar_ops;
+/* The Kafka reader (stream_kafka.c; only with CHUTE_HAVE_KAFKA): spec->uri. */
+extern const ch_stream_reader_ops ch_stream_kafka_ops;
 
 /* Called by the pump when the run's sample count is known (the stream
  * ended or broke): nbatches is the number of batches the run publishes,
@@ -133,6 +153,7 @@ typedef struct ch_stream_config {
     uint64_t max_bytes;       /* per sample */
     ch_stream_end_fn on_end;
     void *ctx;
+    uint32_t rank, world;     /* the loader's (readers with open_at) */
 } ch_stream_config;
 
 int ch_stream_create(const ch_stream_config *cfg, ch_stream **out, chute_error *err);
@@ -162,5 +183,12 @@ const ch_stream_rec *ch_stream_rec_of(const ch_stream *st, uint32_t h);
 void ch_stream_release(ch_stream *st, uint64_t gen, const uint32_t *h, uint32_t n);
 /* "pipe:CMD" or "-". */
 const char *ch_stream_name(const ch_stream *st);
+/* Resume (readers with state_save): the state bytes the next run's reader
+ * opens with (copied; len 0 clears).  Control thread, between runs. */
+int ch_stream_set_state(ch_stream *st, const void *buf, size_t len);
+/* The position now: the open reader's, else the last run's at its close,
+ * else what set_state gave.  *len = 0 for readers without state.  Any
+ * thread.  CH_ESMALL (io.h) with *len when cap is short. */
+int ch_stream_get_state(ch_stream *st, void *buf, size_t cap, size_t *len, chute_error *err);
 
 #endif

@@ -29,8 +29,8 @@ def test_features_names_and_types():
     assert set(f) == FEATURE_NAMES
     assert all(isinstance(v, bool) for v in f.values())
     assert f["jpeg"] is True
-    assert not f["kafka"]  # not part of any build yet
     from chute._chute import features as lib_features
+    assert f["kafka"] == ("kafka" in lib_features().split())  # librdkafka at build time
     assert f["s3"] == ("s3" in lib_features().split())  # libcurl at build time
     assert f["hdf5"] == ("hdf5" in lib_features().split())
 
@@ -58,7 +58,7 @@ def test_python_m_chute_runs_the_bundled_cli():
     listed = set(lines[1].split()[1:])
     assert lines[1].startswith("features: ")
     f = chute.features()
-    want = {k for k in ("jpeg", "png", "io_uring", "nvml", "s3", "cuda", "hdf5") if f[k]}
+    want = {k for k in ("jpeg", "png", "io_uring", "nvml", "s3", "cuda", "hdf5", "kafka") if f[k]}
     assert want | ({"http"} if f["s3"] else set()) == listed  # libcurl brings both
     p = _run([sys.executable, "-m", "chute", "no-such-command"])
     assert p.returncode == 2 and "unknown command" in p.stderr
