@@ -274,7 +274,7 @@ def sys_dali(a, data, tree, reader):
         if reader == "file":
             jpegs, labels = fn.readers.file(file_root=tree, random_shuffle=True, name="Reader")
         else:
-            files = sorted(glob.glob(os.path.join(data, "tfrecord", "train-*")))
+            files = sorted(glob.glob(os.path.join(data, "tfrecord", "train-*-of-*[0-9]")))  # not chute's .chuteidx beside them
             idx = [os.path.join(data, "tfrecord", "idx", os.path.basename(p) + ".idx") for p in files]
             inputs = fn.readers.tfrecord(path=files, index_path=idx, random_shuffle=True, name="Reader",
                                          features={
@@ -321,7 +321,7 @@ def sys_dali(a, data, tree, reader):
 
 def sys_tfdata(a, data):
     import tensorflow as tf
-    files = sorted(glob.glob(os.path.join(data, "tfrecord", "train-*")))
+    files = sorted(glob.glob(os.path.join(data, "tfrecord", "train-*-of-*[0-9]")))  # not chute's .chuteidx beside them
     if not files:
         raise CheckFailed("no TFRecords in %s/tfrecord" % data)
     tf.random.set_seed(a.seed)
