@@ -64,6 +64,8 @@ PREREQS = [
     ("libspng headers (spng.h) for PNG", "#include <spng.h>", "libspng-dev", "libspng-devel", False),
     ("liburing headers (liburing.h) for io_uring in iobench", "#include <liburing.h>",
      "liburing-dev", "liburing-devel", False),
+    ("libdeflate headers (libdeflate.h) for faster HDF5 gzip chunks and PNG level 0",
+     "#include <libdeflate.h>", "libdeflate-dev", "libdeflate-devel", False),
 ]
 
 

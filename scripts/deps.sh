@@ -8,7 +8,8 @@ PKGS=(build-essential cmake pkg-config libjpeg62-turbo-dev libspng-dev zlib1g-de
       libcurl4-openssl-dev python3-boto3 libhdf5-dev python3-h5py python3-pandas
       python3-soundfile
       plasma-workspace-wallpapers dataset-fashion-mnist chromium
-      librdkafka-dev python3-confluent-kafka)
+      librdkafka-dev python3-confluent-kafka
+      libdeflate-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -49,6 +49,7 @@
 
 #include <hdf5.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -74,6 +75,20 @@ typedef struct h5_var {
     uint8_t fill[16];         /* one element of the fill value */
 } h5_var;
 
+/* Inflaters for chunk reads (h5chunk.h: libdeflate, ~10 KiB each).  A
+ * read claims a free slot with one atomic exchange (no lock), allocates
+ * its inflater the first time that slot is used and keeps it, so the
+ * steady state allocates nothing; the slots in use at once are bounded by
+ * the threads reading (workers + read-ahead).  When every slot is busy,
+ * or chute has no libdeflate, a read inflates with zlib in its scratch
+ * arena instead: the same bytes, only slower. */
+#define H5_SLOTS 64
+typedef struct h5_slot {
+    atomic_int busy;
+    int tried;                /* an inflater was asked for (inf may be NULL) */
+    ch_h5_inflater *inf;      /* written only by the slot's holder */
+} h5_slot;
+
 typedef struct h5_impl {
     const ch_source_ops *src;
     char *path;
@@ -91,6 +106,7 @@ typedef struct h5_impl {
     uint32_t H, W, C;
     h5_var *fields;           /* nvars of them, ds->fields' order */
     uint32_t nvars;
+    h5_slot *slots;           /* H5_SLOTS of them */
 } h5_impl;
 
 /* ---- libhdf5's messages -------------------------------------------------- */
@@ -563,7 +579,8 @@ static int h5_open(chute_dataset *ds, const char *path, const chute_dataset_opti
     t->file = t->vdset = t->vtype = t->vxfer = -1;
     pthread_mutex_init(&t->vlock, NULL);
     t->path = strdup(path);
-    if (!t->path)
+    t->slots = calloc(H5_SLOTS, sizeof *t->slots);
+    if (!t->path || !t->slots)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     int rc = ch_src_open(t->src, path, &t->h, &t->fsize, err);
     if (rc != CHUTE_OK)
@@ -594,6 +611,10 @@ static int h5_open(chute_dataset *ds, const char *path, const chute_dataset_opti
 
 /* ---- reads --------------------------------------------------------------- */
 
+static int var_read_chunks(const h5_impl *t, const h5_var *v, uint64_t i, uint8_t *dst,
+                           uint8_t *a, uint8_t *b, uint8_t *z, ch_h5_inflater *inf,
+                           chute_error *err);
+
 /* Sample i of v into dst (row_bytes), using scratch (var_scratch bytes,
  * 64-byte aligned).  No H5 call. */
 static int var_read(const h5_impl *t, const h5_var *v, uint64_t i, uint8_t *dst,
@@ -608,6 +629,30 @@ static int var_read(const h5_impl *t, const h5_var *v, uint64_t i, uint8_t *dst,
         return t->src->read_at(t->h, t->path, v->addr + i * g->row_bytes, dst,
                                (size_t)g->row_bytes, err);
     uint8_t *a = scratch, *b = scratch + v->ab, *z = scratch + 2 * v->ab;
+    h5_slot *slot = NULL;
+    for (int k = 0; k < H5_SLOTS && g->nfilters; k++) {
+        h5_slot *s = &t->slots[k];
+        if (!atomic_load_explicit(&s->busy, memory_order_relaxed) &&
+            !atomic_exchange_explicit(&s->busy, 1, memory_order_acquire)) {
+            slot = s;
+            break;
+        }
+    }
+    if (slot && !slot->tried) {
+        slot->tried = 1;
+        slot->inf = ch_h5_inflater_new();
+    }
+    int rc = var_read_chunks(t, v, i, dst, a, b, z, slot ? slot->inf : NULL, err);
+    if (slot)
+        atomic_store_explicit(&slot->busy, 0, memory_order_release);
+    return rc;
+}
+
+static int var_read_chunks(const h5_impl *t, const h5_var *v, uint64_t i, uint8_t *dst,
+                           uint8_t *a, uint8_t *b, uint8_t *z, ch_h5_inflater *inf,
+                           chute_error *err)
+{
+    const ch_h5_geom *g = &v->g;
     uint64_t first = ch_h5_first_chunk(g, i);
     for (uint64_t k = first; k < first + g->per_row; k++) {
         const h5_chunk *c = &v->chunks[k];
@@ -623,7 +668,7 @@ static int var_read(const h5_impl *t, const h5_var *v, uint64_t i, uint8_t *dst,
             if (rc != CHUTE_OK)
                 return rc;
             chute_error e = {0};
-            rc = ch_h5_unfilter(g, c->mask, a, b, (size_t)v->ab, c->size, z, &data, "", &e);
+            rc = ch_h5_unfilter(g, c->mask, a, b, (size_t)v->ab, c->size, z, inf, &data, "", &e);
             if (rc != CHUTE_OK)
                 return ch_err(err, rc, "%s@%llu: dataset \"%s\", sample %llu, chunk %llu%s",
                               t->path, (unsigned long long)c->addr, v->name,
@@ -796,6 +841,9 @@ static void h5_close_impl(void *impl)
     for (uint32_t k = 0; t->fields && k < t->nvars; k++)
         var_free(&t->fields[k]);
     free(t->fields);
+    for (int k = 0; t->slots && k < H5_SLOTS; k++)
+        ch_h5_inflater_free(t->slots[k].inf);
+    free(t->slots);
     if (t->h)
         t->src->close(t->h);
     free(t->path);

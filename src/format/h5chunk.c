@@ -9,6 +9,9 @@
 
 #include <string.h>
 #include <zlib.h>
+#ifdef CHUTE_HAVE_LIBDEFLATE
+#include <libdeflate.h>
+#endif
 
 #define GEOM_MAX_BYTES (1ull << 62)
 
@@ -155,6 +158,45 @@ static int inflate_to(const uint8_t *in, size_t in_len, uint8_t *out, size_t cap
     return CHUTE_OK;
 }
 
+#ifdef CHUTE_HAVE_LIBDEFLATE
+ch_h5_inflater *ch_h5_inflater_new(void)
+{
+    return (ch_h5_inflater *)libdeflate_alloc_decompressor();
+}
+
+void ch_h5_inflater_free(ch_h5_inflater *inf)
+{
+    if (inf)
+        libdeflate_free_decompressor((struct libdeflate_decompressor *)inf);
+}
+
+/* The same contract as inflate_to: a zlib stream that ends within cap
+ * bytes of output (trailing input after it is ignored, as zlib does). */
+static int inflate_fast(ch_h5_inflater *inf, const uint8_t *in, size_t in_len, uint8_t *out,
+                        size_t cap, size_t *out_len, const char *where, chute_error *err)
+{
+    size_t n = 0;
+    enum libdeflate_result r = libdeflate_zlib_decompress(
+        (struct libdeflate_decompressor *)inf, in, in_len, out, cap, &n);
+    if (r != LIBDEFLATE_SUCCESS)
+        return ch_err(err, CHUTE_ECORRUPT, "%s: deflate stream of %zu bytes %s", where, in_len,
+                      r == LIBDEFLATE_INSUFFICIENT_SPACE ? "inflates past the chunk's size"
+                                                         : "is corrupt or truncated");
+    *out_len = n;
+    return CHUTE_OK;
+}
+#else
+ch_h5_inflater *ch_h5_inflater_new(void)
+{
+    return NULL;
+}
+
+void ch_h5_inflater_free(ch_h5_inflater *inf)
+{
+    (void)inf;
+}
+#endif
+
 /* HDF5's shuffle: byte j of element e is stored at j * n + e; a tail of
  * len % es bytes is stored as is. */
 static void unshuffle(const uint8_t *in, uint8_t *out, size_t len, uint32_t es)
@@ -169,8 +211,8 @@ static void unshuffle(const uint8_t *in, uint8_t *out, size_t len, uint32_t es)
 }
 
 int ch_h5_unfilter(const ch_h5_geom *g, uint32_t mask, uint8_t *a, uint8_t *b, size_t cap,
-                   size_t in_len, uint8_t *zarena, const uint8_t **out, const char *where,
-                   chute_error *err)
+                   size_t in_len, uint8_t *zarena, ch_h5_inflater *fast, const uint8_t **out,
+                   const char *where, chute_error *err)
 {
     uint8_t *cur = a, *other = b;
     size_t len = in_len;
@@ -178,9 +220,14 @@ int ch_h5_unfilter(const ch_h5_geom *g, uint32_t mask, uint8_t *a, uint8_t *b, s
         if (k < 32 && (mask >> k & 1))
             continue;
         if (g->filter[k] == CH_H5_FILTER_DEFLATE) {
-            size_t n = 0;
-            int rc = inflate_to(cur, len, other, (size_t)CH_MIN((uint64_t)cap, g->chunk_bytes), &n,
-                                zarena, where, err);
+            size_t n = 0, ocap = (size_t)CH_MIN((uint64_t)cap, g->chunk_bytes);
+            int rc;
+#ifdef CHUTE_HAVE_LIBDEFLATE
+            if (fast)
+                rc = inflate_fast(fast, cur, len, other, ocap, &n, where, err);
+            else
+#endif
+                rc = inflate_to(cur, len, other, ocap, &n, zarena, where, err);
             if (rc != CHUTE_OK)
                 return rc;
             len = n;
