@@ -17,6 +17,17 @@ raw_loader   CHRAW records (docs/FORMAT.md) of PIL-decoded pixels (RGB,
              grey, RGBA), decode to exactly those pixels; as a tree and
              packed into chute shards they give the loader output of the
              PNGs of the same pixels, byte for byte.
+png0_pixels  PNG compression level 0 (src/codec/png0.c, the stored-block
+             fast path): PNGs written by Pillow with compress_level=0 (RGB,
+             L, LA, RGBA, odd sizes; Pillow picks filters per row) and
+             hand-built ones (Python's zlib level 0, each of the five PNG
+             filters alone and mixed, IDATs split at random bytes down to
+             one byte each) are taken by the fast path (decode --png0) and
+             equal PIL's convert("RGB") exactly, as does the full decoder.
+             Files it must leave to libspng (level 6, palette, 16-bit, a
+             tEXt chunk, a zlib stream with a fixed-Huffman block) are
+             declined and still decode equal to PIL; a bad CRC or adler32
+             is declined and the decoder fails with libspng's message.
 """
 import os
 import struct
@@ -290,6 +301,144 @@ def case_raw_loader(ctx):
     dumps_equal(ctx, shards, png, "CHRAW shards vs PNG tree")
 
 
+# ---- PNG level 0 ----
+
+def png_chunk(t, d):
+    import zlib
+    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+
+
+def png_filter_rows(raw, bpp, ftypes):
+    """PNG's five filters (spec section 9), row y with ftypes[y % len]."""
+    import numpy as np
+    h, rb = raw.shape
+    out, prev = bytearray(), np.zeros(rb, np.int32)
+    for y in range(h):
+        cur = raw[y].astype(np.int32)
+        left = np.concatenate([np.zeros(bpp, np.int32), cur[:-bpp]])
+        ul = np.concatenate([np.zeros(bpp, np.int32), prev[:-bpp]])
+        p = left + prev - ul
+        pa, pb, pc = abs(p - left), abs(p - prev), abs(p - ul)
+        paeth = np.where((pa <= pb) & (pa <= pc), left, np.where(pb <= pc, prev, ul))
+        ft = ftypes[y % len(ftypes)]
+        pred = [0 * cur, left, prev, (left + prev) >> 1, paeth][ft]
+        out.append(ft)
+        out += ((cur - pred) & 255).astype(np.uint8).tobytes()
+        prev = cur
+    return bytes(out)
+
+
+def png_build(arr, ftypes, split, seed, level=0, extra=b""):
+    """A PNG of arr (h x w [x ch] uint8) whose zlib stream (Python's zlib at
+    level) is cut into IDATs of split bytes (None: random 1..3000)."""
+    import random
+    import zlib
+    h, w = arr.shape[:2]
+    ch = 1 if arr.ndim == 2 else arr.shape[2]
+    data = zlib.compress(png_filter_rows(arr.reshape(h, w * ch), ch, ftypes), level)
+    rnd, parts, i = random.Random(seed), [], 0
+    while i < len(data):
+        n = split or rnd.randint(1, 3000)
+        parts.append(data[i:i + n])
+        i += n
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, {1: 0, 2: 4, 3: 2, 4: 6}[ch], 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + extra +
+            b"".join(png_chunk(b"IDAT", p) for p in parts) + png_chunk(b"IEND", b""))
+
+
+def png0_only(ctx, path, expect):
+    import numpy as np
+    out = path + ".fast"
+    p = ctx.run([decode_tool(ctx), "--png0", path, out], expect=expect)
+    if p.returncode != 0:
+        return None
+    kv = dict(t.split("=") for t in p.out.split())
+    return np.fromfile(out, dtype=np.uint8).reshape(int(kv["height"]), int(kv["width"]), 3)
+
+
+def case_png0_pixels(ctx):
+    ctx.need_data()
+    ctx.need_modules("numpy", "PIL")
+    import numpy as np
+    from PIL import Image, PngImagePlugin
+    work = ctx.scratch("png0_pixels")
+    fast, slow = [], []
+    for k, src in enumerate(photos(ctx, 4)):
+        with Image.open(src) as im:
+            im = im.convert("RGB")
+            im = im.crop((0, 0, min(im.width, 61 + 20 * k) | 1, min(im.height, 47 + 9 * k)))
+        base = os.path.join(work, "p%d" % k)
+        rgba = im.copy()
+        rgba.putalpha(Image.fromarray((np.arange(im.width * im.height) % 253)
+                                      .astype(np.uint8).reshape(im.height, im.width)))
+        for name, img in (("rgb", im), ("l", im.convert("L")), ("la", rgba.convert("LA")),
+                          ("rgba", rgba)):
+            img.save(base + "-%s.png" % name, compress_level=0)
+            fast.append(base + "-%s.png" % name)
+        im.save(base + "-level6.png", compress_level=6)
+        im.convert("P", palette=Image.ADAPTIVE, colors=100).save(base + "-pal.png",
+                                                                 compress_level=0)
+        Image.fromarray(np.asarray(im.convert("L")).astype(np.uint16) * 257).save(
+            base + "-grey16.png", compress_level=0)
+        info = PngImagePlugin.PngInfo()
+        info.add_text("Comment", "level 0 with text")
+        im.save(base + "-text.png", compress_level=0, pnginfo=info)
+        slow += [base + s for s in ("-level6.png", "-pal.png", "-grey16.png", "-text.png")]
+    rs = np.random.RandomState(12)
+    for ch in (1, 2, 3, 4):
+        shape = (23, 41) if ch == 1 else (23, 41, ch)
+        arr = rs.randint(0, 256, shape).astype(np.uint8)
+        arr[5:9] = 0  # runs where Sub/Up/Avg/Paeth predict exactly
+        for ft in ((0,), (1,), (2,), (3,), (4,), (4, 3, 2, 1, 0)):
+            for split in (None, 1):
+                path = os.path.join(work, "h-c%d-f%s-s%s.png"
+                                    % (ch, "".join(map(str, ft)), split or "r"))
+                with open(path, "wb") as f:
+                    f.write(png_build(arr, ft, split, seed=ch * 10 + len(ft)))
+                fast.append(path)
+        path = os.path.join(work, "h-c%d-fixed.png" % ch)
+        with open(path, "wb") as f:  # zlib level 1: Huffman blocks, not stored
+            f.write(png_build(arr, (1,), None, 0, level=1))
+        slow.append(path)
+    for path in fast + slow:
+        if path.endswith("-grey16.png"):
+            # PIL clips 16-bit to 255 where PNG decoders (and chute) keep the
+            # high byte: the written values were grey * 257, so grey it is.
+            with Image.open(path) as im16:
+                g = (np.asarray(im16).astype(np.uint32) >> 8).astype(np.uint8)
+            want = np.repeat(g[:, :, None], 3, axis=2)
+        else:
+            want = pil_rgb(path)
+        got = png0_only(ctx, path, 0 if path in fast else 3)
+        if got is not None:
+            ctx.check(got.shape == want.shape and np.array_equal(got, want),
+                      "%s: level-0 path differs from PIL (%d values)" % (
+                          path, -1 if got.shape != want.shape else int((got != want).sum())))
+        full, _ = chute_decode(ctx, path)
+        if full is not None:
+            ctx.check(full.shape == want.shape and np.array_equal(full, want),
+                      "%s: decoder differs from PIL" % path)
+    ctx.note("png0_pixels: %d files through the level-0 path, %d declined, all equal PIL's"
+             % (len(fast), len(slow)))
+    # Damage: declined by the fast path, refused by libspng with its reason.
+    good = open(fast[0], "rb").read()
+    n = struct.unpack(">I", good[33:37])[0]
+    assert good[37:41] == b"IDAT", "Pillow wrote a chunk before IDAT"
+    idat = bytearray(good[41:41 + n])
+    idat[len(idat) // 2] ^= 0x40  # a payload byte: the adler32 no longer matches
+    bad_adler = good[:33] + png_chunk(b"IDAT", bytes(idat)) + good[45 + n:]
+    bad_crc = bytearray(good)
+    bad_crc[41 + n // 2] ^= 0x40  # the IDAT's CRC no longer matches
+    for name, data in (("bad-adler", bad_adler), ("bad-crc", bytes(bad_crc))):
+        path = os.path.join(work, name + ".png")
+        with open(path, "wb") as f:
+            f.write(data)
+        png0_only(ctx, path, 3)
+        _, p = chute_decode(ctx, path, expect=1)
+        ctx.check("PNG data" in p.err or "PNG header" in p.err,
+                  "%s: message %r does not name the PNG" % (name, p.err.strip()))
+
+
 if __name__ == "__main__":
     sys.exit(T.main({"bmp_pixels": case_bmp_pixels, "bmp_loader": case_bmp_loader,
-                     "raw_loader": case_raw_loader}))
+                     "raw_loader": case_raw_loader, "png0_pixels": case_png0_pixels}))

@@ -18,6 +18,12 @@
  * as PIL fails it with "Decompressed Data Too Large"; libspng stops
  * inflating at the cap, so the cost is bounded by it.  Unknown chunks are
  * skipped unread (libspng's default, set explicitly), CRCs stay checked.
+ *
+ * Level 0.  A PNG whose zlib stream is only stored blocks (the issue's
+ * "store images uncompressed") is first offered to png0.c, which copies
+ * and unfilters the payload straight into the output with every CRC and
+ * the adler32 still checked; it declines anything but the plainest
+ * 8-bit files, and libspng then decodes as below (png0.h says why).
  */
 #include "codec_impl.h"
 
@@ -29,6 +35,8 @@ static int ch_png_sniff(const uint8_t *p, size_t len)
 }
 
 #ifdef CHUTE_HAVE_SPNG
+#include "png0.h"
+
 #include <spng.h>
 
 enum {
@@ -102,6 +110,14 @@ static int ch_png_finish(ch_decoder *d, uint32_t denom, uint32_t x, uint32_t y, 
     spng_ctx *ctx = d->png_ctx;
     if (!ctx)
         return ch_err(err, CHUTE_EINVAL, "PNG: finish without begin");
+    /* Level 0 first (png0.h); its scratch rows follow the pixels. */
+    size_t px = (size_t)d->info.width * d->info.height * 3;
+    if (ch_buf_reserve(buf, px + ch_png0_scratch(d->info.width)) == CHUTE_OK &&
+        ch_png0_decode(d->data, d->len, d->info.width, d->info.height, buf->data,
+                       (uint8_t *)buf->data + px, 0)) {
+        ch_png_abort(d);
+        goto done;
+    }
     size_t need = 0;
     int e = spng_set_image_limits(ctx, d->info.width, d->info.height);
     if (!e)
@@ -116,6 +132,7 @@ static int ch_png_finish(ch_decoder *d, uint32_t denom, uint32_t x, uint32_t y, 
     ch_png_abort(d);
     if (e)
         return png_fail(err, "data", e);
+done:
     out->pixels = buf->data;
     out->w = d->info.width;
     out->h = d->info.height;

@@ -8,15 +8,56 @@
  * scale 1 and writes exactly those W*H*3 bytes, rows top first.  Prints
  * "format=F width=W height=H channels=C caps=K" on success; exit 1 with
  * the decoder's message on failure.
+ *
+ * usage: decode --png0 FILE OUT
+ * Only the PNG level-0 fast path (src/codec/png0.c), without libspng's
+ * fallback: exit 3 when it declines the file, so tests can tell which
+ * files it takes.
  */
 #include "codec/codec.h"
+#include "codec/png0.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+static int png0_only(const char *path, const char *outp)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        perror(path);
+        return 1;
+    }
+    static uint8_t in[64 << 20];
+    size_t len = fread(in, 1, sizeof in, f);
+    fclose(f);
+    if (len < 24)
+        return 1;
+    uint32_t w = (uint32_t)in[16] << 24 | (uint32_t)in[17] << 16 | (uint32_t)in[18] << 8 | in[19];
+    uint32_t h = (uint32_t)in[20] << 24 | (uint32_t)in[21] << 16 | (uint32_t)in[22] << 8 | in[23];
+    if (!w || !h || (uint64_t)w * h > (1u << 26))
+        return 1;
+    size_t px = (size_t)w * h * 3;
+    uint8_t *out = malloc(px + ch_png0_scratch(w));
+    if (!out)
+        return 1;
+    int ok = ch_png0_decode(in, len, w, h, out, out + px, 0);
+    int status = 3;
+    if (ok) {
+        FILE *o = fopen(outp, "wb");
+        status = o && fwrite(out, 1, px, o) == px && fclose(o) == 0 ? 0 : 1;
+        printf("width=%u height=%u\n", w, h);
+    } else {
+        fprintf(stderr, "%s: declined by the level-0 path\n", path);
+    }
+    free(out);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--png0") == 0)
+        return png0_only(argv[2], argv[3]);
     if (argc != 3 && argc != 7) {
         fprintf(stderr, "usage: decode FILE OUT [X Y W H]\n");
         return 2;
