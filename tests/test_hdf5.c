@@ -173,6 +173,17 @@ TEST(gzip_shuffle_straddling_chunks_match_h5py)
     return 0;
 }
 
+/* One sample per gzip chunk: inflated straight into the sample (with
+ * libdeflate when built with it), one chunk stored raw under filter mask
+ * 2 (deflate skipped); all equal h5py's values. */
+TEST(gzip_chunk_per_sample_matches_h5py)
+{
+    SETUP("gzip_sample");
+    CHECK_OK(check_raw(dir, "gzip_sample.h5", 3));
+    CHECK_OK(check_loader(dir, "gzip_sample.h5", "mask"));
+    return 0;
+}
+
 TEST(fields_listed_with_h5py_dtypes)
 {
     SETUP("fields");

@@ -668,7 +668,14 @@ static int var_read_chunks(const h5_impl *t, const h5_var *v, uint64_t i, uint8_
             if (rc != CHUTE_OK)
                 return rc;
             chute_error e = {0};
-            rc = ch_h5_unfilter(g, c->mask, a, b, (size_t)v->ab, c->size, z, inf, &data, "", &e);
+            if (ch_h5_direct(g, c->mask)) { /* one chunk = the sample: inflate into dst */
+                rc = ch_h5_inflate_direct(g, a, c->size, dst, z, inf, "", &e);
+                if (rc == CHUTE_OK)
+                    continue;
+            } else {
+                rc = ch_h5_unfilter(g, c->mask, a, b, (size_t)v->ab, c->size, z, inf, &data, "",
+                                    &e);
+            }
             if (rc != CHUTE_OK)
                 return ch_err(err, rc, "%s@%llu: dataset \"%s\", sample %llu, chunk %llu%s",
                               t->path, (unsigned long long)c->addr, v->name,

@@ -197,6 +197,47 @@ void ch_h5_inflater_free(ch_h5_inflater *inf)
 }
 #endif
 
+static int inflate_any(ch_h5_inflater *fast, const uint8_t *in, size_t in_len, uint8_t *out,
+                       size_t cap, size_t *n, uint8_t *zarena, const char *where,
+                       chute_error *err)
+{
+#ifdef CHUTE_HAVE_LIBDEFLATE
+    if (fast)
+        return inflate_fast(fast, in, in_len, out, cap, n, where, err);
+#endif
+    return inflate_to(in, in_len, out, cap, n, zarena, where, err);
+}
+
+int ch_h5_direct(const ch_h5_geom *g, uint32_t mask)
+{
+    if (!g->chunked || g->cdims[0] != 1 || g->per_row != 1 || g->chunk_bytes != g->row_bytes)
+        return 0;
+    int deflates = 0;
+    for (uint32_t k = 0; k < g->nfilters; k++) {
+        if (k < 32 && (mask >> k & 1))
+            continue;
+        if (g->filter[k] == CH_H5_FILTER_DEFLATE)
+            deflates++;
+        else if (g->shuffle_es[k] > 1)
+            return 0;
+    }
+    return deflates == 1;
+}
+
+int ch_h5_inflate_direct(const ch_h5_geom *g, const uint8_t *in, size_t in_len, uint8_t *dst,
+                         uint8_t *zarena, ch_h5_inflater *fast, const char *where,
+                         chute_error *err)
+{
+    size_t n = 0;
+    int rc = inflate_any(fast, in, in_len, dst, (size_t)g->chunk_bytes, &n, zarena, where, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    if (n != g->chunk_bytes)
+        return ch_err(err, CHUTE_ECORRUPT, "%s: chunk holds %zu bytes after its filters, not %llu",
+                      where, n, (unsigned long long)g->chunk_bytes);
+    return CHUTE_OK;
+}
+
 /* HDF5's shuffle: byte j of element e is stored at j * n + e; a tail of
  * len % es bytes is stored as is. */
 static void unshuffle(const uint8_t *in, uint8_t *out, size_t len, uint32_t es)
@@ -221,13 +262,7 @@ int ch_h5_unfilter(const ch_h5_geom *g, uint32_t mask, uint8_t *a, uint8_t *b, s
             continue;
         if (g->filter[k] == CH_H5_FILTER_DEFLATE) {
             size_t n = 0, ocap = (size_t)CH_MIN((uint64_t)cap, g->chunk_bytes);
-            int rc;
-#ifdef CHUTE_HAVE_LIBDEFLATE
-            if (fast)
-                rc = inflate_fast(fast, cur, len, other, ocap, &n, where, err);
-            else
-#endif
-                rc = inflate_to(cur, len, other, ocap, &n, zarena, where, err);
+            int rc = inflate_any(fast, cur, len, other, ocap, &n, zarena, where, err);
             if (rc != CHUTE_OK)
                 return rc;
             len = n;

@@ -91,6 +91,20 @@ int ch_h5_unfilter(const ch_h5_geom *g, uint32_t mask, uint8_t *a, uint8_t *b, s
                    size_t in_len, uint8_t *zarena, ch_h5_inflater *fast, const uint8_t **out,
                    const char *where, chute_error *err);
 
+/* 1 when a chunk with filter mask `mask` can be inflated straight into
+ * the sample buffer: a chunk is exactly one sample (chunk shape 1 x the
+ * sample's shape) and the filters left after the mask are one deflate
+ * (shuffles of 1-byte elements, no-ops, aside).  h5py's
+ * chunks=(1, ...), compression="gzip" is this case; it saves a copy of
+ * every sample and a pass through a second buffer. */
+int ch_h5_direct(const ch_h5_geom *g, uint32_t mask);
+/* When ch_h5_direct(g, mask): inflate the stored chunk in[0, in_len)
+ * into dst (row_bytes == chunk_bytes), with fast or zlib in zarena as
+ * ch_h5_unfilter; the same errors. */
+int ch_h5_inflate_direct(const ch_h5_geom *g, const uint8_t *in, size_t in_len, uint8_t *dst,
+                         uint8_t *zarena, ch_h5_inflater *fast, const char *where,
+                         chute_error *err);
+
 /* Copy the part of chunk gc (grid coordinates, gc[0] == i / cdims[0])
  * that belongs to sample i from the unfiltered chunk (chunk_bytes bytes)
  * into the dense sample dst (row_bytes bytes). */

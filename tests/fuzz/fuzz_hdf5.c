@@ -61,6 +61,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (ch_h5_unfilter(&g, mask, a, b, cap, size, z, NULL, &out, "fuzz", &err) == CHUTE_OK) {
         if (rc2 == CHUTE_OK && memcmp(out, out2, (size_t)g.chunk_bytes) != 0)
             __builtin_trap();
+        /* A chunk that is exactly one sample inflates straight into it:
+         * the same bytes as the general path. */
+        if (ch_h5_direct(&g, mask)) {
+            uint8_t *d = malloc((size_t)g.row_bytes);
+            if (ch_h5_inflate_direct(&g, data, size, d, z, NULL, "fuzz", &err) != CHUTE_OK ||
+                memcmp(d, out, (size_t)g.row_bytes) != 0)
+                __builtin_trap();
+            free(d);
+        }
         if (out != a && out != b)
             __builtin_trap();
         uint64_t i = dims[0] - 1;

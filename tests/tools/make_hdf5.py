@@ -80,6 +80,19 @@ def main(out):
         f.create_dataset("labels", data=labels)
     with h5py.File(p("sparse.h5"), "r") as f:
         dump(p("sparse.h5"), f, list(f.keys()))
+    # One sample per gzip chunk (bench/hdf5.py's layout; chute inflates
+    # those straight into the sample), shuffle on uint8 (a no-op filter),
+    # and sample 2's chunk written raw with filter mask 2 (deflate not
+    # applied), which takes the general path.
+    with h5py.File(p("gzip_sample.h5"), "w") as f:
+        d = f.create_dataset("images", data=imgs, chunks=(1, H, W, 3), compression="gzip",
+                             compression_opts=1, shuffle=True)
+        d.id.write_direct_chunk((2, 0, 0, 0), np.ascontiguousarray(imgs[2] ^ 0x5a).tobytes(),
+                                filter_mask=2)  # bit 1: deflate (after shuffle)
+        f.create_dataset("labels", data=labels)
+        f.create_dataset("mask", data=fields["mask"], chunks=(1, 5, 6), compression="gzip")
+    with h5py.File(p("gzip_sample.h5"), "r") as f:
+        dump(p("gzip_sample.h5"), f, list(f.keys()))
     # Encoded images in a variable-length uint8 dataset (PNG, lossless).
     with h5py.File(p("vlen.h5"), "w") as f:
         d = f.create_dataset("images", (N,), dtype=h5py.vlen_dtype(np.uint8))
