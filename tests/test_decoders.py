@@ -23,7 +23,8 @@ png0_pixels  PNG compression level 0 (src/codec/png0.c, the stored-block
              hand-built ones (Python's zlib level 0, each of the five PNG
              filters alone and mixed, IDATs split at random bytes down to
              one byte each) are taken by the fast path (decode --png0) and
-             equal PIL's convert("RGB") exactly, as does the full decoder.
+             equal PIL's convert("RGB") exactly, as does the full decoder,
+             whole and for crop windows (top row, middle, bottom rows).
              Files it must leave to libspng (level 6, palette, 16-bit, a
              tEXt chunk, a zlib stream with a fixed-Huffman block) are
              declined and still decode equal to PIL; a bad CRC or adler32
@@ -418,6 +419,14 @@ def case_png0_pixels(ctx):
         if full is not None:
             ctx.check(full.shape == want.shape and np.array_equal(full, want),
                       "%s: decoder differs from PIL" % path)
+        # A crop window: the fast path stops unfiltering below it.
+        h, w, _ = want.shape
+        for win in ((w // 3, h // 4, w - w // 3 - 1, h // 2), (0, 0, w, 1), (1, h - 2, w - 1, 2)):
+            gotw, _ = chute_decode(ctx, path, win)
+            if gotw is not None:
+                ctx.check(np.array_equal(gotw, want[win[1]:win[1] + win[3],
+                                                    win[0]:win[0] + win[2]]),
+                          "%s: window %s differs from PIL's pixels there" % (path, win))
     ctx.note("png0_pixels: %d files through the level-0 path, %d declined, all equal PIL's"
              % (len(fast), len(slow)))
     # Damage: declined by the fast path, refused by libspng with its reason.

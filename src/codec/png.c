@@ -104,19 +104,28 @@ static int ch_png_finish(ch_decoder *d, uint32_t denom, uint32_t x, uint32_t y, 
 {
     (void)denom;
     (void)x;
-    (void)y;
     (void)w;
-    (void)h;
     spng_ctx *ctx = d->png_ctx;
     if (!ctx)
         return ch_err(err, CHUTE_EINVAL, "PNG: finish without begin");
-    /* Level 0 first (png0.h); its scratch rows follow the pixels. */
+    /* Level 0 first (png0.h), only the rows down to the window's bottom
+     * (delivered as rows [0, y + h): a window widened upwards, which the
+     * finish() contract allows); its scratch rows follow the pixels. */
     size_t px = (size_t)d->info.width * d->info.height * 3;
+    uint32_t rows = h && y < d->info.height && h <= d->info.height - y ? y + h : d->info.height;
     if (ch_buf_reserve(buf, px + ch_png0_scratch(d->info.width)) == CHUTE_OK &&
-        ch_png0_decode(d->data, d->len, d->info.width, d->info.height, buf->data,
+        ch_png0_decode(d->data, d->len, d->info.width, d->info.height, rows, buf->data,
                        (uint8_t *)buf->data + px, 0)) {
         ch_png_abort(d);
-        goto done;
+        out->pixels = buf->data;
+        out->w = d->info.width;
+        out->h = rows;
+        out->stride = (size_t)d->info.width * 3;
+        out->x = out->y = 0;
+        out->scaled_w = d->info.width;
+        out->scaled_h = d->info.height;
+        out->scale_denom = 1;
+        return CHUTE_OK;
     }
     size_t need = 0;
     int e = spng_set_image_limits(ctx, d->info.width, d->info.height);
@@ -132,7 +141,6 @@ static int ch_png_finish(ch_decoder *d, uint32_t denom, uint32_t x, uint32_t y, 
     ch_png_abort(d);
     if (e)
         return png_fail(err, "data", e);
-done:
     out->pixels = buf->data;
     out->w = d->info.width;
     out->h = d->info.height;

@@ -71,6 +71,7 @@ typedef struct rows {
     uint8_t *cur;     /* the row being unfiltered */
     const uint8_t *prev; /* the row above (NULL on row 0) */
     uint32_t y;
+    uint32_t need;    /* rows [need, h) are checked (filter type, length) but not unfiltered */
     size_t pos;       /* bytes of cur done; SIZE_MAX: the filter byte is next */
     int ft;
 } rows;
@@ -89,7 +90,7 @@ static void row_begin(rows *r)
 
 static void row_end(rows *r)
 {
-    if (r->ch != 3) {
+    if (r->ch != 3 && r->y < r->need) {
         uint8_t *o = r->out + (size_t)r->y * r->w * 3;
         const uint8_t *s = r->cur;
         uint32_t w = r->w;
@@ -220,7 +221,8 @@ static int rows_feed(rows *r, const uint8_t *p, size_t n)
         size_t m = r->rb - r->pos;
         if (m > n)
             m = n;
-        unfilter(r, r->pos, p, m);
+        if (r->y < r->need)
+            unfilter(r, r->pos, p, m);
         r->pos += m;
         p += m;
         n -= m;
@@ -308,8 +310,8 @@ static int zs_feed(zs *z, rows *r, const uint8_t *p, size_t n)
 
 /* ---- chunks --------------------------------------------------------------- */
 
-int ch_png0_decode(const uint8_t *p, size_t len, uint32_t w, uint32_t h, uint8_t *out,
-                   uint8_t *scratch, unsigned flags)
+int ch_png0_decode(const uint8_t *p, size_t len, uint32_t w, uint32_t h, uint32_t rows_needed,
+                   uint8_t *out, uint8_t *scratch, unsigned flags)
 {
     static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     if (len < 8 + 25 || memcmp(p, sig, 8) != 0 || w == 0 || h == 0)
@@ -326,6 +328,7 @@ int ch_png0_decode(const uint8_t *p, size_t len, uint32_t w, uint32_t h, uint8_t
     if (!ch || w > (UINT32_MAX - 16) / 8)
         return 0;
     rows r = {.w = w, .h = h, .ch = ch, .rb = (size_t)w * ch, .out = out};
+    r.need = rows_needed && rows_needed < h ? rows_needed : h;
     r.sa = scratch;
     r.sb = scratch + (size_t)w * 4;
     r.cur = r.sa;

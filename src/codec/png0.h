@@ -37,10 +37,15 @@ enum { CH_PNG0_NO_ADLER = 1 };
 /*
  * Decode the PNG in p[0, len) to RGB8 at out (w * h * 3 bytes, rows
  * packed), where w and h are the IHDR's (the caller has read and bounded
- * them); scratch is ch_png0_scratch(w) bytes.  Returns 1 when it decoded
- * the image, 0 when it declined (out and scratch then hold garbage).
+ * them); scratch is ch_png0_scratch(w) bytes.  Only rows [0, rows_needed)
+ * are written (0 or >= h: all): a crop needs nothing below its window,
+ * but rows above it must be unfiltered (Up, Avg and Paeth predict from
+ * the row above).  The rows below are still checked as libspng would —
+ * filter types, lengths, every CRC and the adler32 — just not unfiltered.
+ * Returns 1 when it decoded the image, 0 when it declined (out and
+ * scratch then hold garbage).
  */
-int ch_png0_decode(const uint8_t *p, size_t len, uint32_t w, uint32_t h, uint8_t *out,
-                   uint8_t *scratch, unsigned flags);
+int ch_png0_decode(const uint8_t *p, size_t len, uint32_t w, uint32_t h, uint32_t rows_needed,
+                   uint8_t *out, uint8_t *scratch, unsigned flags);
 
 #endif

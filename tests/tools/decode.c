@@ -41,7 +41,7 @@ static int png0_only(const char *path, const char *outp)
     uint8_t *out = malloc(px + ch_png0_scratch(w));
     if (!out)
         return 1;
-    int ok = ch_png0_decode(in, len, w, h, out, out + px, 0);
+    int ok = ch_png0_decode(in, len, w, h, 0, out, out + px, 0);
     int status = 3;
     if (ok) {
         FILE *o = fopen(outp, "wb");
