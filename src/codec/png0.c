@@ -142,6 +142,21 @@ static void unfilter(rows *r, size_t o, const uint8_t *in, size_t m)
     case 1:
         for (; i < e && i < bpp; i++)
             c[i] = in[i - o];
+        if (bpp == 3) { /* the left pixel in registers, as for Paeth below */
+            for (; i < e && i % 3; i++)
+                c[i] = (uint8_t)(in[i - o] + c[i - 3]);
+            if (i + 3 <= e) {
+                uint8_t a0 = c[i - 3], a1 = c[i - 2], a2 = c[i - 1];
+                for (; i + 3 <= e; i += 3) {
+                    a0 = (uint8_t)(a0 + in[i - o]);
+                    a1 = (uint8_t)(a1 + in[i + 1 - o]);
+                    a2 = (uint8_t)(a2 + in[i + 2 - o]);
+                    c[i] = a0;
+                    c[i + 1] = a1;
+                    c[i + 2] = a2;
+                }
+            }
+        }
         for (; i < e; i++)
             c[i] = (uint8_t)(in[i - o] + c[i - bpp]);
         return;
