@@ -27,9 +27,10 @@ that everything runs in seconds.
 """
 import argparse
 import os
-import time
 
 import numpy as np
+
+from harness import add_common_args, chute_epochs, data_loader, timed
 
 
 def make_set(d, n, rate, lo, hi):
@@ -46,22 +47,6 @@ def make_set(d, n, rate, lo, hi):
         sf.write(os.path.join(c, "clip%06d.wav" % k), x, rate, subtype="PCM_16")
     os.rename(tmp, d)
     return d
-
-
-def timed(make_iter, epochs):
-    """(clips/s over the timed epochs, warm-up epoch's seconds)."""
-    rates, first = [], None
-    for e in range(epochs + 1):
-        t0 = time.perf_counter()
-        n = 0
-        for b in make_iter(e):
-            n += len(b["labels"]) if isinstance(b, dict) else len(b[-1])
-        dt = time.perf_counter() - t0
-        if e == 0:
-            first = dt
-        else:
-            rates.append(n / dt)
-    return sum(rates) / len(rates), first
 
 
 class WavSet:
@@ -101,25 +86,18 @@ class WavSet:
 
 
 def bench(a, root):
-    from torch.utils.data import DataLoader
-
     import chute
 
     ld = chute.Loader(root, batch_size=a.batch_size, workers=a.workers, transform="train",
                       audio_samples=a.samples, audio_rate=a.rate, fields=["audio", "length"],
                       seed=1, as_torch=True)
 
-    def chute_iter(e):
-        ld.set_epoch(e)
-        return ld
-
-    rows = [("chute", *timed(chute_iter, a.epochs))]
+    rows = [("chute", *timed(chute_epochs(ld), a.epochs))]
     ld.close()
     for name, whole in (("soundfile window + DataLoader", False),
                         ("soundfile whole file + DataLoader", True)):
         ds = WavSet(root, a.samples, whole)
-        dl = DataLoader(ds, batch_size=a.batch_size, shuffle=True, num_workers=a.workers,
-                        persistent_workers=a.workers > 0)
+        dl = data_loader(ds, a)
 
         def it(e, ds=ds, dl=dl):
             # Persistent workers keep their own copy of ds, so their windows
@@ -139,10 +117,7 @@ def main():
     ap.add_argument("--min-s", type=float, default=1.0)
     ap.add_argument("--max-s", type=float, default=10.0)
     ap.add_argument("--samples", type=int, default=16000, help="frames per clip (L)")
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--tiny", action="store_true", help="a few dozen clips: checks it runs")
+    add_common_args(ap, 64, "a few dozen clips: checks it runs")
     a = ap.parse_args()
     if a.tiny:
         a.n, a.min_s, a.max_s, a.samples, a.epochs, a.batch_size = 64, 0.1, 0.5, 4000, 1, 16

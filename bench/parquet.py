@@ -38,6 +38,8 @@ sys.path.append(os.path.join(HERE, "..", "build-python", "pyarrow", "site"))
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from harness import timed  # noqa: E402
+
 FEATURES = ["f%d" % j for j in range(16)]
 FIELDS = ["id"] + FEATURES + ["emb"]
 
@@ -90,22 +92,6 @@ def make_images(d, n):
         pq.write_table(t, p + ".tmp", row_group_size=256)
         os.rename(p + ".tmp", p)
     return p
-
-
-def timed(make_iter, epochs):
-    """(samples/s over the timed epochs, first epoch's seconds)."""
-    rates, first = [], None
-    for e in range(epochs + 1):
-        t0 = time.perf_counter()
-        n = 0
-        for b in make_iter(e):
-            n += len(b[0]) if isinstance(b, (list, tuple)) else len(b["labels"])
-        dt = time.perf_counter() - t0
-        if e == 0:
-            first = dt
-        else:
-            rates.append(n / dt)
-    return sum(rates) / len(rates), first
 
 
 def bench_table(a, path):

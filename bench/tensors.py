@@ -26,6 +26,8 @@ import time
 
 import numpy as np
 
+from harness import add_common_args, chute_epochs, data_loader, print_rows, timed
+
 
 def make_npy(d, n, dim):
     p = os.path.join(d, "x.npy")
@@ -62,33 +64,13 @@ CSV_SCHEMA = "id:int64," + ",".join("f%d:float32" % j for j in range(6)) + ",cat
 CSV_FIELDS = ["id"] + ["f%d" % j for j in range(6)] + ["cat"]
 
 
-def timed(make_iter, epochs):
-    """(samples/s over the timed epochs, first epoch's seconds)."""
-    rates, first = [], None
-    for e in range(epochs + 1):
-        t0 = time.perf_counter()
-        n = 0
-        for b in make_iter(e):
-            n += len(b[0]) if isinstance(b, (list, tuple)) else len(b["labels"])
-        dt = time.perf_counter() - t0
-        if e == 0:
-            first = dt
-        else:
-            rates.append(n / dt)
-    return sum(rates) / len(rates), first
-
-
 def bench_npy(a, path):
     import torch
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import Dataset
 
     import chute
 
     ld = chute.Loader(path, batch_size=a.batch_size, workers=a.workers, fields=["x"], seed=1)
-
-    def chute_iter(e):
-        ld.set_epoch(e)
-        return ld
 
     class Mm(Dataset):
         def __init__(self):
@@ -101,9 +83,8 @@ def bench_npy(a, path):
         def __getitem__(self, i):
             return torch.from_numpy(np.array(self.x[i])), int(self.y[i])
 
-    dl = DataLoader(Mm(), batch_size=a.batch_size, shuffle=True, num_workers=a.workers,
-                    persistent_workers=a.workers > 0)
-    out = [("npy", "chute", *timed(chute_iter, a.epochs)),
+    dl = data_loader(Mm(), a)
+    out = [("npy", "chute", *timed(chute_epochs(ld), a.epochs)),
            ("npy", "numpy memmap + DataLoader", *timed(lambda e: dl, a.epochs))]
     ld.close()
     return out
@@ -112,16 +93,12 @@ def bench_npy(a, path):
 def bench_csv(a, d):
     import pandas as pd
     import torch
-    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import TensorDataset
 
     import chute
 
     ld = chute.Loader(d, batch_size=a.batch_size, workers=a.workers, schema=CSV_SCHEMA,
                       label_key="y", fields=CSV_FIELDS, seed=1)
-
-    def chute_iter(e):
-        ld.set_epoch(e)
-        return ld
 
     def load():
         df = pd.concat([pd.read_csv(os.path.join(d, f)) for f in sorted(os.listdir(d))],
@@ -136,13 +113,12 @@ def bench_csv(a, d):
     t0 = time.perf_counter()
     ds = load()
     load_s = time.perf_counter() - t0
-    dl = DataLoader(ds, batch_size=a.batch_size, shuffle=True, num_workers=a.workers,
-                    persistent_workers=a.workers > 0)
+    dl = data_loader(ds, a)
     loaded = timed(lambda e: dl, a.epochs)
     n = len(ds)
     # with the load: the first epoch pays read_csv; spread over all epochs
     with_load = n * (a.epochs + 1) / ((n * a.epochs) / loaded[0] + loaded[1] + load_s)
-    out = [("csv", "chute", *timed(chute_iter, a.epochs)),
+    out = [("csv", "chute", *timed(chute_epochs(ld), a.epochs)),
            ("csv", "pandas + DataLoader (read_csv included)", with_load, loaded[1] + load_s),
            ("csv", "pandas + DataLoader, loaded", *loaded)]
     ld.close()
@@ -156,22 +132,14 @@ def main():
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--tiny", action="store_true", help="a few thousand samples: checks it runs")
+    add_common_args(ap, 256, "a few thousand samples: checks it runs")
     a = ap.parse_args()
     if a.tiny:
         a.n, a.dim, a.rows, a.epochs = 4000, 32, 4000, 1
         a.dir = os.path.join(a.dir, "tiny")
     os.makedirs(a.dir, exist_ok=True)
     rows = bench_npy(a, make_npy(a.dir, a.n, a.dim)) + bench_csv(a, make_csv(a.dir, a.rows))
-    print("\n| workload | loader | samples/s | first epoch s | chute / this |")
-    print("|---|---|---:|---:|---:|")
-    ref = {}
-    for w, name, rate, first in rows:
-        ref.setdefault(w, rate)
-        print("| %s | %s | %.0f | %.2f | %.2fx |" % (w, name, rate, first, ref[w] / rate))
+    print_rows(rows)
     print("\n%d workers, batch %d, %d timed epochs; npy %d x %d float32, csv %d rows" %
           (a.workers, a.batch_size, a.epochs, a.n, a.dim, a.rows))
 

@@ -6,6 +6,7 @@
  * (cli_convert_run), so both commands report alike.
  */
 #include "cli.h"
+#include "util.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -13,34 +14,9 @@
 #include <unistd.h>
 
 typedef struct conv_ui {
-    int tty;
-    double last;
+    cli_progress bar;       /* first: cli_progress_cb's user */
     const char *cmd;
 } conv_ui;
-
-static int on_progress(const chute_pack_progress *p, void *user)
-{
-    conv_ui *ui = user;
-    if (!ui->tty)
-        return 0;
-    if (p->seconds - ui->last < 0.1 && p->files_done != p->files_total)
-        return 0;
-    ui->last = p->seconds;
-    double frac = p->files_total ? (double)p->files_done / p->files_total : 1.0;
-    double rate = p->seconds > 0 ? p->files_done / p->seconds : 0;
-    double mbs = p->seconds > 0 ? p->bytes_done / 1e6 / p->seconds : 0;
-    double eta = rate > 0 ? (p->files_total - p->files_done) / rate : 0;
-    char bar[31];
-    int fill = (int)(frac * 30);
-    for (int i = 0; i < 30; i++)
-        bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
-    bar[30] = '\0';
-    fprintf(stderr, "\r[%s] %5.1f%% %llu/%llu samples  %.0f samples/s  %.1f MB/s  ETA %d:%02d  ",
-            bar, frac * 100, (unsigned long long)p->files_done,
-            (unsigned long long)p->files_total, rate, mbs, (int)eta / 60, (int)eta % 60);
-    fflush(stderr);
-    return 0;
-}
 
 static int on_wait(const char *out_dir, const char *holder, double waited_s, void *user)
 {
@@ -52,23 +28,17 @@ static int on_wait(const char *out_dir, const char *holder, double waited_s, voi
     return 0;
 }
 
-static void on_skip(const char *path, const char *reason, void *user)
-{
-    conv_ui *ui = user;
-    fprintf(stderr, "%sskipped %s: %s\n", ui->tty ? "\r\033[K" : "", path, reason);
-}
-
 int cli_convert_run(const char *cmd, const char *src, const char *dst, chute_convert_options *o)
 {
-    conv_ui ui = {isatty(2), -1, cmd};
-    o->progress = on_progress;
-    o->on_skip = on_skip;
+    conv_ui ui = {{isatty(2), -1, "samples"}, cmd};
+    o->progress = cli_progress_cb;
+    o->on_skip = cli_progress_skip;
     o->on_wait = on_wait;
     o->user = &ui;
     chute_convert_result r = {0};
     chute_error err = {0};
     int rc = chute_convert(src, dst, o, &r, &err);
-    if (ui.tty)
+    if (ui.bar.tty)
         fprintf(stderr, "\n");
     if (rc != CHUTE_OK) {
         fprintf(stderr, "chute %s: %s\n", cmd, err.message);

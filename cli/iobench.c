@@ -909,9 +909,7 @@ static int run_job(io_job *j, uint32_t threads, int use_uring, double secs, io_r
         res->rereads += ts[i].rereads;
         ch_hist_merge(h, &ts[i].hist);
     }
-    res->p50 = ch_hist_quantile(h, 0.5) / 1e3;
-    res->p90 = ch_hist_quantile(h, 0.9) / 1e3;
-    res->p99 = ch_hist_quantile(h, 0.99) / 1e3;
+    cli_hist_pcts_us(h, &res->p50, &res->p90, &res->p99);
     free(h);
     free(ts);
     if (g_iobench_stop)

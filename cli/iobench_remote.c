@@ -435,9 +435,7 @@ static int run_rjob(rjob *j, uint32_t threads, rresult *res)
             mx = ts[i].max_ns;
         ch_hist_merge(h, &ts[i].hist);
     }
-    res->p50 = ch_hist_quantile(h, 0.5) / 1e3;
-    res->p90 = ch_hist_quantile(h, 0.9) / 1e3;
-    res->p99 = ch_hist_quantile(h, 0.99) / 1e3;
+    cli_hist_pcts_us(h, &res->p50, &res->p90, &res->p99);
     res->max = mx / 1e3;
     free(h);
     free(ts);

@@ -3,39 +3,11 @@
  * progress bar on a terminal and a one-line summary otherwise.
  */
 #include "cli.h"
+#include "util.h"
 
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-typedef struct pack_ui {
-    int tty;
-    double last;
-} pack_ui;
-
-static int on_progress(const chute_pack_progress *p, void *user)
-{
-    pack_ui *ui = user;
-    if (!ui->tty)
-        return 0;
-    if (p->seconds - ui->last < 0.1 && p->files_done != p->files_total)
-        return 0;
-    ui->last = p->seconds;
-    double frac = p->files_total ? (double)p->files_done / p->files_total : 1.0;
-    double rate = p->seconds > 0 ? p->files_done / p->seconds : 0;
-    double mbs = p->seconds > 0 ? p->bytes_done / 1e6 / p->seconds : 0;
-    double eta = rate > 0 ? (p->files_total - p->files_done) / rate : 0;
-    char bar[31];
-    int fill = (int)(frac * 30);
-    for (int i = 0; i < 30; i++)
-        bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
-    bar[30] = '\0';
-    fprintf(stderr, "\r[%s] %5.1f%% %llu/%llu files  %.0f files/s  %.1f MB/s  ETA %d:%02d  ",
-            bar, frac * 100, (unsigned long long)p->files_done,
-            (unsigned long long)p->files_total, rate, mbs, (int)eta / 60, (int)eta % 60);
-    fflush(stderr);
-    return 0;
-}
 
 static int on_wait(const char *out_dir, const char *holder, double waited_s, void *user)
 {
@@ -45,12 +17,6 @@ static int on_wait(const char *out_dir, const char *holder, double waited_s, voi
                         "(--no-wait to fail instead)\n",
                 out_dir, holder[0] ? holder : "holder unknown");
     return 0;
-}
-
-static void on_skip(const char *path, const char *reason, void *user)
-{
-    pack_ui *ui = user;
-    fprintf(stderr, "%sskipped %s: %s\n", ui->tty ? "\r\033[K" : "", path, reason);
 }
 
 int cmd_pack(int argc, char **argv)
@@ -115,12 +81,12 @@ int cmd_pack(int argc, char **argv)
         co.source = &so;
         return cli_convert_run("pack", pos[0], pos[1], &co);
     }
-    pack_ui ui = {isatty(2), -1};
+    cli_progress ui = {isatty(2), -1, "files"};
     o.strict = strict;
     o.no_validate = no_validate;
     o.raw = raw;
-    o.progress = on_progress;
-    o.on_skip = on_skip;
+    o.progress = cli_progress_cb;
+    o.on_skip = cli_progress_skip;
     o.no_wait = no_wait;
     o.on_wait = on_wait;
     o.user = &ui;

@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "common/common.h"
 #include "common/loader_options.h"
+#include "stats/hist.h"
 
 #include <errno.h>
 #include <math.h>
@@ -364,4 +365,41 @@ void cli_tier_text(FILE *f, const chute_stats *s)
     if (s->tier_corrupt || s->tier_fallbacks)
         fprintf(f, "; %llu damaged files refetched, %llu blocks past a failing cache_dir",
                 (unsigned long long)s->tier_corrupt, (unsigned long long)s->tier_fallbacks);
+}
+
+int cli_progress_cb(const chute_pack_progress *p, void *user)
+{
+    cli_progress *ui = user;
+    if (!ui->tty)
+        return 0;
+    if (p->seconds - ui->last < 0.1 && p->files_done != p->files_total)
+        return 0;
+    ui->last = p->seconds;
+    double frac = p->files_total ? (double)p->files_done / p->files_total : 1.0;
+    double rate = p->seconds > 0 ? p->files_done / p->seconds : 0;
+    double mbs = p->seconds > 0 ? p->bytes_done / 1e6 / p->seconds : 0;
+    double eta = rate > 0 ? (p->files_total - p->files_done) / rate : 0;
+    char bar[31];
+    int fill = (int)(frac * 30);
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+    bar[30] = '\0';
+    fprintf(stderr, "\r[%s] %5.1f%% %llu/%llu %s  %.0f %s/s  %.1f MB/s  ETA %d:%02d  ", bar,
+            frac * 100, (unsigned long long)p->files_done, (unsigned long long)p->files_total,
+            ui->unit, rate, ui->unit, mbs, (int)eta / 60, (int)eta % 60);
+    fflush(stderr);
+    return 0;
+}
+
+void cli_progress_skip(const char *path, const char *reason, void *user)
+{
+    const cli_progress *ui = user;
+    fprintf(stderr, "%sskipped %s: %s\n", ui->tty ? "\r\033[K" : "", path, reason);
+}
+
+void cli_hist_pcts_us(const struct ch_hist_snap *h, double *p50, double *p90, double *p99)
+{
+    *p50 = ch_hist_quantile(h, 0.5) / 1e3;
+    *p90 = ch_hist_quantile(h, 0.9) / 1e3;
+    *p99 = ch_hist_quantile(h, 0.99) / 1e3;
 }

@@ -53,4 +53,23 @@ const char *cli_gpu_name(cli_gpu *g);
  * dangling or looping links named like images) to stderr, 20 at most. */
 void cli_note_skipped(const char *cmd, const chute_dataset *ds);
 
+/* The progress bar of pack and convert (chute_pack_options.progress,
+ * chute_convert_options.progress): on stderr, redrawn at most every 0.1 s,
+ * only when stderr is a terminal.  `user` points at a cli_progress (or at
+ * a struct whose first member is one); unit names what is counted. */
+typedef struct cli_progress {
+    int tty;                /* isatty(2) */
+    double last;            /* seconds of the last redraw; -1 at first */
+    const char *unit;       /* "files", "samples" */
+} cli_progress;
+int cli_progress_cb(const chute_pack_progress *p, void *user);
+/* on_skip of the same two commands (same `user`): "skipped PATH: REASON"
+ * on stderr, on a line of its own when the bar is drawn. */
+void cli_progress_skip(const char *path, const char *reason, void *user);
+
+/* p50/p90/p99 of a merged latency histogram (ns), in microseconds: what
+ * iobench reports for local and remote reads alike. */
+struct ch_hist_snap;
+void cli_hist_pcts_us(const struct ch_hist_snap *h, double *p50, double *p90, double *p99);
+
 #endif

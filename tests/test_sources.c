@@ -755,4 +755,64 @@ TEST(wav_through_source)
     return 0;
 }
 
+/* ch_probe_first and ch_src_read_head (the probe helpers of npy, wav and
+ * wds) go through the source too, and find what the probes relied on:
+ * the first match directly in the directory, else in the smallest-named
+ * subdirectory; dot-names never; a short file is EFORMAT naming it. */
+static int ends_npy(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 4 && strcmp(name + n - 4, ".npy") == 0;
+}
+
+TEST(probe_first_and_read_head_through_source)
+{
+    char dir[4096], p[4300], w[4400], first[4096];
+    unit_scratch("probe_first", dir, sizeof dir);
+    static const char *const dirs[] = {"b_cls", "a_cls", "c_cls", ".a_hidden"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, dirs[i]);
+        unit_mkdirs(p);
+    }
+    static const char *const files[] = {".top.npy", "notes.txt", "b_cls/x.npy",
+                                        "a_cls/.y.npy", "a_cls/z.txt", "a_cls/y.npy",
+                                        ".a_hidden/a.npy"};
+    for (int i = 0; i < 7; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        CHECK(unit_write_file(p, "\x93NUMPY", 6) == 0, "write %s", p);
+    }
+    chute_error e = {0};
+    counters_reset();
+    snprintf(w, sizeof w, "%s%s", WRAP, dir);
+    CHECK_OK(ch_probe_first(&k_wrap, w, ends_npy, first, sizeof first, &e));
+    snprintf(p, sizeof p, "%s%s/a_cls/y.npy", WRAP, dir);
+    CHECK(strcmp(first, p) == 0, "first: '%s', want '%s'", first, p);
+    /* A match directly inside wins over every subdirectory. */
+    snprintf(p, sizeof p, "%s/top.npy", dir);
+    CHECK(unit_write_file(p, "\x93NUMPY", 5) == 0, "write %s", p);
+    CHECK_OK(ch_probe_first(&k_wrap, w, ends_npy, first, sizeof first, &e));
+    snprintf(p, sizeof p, "%s%s/top.npy", WRAP, dir);
+    CHECK(strcmp(first, p) == 0, "first: '%s', want '%s'", first, p);
+    /* Its head: 5 bytes read back; 6 asked is a short file, named. */
+    uint8_t head[8] = {0};
+    CHECK_OK(ch_src_read_head(&k_wrap, first, head, 5, &e));
+    CHECK(memcmp(head, "\x93NUMP", 5) == 0, "head bytes");
+    CHECK(ch_src_read_head(&k_wrap, first, head, 6, &e) == CHUTE_EFORMAT &&
+              strstr(e.message, "top.npy"),
+          "short head: %s", e.message);
+    /* Nothing matching: OK and empty; no such directory: an error. */
+    snprintf(p, sizeof p, "%s%s/c_cls", WRAP, dir);
+    first[0] = 'x';
+    CHECK_OK(ch_probe_first(&k_wrap, p, ends_npy, first, sizeof first, &e));
+    CHECK(first[0] == 0, "nothing to find, got '%s'", first);
+    snprintf(p, sizeof p, "%s%s/missing", WRAP, dir);
+    CHECK(ch_probe_first(&k_wrap, p, ends_npy, first, sizeof first, &e) != CHUTE_OK &&
+              first[0] == 0,
+          "a missing directory must fail");
+    CHECK(n_bad == 0, "the source was bypassed %llu times", (unsigned long long)n_bad);
+    CHECK(n_list >= 3 && n_open == 2, "list %llu open %llu", (unsigned long long)n_list,
+          (unsigned long long)n_open);
+    return 0;
+}
+
 UNIT_MAIN

@@ -592,3 +592,47 @@ int chute_dataset_field_info(const chute_dataset *ds, uint32_t k, chute_field_in
 
 int chute_dataset_has_images(const chute_dataset *ds) { return ds && !ds->no_image; }
 int chute_dataset_is_stream(const chute_dataset *ds) { return ds && ds->stream; }
+
+/* ---- ch_probe_first (format.h): the probe of npy, wav and the like ---- */
+
+typedef struct probe_walk {
+    const char *dir;
+    int (*match)(const char *name);
+    char *first;              /* first match seen (listing order), cap bytes */
+    size_t cap;
+    char first_dir[4096];     /* smallest subdirectory name */
+} probe_walk;
+
+static int probe_entry(void *user, const char *name, const ch_stat *st)
+{
+    probe_walk *p = user;
+    if (name[0] == '.')
+        return 0;
+    if (st->type == CH_ENT_FILE && !p->first[0] && p->match(name))
+        snprintf(p->first, p->cap, "%s/%s", p->dir, name);
+    if (st->type == CH_ENT_DIR && (!p->first_dir[0] || strcmp(name, p->first_dir) < 0))
+        snprintf(p->first_dir, sizeof p->first_dir, "%s", name);
+    return 0;
+}
+
+int ch_probe_first(const ch_source_ops *src, const char *dir, int (*match)(const char *name),
+                   char *out, size_t cap, chute_error *err)
+{
+    if (cap)
+        out[0] = 0;
+    if (cap < 2)
+        return ch_err(err, CHUTE_EINVAL, "%s: no room for a path", dir);
+    probe_walk p = {.dir = dir, .match = match, .first = out, .cap = cap};
+    int rc = ch_src_list(src, dir, probe_entry, &p, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    if (!out[0] && p.first_dir[0]) {
+        char sub[4200];
+        snprintf(sub, sizeof sub, "%s/%s", dir, p.first_dir);
+        probe_walk q = {.dir = sub, .match = match, .first = out, .cap = cap};
+        chute_error e = {0}; /* an unlistable class directory: nothing found */
+        if (ch_src_list(src, sub, probe_entry, &q, &e) != CHUTE_OK)
+            out[0] = 0;
+    }
+    return CHUTE_OK;
+}

@@ -91,40 +91,16 @@ static int read_head(const ch_source_ops *src, void *h, const char *path, uint64
 
 /* ---- probe ------------------------------------------------------------ */
 
-typedef struct probe_walk {
-    const char *dir;
-    char first_npy[4096];     /* first .npy name seen (any order) */
-    char first_dir[4096];     /* smallest subdirectory name */
-} probe_walk;
-
-static int probe_entry(void *user, const char *name, const ch_stat *st)
-{
-    probe_walk *p = user;
-    if (name[0] == '.')
-        return 0;
-    if (st->type == CH_ENT_FILE && npy_name(name) && !p->first_npy[0])
-        snprintf(p->first_npy, sizeof p->first_npy, "%s/%s", p->dir, name);
-    if (st->type == CH_ENT_DIR && (!p->first_dir[0] || strcmp(name, p->first_dir) < 0))
-        snprintf(p->first_dir, sizeof p->first_dir, "%s", name);
-    return 0;
-}
-
 /* The probe looks at the magic only: a file that has it but whose header
  * is bad must reach open, whose message names the file, the offset and
  * what is wrong, rather than "no format matched". */
 static int head_ok(const ch_source_ops *src, const char *path)
 {
-    void *h = NULL;
-    uint64_t size = 0;
-    chute_error e = {0};
-    if (ch_src_open(src, path, &h, &size, &e) != CHUTE_OK)
-        return 0;
     uint8_t m[6];
-    int ok = size >= 6 && src->read_at(h, path, 0, m, 6, &e) == CHUTE_OK &&
-             (ends_with(path, ".npz") ? memcmp(m, "PK\x03\x04", 4) == 0
-                                      : memcmp(m, "\x93NUMPY", 6) == 0);
-    src->close(h);
-    return ok;
+    chute_error e = {0};
+    return ch_src_read_head(src, path, m, sizeof m, &e) == CHUTE_OK &&
+           (ends_with(path, ".npz") ? memcmp(m, "PK\x03\x04", 4) == 0
+                                    : memcmp(m, "\x93NUMPY", 6) == 0);
 }
 
 static int npy_probe(const ch_source_ops *src, const char *path, int is_dir, char *why,
@@ -141,23 +117,16 @@ static int npy_probe(const ch_source_ops *src, const char *path, int is_dir, cha
         }
         return CH_PROBE_LIKELY;
     }
-    probe_walk p = {.dir = path};
+    char first[4096];
     chute_error e = {0};
-    if (ch_src_list(src, path, probe_entry, &p, &e) != CHUTE_OK)
+    if (ch_probe_first(src, path, npy_name, first, sizeof first, &e) != CHUTE_OK)
         return CH_PROBE_NO;
-    if (!p.first_npy[0] && p.first_dir[0]) {
-        char sub[4200];
-        snprintf(sub, sizeof sub, "%s/%s", path, p.first_dir);
-        probe_walk q = {.dir = sub};
-        if (ch_src_list(src, sub, probe_entry, &q, &e) == CHUTE_OK)
-            memcpy(p.first_npy, q.first_npy, sizeof p.first_npy);
-    }
-    if (!p.first_npy[0]) {
+    if (!first[0]) {
         snprintf(why, n, "no .npy file in it or its first subdirectory");
         return CH_PROBE_NO;
     }
-    if (!head_ok(src, p.first_npy)) {
-        snprintf(why, n, "%s: no \\x93NUMPY magic", p.first_npy);
+    if (!head_ok(src, first)) {
+        snprintf(why, n, "%s: no \\x93NUMPY magic", first);
         return CH_PROBE_NO;
     }
     return CH_PROBE_LIKELY;

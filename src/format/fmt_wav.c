@@ -72,38 +72,14 @@ static int is_wav(const char *name)
 
 /* ---- probe ------------------------------------------------------------ */
 
-typedef struct probe_walk {
-    const char *dir;
-    char first_wav[4096];
-    char first_dir[4096];     /* smallest subdirectory name */
-} probe_walk;
-
-static int probe_entry(void *user, const char *name, const ch_stat *st)
-{
-    probe_walk *p = user;
-    if (name[0] == '.')
-        return 0;
-    if (st->type == CH_ENT_FILE && is_wav(name) && !p->first_wav[0])
-        snprintf(p->first_wav, sizeof p->first_wav, "%s/%s", p->dir, name);
-    if (st->type == CH_ENT_DIR && (!p->first_dir[0] || strcmp(name, p->first_dir) < 0))
-        snprintf(p->first_dir, sizeof p->first_dir, "%s", name);
-    return 0;
-}
-
 /* The magic only: a file that has it but a bad header must reach open,
  * whose message names the file, offset and reason. */
 static int magic_ok(const ch_source_ops *src, const char *path)
 {
-    void *h = NULL;
-    uint64_t size = 0;
-    chute_error e = {0};
-    if (ch_src_open(src, path, &h, &size, &e) != CHUTE_OK)
-        return 0;
     uint8_t m[12];
-    int ok = size >= 12 && src->read_at(h, path, 0, m, 12, &e) == CHUTE_OK &&
-             memcmp(m, "RIFF", 4) == 0 && memcmp(m + 8, "WAVE", 4) == 0;
-    src->close(h);
-    return ok;
+    chute_error e = {0};
+    return ch_src_read_head(src, path, m, sizeof m, &e) == CHUTE_OK &&
+           memcmp(m, "RIFF", 4) == 0 && memcmp(m + 8, "WAVE", 4) == 0;
 }
 
 static int wav_probe(const ch_source_ops *src, const char *path, int is_dir, char *why, size_t n)
@@ -115,23 +91,16 @@ static int wav_probe(const ch_source_ops *src, const char *path, int is_dir, cha
         }
         return CH_PROBE_LIKELY;
     }
-    probe_walk p = {.dir = path};
+    char first[4096];
     chute_error e = {0};
-    if (ch_src_list(src, path, probe_entry, &p, &e) != CHUTE_OK)
+    if (ch_probe_first(src, path, is_wav, first, sizeof first, &e) != CHUTE_OK)
         return CH_PROBE_NO;
-    if (!p.first_wav[0] && p.first_dir[0]) {
-        char sub[4200];
-        snprintf(sub, sizeof sub, "%s/%s", path, p.first_dir);
-        probe_walk q = {.dir = sub};
-        if (ch_src_list(src, sub, probe_entry, &q, &e) == CHUTE_OK)
-            memcpy(p.first_wav, q.first_wav, sizeof p.first_wav);
-    }
-    if (!p.first_wav[0]) {
+    if (!first[0]) {
         snprintf(why, n, "no .wav file in it or its first subdirectory");
         return CH_PROBE_NO;
     }
-    if (!magic_ok(src, p.first_wav)) {
-        snprintf(why, n, "%s: no RIFF/WAVE magic", p.first_wav);
+    if (!magic_ok(src, first)) {
+        snprintf(why, n, "%s: no RIFF/WAVE magic", first);
         return CH_PROBE_NO;
     }
     return CH_PROBE_LIKELY;

@@ -75,16 +75,9 @@ static int wds_name(const char *name)
 
 static int tar_header_ok(const ch_source_ops *src, const char *path)
 {
-    void *h = NULL;
-    uint64_t size = 0;
     chute_error e = {0};
-    if (ch_src_open(src, path, &h, &size, &e) != CHUTE_OK)
-        return 0;
     uint8_t blk[512];
-    int ok = size >= sizeof blk &&
-             src->read_at(h, path, 0, blk, sizeof blk, &e) == CHUTE_OK;
-    src->close(h);
-    if (!ok)
+    if (ch_src_read_head(src, path, blk, sizeof blk, &e) != CHUTE_OK)
         return 0;
     fmt_reader r;
     fmt_reader_mem(&r, blk, sizeof blk, path);

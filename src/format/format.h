@@ -267,6 +267,14 @@ int ch_dataset_open_src(const ch_source_ops *src, const char *path,
 int ch_path_list(const ch_source_ops *src, const char *path, int (*keep)(const char *name),
                  char ***out, size_t *out_n, chute_error *err);
 void ch_path_list_free(char **v, size_t n);
+/* For a format's probe of a directory: the first entry (listing order)
+ * of dir for which match(name) is true, else the first one inside dir's
+ * smallest-named subdirectory (an ImageFolder-style class), as "dir/name"
+ * into out[cap] (out[0] == 0 when there is none).  Names starting with '.'
+ * are never matched.  Not an error when nothing matches; an error only
+ * when dir itself cannot be listed. */
+int ch_probe_first(const ch_source_ops *src, const char *dir, int (*match)(const char *name),
+                   char *out, size_t cap, chute_error *err);
 /* A format's data files: a path, and the source's handle once opened. */
 typedef struct ch_ds_file {
     char *path;

@@ -159,6 +159,26 @@ static inline int ch_src_list(const ch_source_ops *s, const char *dir, ch_list_f
         return ch_err(err, CHUTE_EUNSUPPORTED, "%s: source '%s' cannot list", dir, s->name);
     return s->list(dir, fn, user, err);
 }
+/* The first n bytes of `path` into buf (open, one positional read,
+ * close): what a format's probe compares with its magic.  A file shorter
+ * than n bytes is CHUTE_EFORMAT naming it; open/read errors as the source
+ * gives them. */
+static inline int ch_src_read_head(const ch_source_ops *s, const char *path, void *buf,
+                                   size_t n, chute_error *err)
+{
+    void *h = NULL;
+    uint64_t size = 0;
+    int rc = ch_src_open(s, path, &h, &size, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    if (size < n)
+        rc = ch_err(err, CHUTE_EFORMAT, "%s: %llu bytes, shorter than its %zu-byte header", path,
+                    (unsigned long long)size, n);
+    else
+        rc = s->read_at(h, path, 0, buf, n, err);
+    s->close(h);
+    return rc;
+}
 
 /* Local files through open/pread. */
 extern const ch_source_ops ch_source_local;

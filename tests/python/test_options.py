@@ -139,3 +139,71 @@ def test_default_max_held_lets_a_plain_loop_run_zero_copy(tree):
     assert len(kept) == len(ld) and ld.stats()["copied_batches"] > 0
     del kept
     ld.close()
+
+
+# Every row of both tables (src/common/loader_options.def and
+# dataset_options.def) that Python exposes, with its Python keyword.
+XROWS = [dict(table=r[0], name=r[1], field=r[2], kind=r[3], default=r[4], choices=r[5],
+              layers=r[6]) for r in _chute.option_rows() if "python" in r[6]]
+_KEYWORD = {("dataset", "kind"): "source_kind"}
+# None is the C default where C computes the value (auto rows, floats) or
+# Python takes it from torch.distributed / the environment.
+_NONE_OK = {"rank", "world_size"}
+
+
+def test_every_python_default_is_the_c_default():
+    """What chute.Loader passes for an option left out is what C does with no option."""
+    params = inspect.signature(chute.Loader.__init__).parameters
+    c = _chute.resolve_loader_options()  # C's resolution of all-zero options
+    checked = 0
+    for r in PY:  # integer loader rows: against the value C resolves
+        p = params[r["name"]].default
+        if "auto" in r["layers"] or r["name"] in _NONE_OK:
+            assert p is None, r["name"]
+        elif r["kind"] == "bool":
+            assert p is c[r["name"]], (r["name"], p, c[r["name"]])
+        else:
+            assert p == c[r["name"]] and type(p) is int, (r["name"], p, c[r["name"]])
+        checked += 1
+    assert params["scale"].default == (c["scale_min_pct"] / 100, c["scale_max_pct"] / 100)
+    for r in XROWS:  # the other rows: Python's default must leave C's zero (= default)
+        kw = _KEYWORD.get((r["table"], r["name"]), r["name"])
+        p = params[kw].default
+        if r["kind"] == "enum":
+            if (r["table"], r["field"]) == ("loader", "shuffle"):
+                continue  # shares its keyword with the flag below: True is "global"
+            assert p == r["choices"][0], (kw, p)  # value 0
+        elif r["kind"] == "neg":
+            assert p is True, (kw, p)  # no_<name> = 0
+        elif r["kind"] in ("str", "float"):
+            assert p is None, (kw, p)  # NULL / all-zero: C's default
+        else:
+            assert p == 0 and not p, (kw, p)  # an integer field left 0
+        checked += 1
+    assert checked == len(PY) + len(XROWS) - 1 and checked > 40
+
+
+def test_loader_defaults_are_taken_from_the_table_not_written_by_hand():
+    """Each table keyword's default in loader.py is _default()/_xdefault() of its row."""
+    import ast
+
+    src = open(os.path.join(ROOT, "python", "chute", "loader.py")).read()
+    init = next(n for n in ast.walk(ast.parse(src))
+                if isinstance(n, ast.FunctionDef) and n.name == "__init__"
+                and "source_kind" in [a.arg for a in n.args.kwonlyargs])
+    args = init.args.args[-len(init.args.defaults):] + init.args.kwonlyargs
+    defaults = dict(zip([a.arg for a in args], init.args.defaults + init.args.kw_defaults))
+    rows = {r["name"]: r for r in PY}
+    rows.update({_KEYWORD.get((r["table"], r["name"]), r["name"]): r for r in XROWS})
+    missing = set(rows) - set(defaults)
+    assert not missing, missing
+    for kw, r in sorted(rows.items()):
+        d = defaults[kw]
+        if isinstance(d, ast.Constant) and d.value is None and (
+                "auto" in r["layers"] or r["kind"] == "float" or kw in _NONE_OK):
+            continue  # C computes it (see above)
+        calls = {n.func.id for n in ast.walk(d)
+                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        assert calls & {"_default", "_xdefault"}, \
+            "loader.py: %s's default %s is written by hand; take it from the table" % (
+                kw, ast.unparse(d))
