@@ -336,7 +336,7 @@ static int first_request(const lat_cfg *c, int pretouch, double *create_ms, doub
     chute_infer_options o = c->io;
     o.pretouch = pretouch;
     o.max_batch = 1; /* no batching deadline to wait out */
-    o.queue_capacity = 0; /* the default few slots: pretouch costs 2 MiB each */
+    o.queue_capacity = 4; /* a few slots (6): pretouch costs 2 MiB each */
     chute_infer *s = NULL;
     uint64_t t0 = mono_ns();
     int rc = chute_infer_create(&o, &s, err);
