@@ -558,6 +558,69 @@ TEST(batch_of_one_default_queue_and_timing)
     return 0;
 }
 
+typedef struct late_sub {
+    chute_infer *s;
+    const uint8_t *data;
+    size_t len;
+    int rc;
+} late_sub;
+
+static void *late_submitter(void *p)
+{
+    late_sub *a = p;
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL); /* let the poller go to sleep first */
+    a->rc = chute_infer_submit(a->s, a->data, a->len, 7, 0, NULL);
+    return NULL;
+}
+
+/* The deadline of a batch opened while the poller is already asleep
+ * (no batch open when it started waiting): the submit must wake it to
+ * learn the deadline.  Before, the poller slept on until the batch was
+ * full, so at low rates every request waited for 63 others (here: until
+ * the 10 s poll timeout). */
+TEST(deadline_reaches_a_waiting_poller)
+{
+    NEED_DATA();
+    chute_dataset *ds = NULL;
+    chute_error err = {0};
+    CHECK(chute_dataset_open(g_tree, CHUTE_SOURCE_AUTO, &ds, &err) == CHUTE_OK, "%s",
+          err.message);
+    samples smp = {0};
+    CHECK(samples_load(ds, &smp) == 0, "reading samples");
+    chute_infer_options o = {0};
+    o.size = 16;
+    o.max_batch = 64;
+    o.max_delay_us = 30000;
+    o.workers = 1;
+    chute_infer *s = NULL;
+    CHECK(chute_infer_create(&o, &s, &err) == CHUTE_OK, "%s", err.message);
+    for (int round = 0; round < 2; round++) {
+        late_sub a = {s, smp.data[0], smp.len[0], -1};
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, late_submitter, &a) == 0, "thread");
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        chute_infer_batch *b = NULL;
+        int rc = chute_infer_poll(s, 10 * 1000 * 1000, &b);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        pthread_join(th, NULL);
+        double el = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+        CHECK(a.rc == CHUTE_OK, "submit: %d", a.rc);
+        CHECK(rc == CHUTE_OK, "round %d: poll %s after %.3f s: the 30 ms deadline never reached "
+              "the sleeping poller", round, chute_status_name(rc), el);
+        chute_infer_view v;
+        chute_infer_batch_view(b, &v);
+        CHECK(v.count == 1 && v.ids[0] == 7, "count %u", v.count);
+        CHECK(el >= 0.1 + 0.03 - 0.002 && el < 5.0, "round %d: handed out after %.3f s", round, el);
+        chute_infer_batch_release(b);
+    }
+    chute_infer_destroy(s);
+    samples_free(&smp);
+    chute_dataset_close(ds);
+    return 0;
+}
+
 TEST(bad_options_refused)
 {
     chute_infer *s = NULL;
