@@ -225,6 +225,7 @@ def rows_of(rep, args):
             "system": "chute --preset %s (batch %d, %s)" % (
                 preset, c.get("max_batch", 0), "unordered" if c.get("unordered") else "ordered"),
             "single": s, "max": c.get("max_rate", 0), "rate": h.get("rate", 0),
+            "n": h.get("requests", 0),
             "p50": h.get("p50_ms"), "p99": h.get("p99_ms"), "p999": h.get("p999_ms"),
             "added_p99": added, "ratio": added / s if s else float("nan"),
             "late": h.get("late_p99_ms"), "queue": h.get("queue_wait_p99_ms"),
@@ -237,7 +238,7 @@ def rows_of(rep, args):
             continue
         rows.append({
             "system": "%s (%d threads)" % (label, py["workers"]), "single": py["single_ms"],
-            "max": py.get("max_rate", float("nan")), "rate": h["rate"],
+            "max": py.get("max_rate", float("nan")), "rate": h["rate"], "n": h["requests"],
             "p50": h["p50_ms"], "p99": h["p99_ms"], "p999": h["p999_ms"],
             "added_p99": h["added_p99_ms"], "ratio": h["added_p99_ms"] / py["single_ms"],
             "late": h["late_p99_ms"], "queue": None, "service": None, "deliver": None})
@@ -246,14 +247,15 @@ def rows_of(rep, args):
 
 def print_table(rows, title):
     print("\n### %s\n" % title)
-    print("| system | single ms | max req/s (p99<=budget) | rate req/s | p50 ms | p99 ms | "
+    print("| system | single ms | max req/s (p99<=budget) | rate req/s | requests | p50 ms | p99 ms | "
           "p99.9 ms | p99 added ms | p99 added / single | target <= %.0f | p99 gen. late | "
           "p99 queue wait | p99 decode+transform | p99 hand-out |" % TARGET)
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     for r in rows:
         met = "met" if r["ratio"] == r["ratio"] and r["ratio"] <= TARGET else "missed"
-        print("| %s | %s | %.0f | %.0f | %s | %s | %s | %s | **%.2f** | %s | %s | %s | %s | %s |"
-              % (r["system"], f3(r["single"]), r["max"] or 0, r["rate"] or 0, f3(r["p50"]),
+        print("| %s | %s | %.0f | %.0f | %d | %s | %s | %s | %s | **%.2f** | %s | %s | %s | %s | %s |"
+              % (r["system"], f3(r["single"]), r["max"] or 0, r["rate"] or 0, r["n"] or 0,
+                 f3(r["p50"]),
                  f3(r["p99"]), f3(r["p999"]), f3(r["added_p99"]), r["ratio"], met,
                  f3(r["late"]), f3(r["queue"]), f3(r["service"]), f3(r["deliver"])))
 
@@ -298,7 +300,7 @@ def main():
     med = []
     for i, r0 in enumerate(all_rows[0]):
         m = dict(r0)
-        for k in ("single", "max", "rate", "p50", "p99", "p999", "added_p99", "ratio", "late",
+        for k in ("single", "max", "rate", "n", "p50", "p99", "p999", "added_p99", "ratio", "late",
                   "queue", "service", "deliver"):
             vals = [rows[i][k] for rows in all_rows
                     if i < len(rows) and rows[i][k] is not None and rows[i][k] == rows[i][k]]
