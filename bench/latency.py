@@ -184,6 +184,27 @@ def python_find_max(blobs, idle, tf, args, workers, single):
     return lo
 
 
+def ideal_queue(rate, duration, seed, service_ms, workers):
+    """The floor queueing alone sets: the same arrivals served in order by
+    `workers` servers with no overhead at all, each request taking exactly
+    its image's idle time.  What chute adds beyond this is the pipeline's."""
+    import heapq
+    arr = poisson(rate, duration, seed)
+    free = [0.0] * workers
+    lat, added = [], []
+    for i, a in enumerate(arr):
+        t = a * 1e3
+        svc = service_ms[i % len(service_ms)]
+        start = max(t, heapq.heappop(free))
+        heapq.heappush(free, start + svc)
+        lat.append(start + svc - t)
+        added.append(start - t)
+    lat.sort()
+    added.sort()
+    return {"rate": rate, "requests": len(arr), "p50_ms": pct(lat, .5), "p99_ms": pct(lat, .99),
+            "p999_ms": pct(lat, .999), "added_p99_ms": pct(added, .99)}
+
+
 # ------------------------------------------------------------------- report
 
 def f3(v):
@@ -230,6 +251,16 @@ def rows_of(rep, args):
             "added_p99": added, "ratio": added / s if s else float("nan"),
             "late": h.get("late_p99_ms"), "queue": h.get("queue_wait_p99_ms"),
             "service": h.get("service_p99_ms"), "deliver": h.get("deliver_p99_ms")})
+        each = c.get("single_image_each_ms")
+        if each and h.get("rate"):
+            m = ideal_queue(h["rate"], args.duration, args.seed, each, c["workers"])
+            rows.append({
+                "system": "model: ideal FIFO queue, %d servers, no overhead, chute's idle times "
+                          "(%s rate)" % (c["workers"], preset),
+                "single": s, "max": float("nan"), "rate": m["rate"], "n": m["requests"],
+                "p50": m["p50_ms"], "p99": m["p99_ms"], "p999": m["p999_ms"],
+                "added_p99": m["added_p99_ms"], "ratio": m["added_p99_ms"] / s, "late": None,
+                "queue": None, "service": None, "deliver": None})
     py = rep["python"]
     for key, label in (("at_half_max", "Python PIL+torchvision, own half max"),
                        ("at_chute_half_max", "Python PIL+torchvision, at chute's rate")):
@@ -313,7 +344,8 @@ def main():
           "single = mean over the images of each image's idle decode+transform (median of 3, "
           "same run); added = latency - the single-image time of the same image; target: "
           "p99 added at half the max rate <= %.0f x single. Max rate: highest Poisson rate with "
-          "p99 latency <= %.0f ms. %d images, size %d, %d chute workers, Python threads = chute "
+          "p99 latency <= %.0f ms. The model row: the same arrivals and per-image idle times "
+          "through c ideal servers (no overhead): the floor queueing alone sets. %d images, size %d, %d chute workers, Python threads = chute "
           "workers, %.1f s per measured run, seed %d." % (
               TARGET, args.budget_ms, c0["images"], args.size, c0["workers"], args.duration,
               args.seed))

@@ -571,9 +571,10 @@ int cmd_bench_latency(int argc, char **argv)
         free(c.img[k]);
     free(c.img);
     free(c.len);
-    free(c.idle_ns);
-    if (fail)
+    if (fail) {
+        free(c.idle_ns);
         return 1;
+    }
 
     /* The issue's target, at half the max rate: p99 added latency <=
      * TARGET x the single-image decode+transform time. */
@@ -607,7 +608,12 @@ int cmd_bench_latency(int argc, char **argv)
                        isfinite(added_ratio) && added_ratio <= TARGET ? "true" : "false");
             }
         }
-        printf("}\n");
+        /* Each image's idle time (what bench/latency.py's ideal-queue
+         * model serves the same arrivals with). */
+        printf(", \"single_image_each_ms\": [");
+        for (uint32_t k = 0; k < c.nimg; k++)
+            printf("%s%.4f", k ? ", " : "", c.idle_ns[k] / 1e6);
+        printf("]}\n");
     } else {
         printf("preset %s: max batch %u, deadline %u us, %s, queue capacity %s, %u workers\n",
                preset ? "latency" : "batch", c.io.max_batch ? c.io.max_batch : 8,
@@ -636,5 +642,6 @@ int cmd_bench_latency(int argc, char **argv)
             }
         }
     }
+    free(c.idle_ns);
     return 0;
 }
