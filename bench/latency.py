@@ -227,7 +227,7 @@ def one_repeat(args, blobs, tf, workers_arg):
         if py["max_rate"] > 0:
             py["at_half_max"] = python_open_loop(blobs, idle, tf, py["max_rate"] / 2,
                                                  args.duration, workers, args.seed)
-    crate = (out["chute_" + args.presets[0]].get("at_half_max") or {}).get("rate", 0)
+    crate = args.py_rate or (out["chute_" + args.presets[0]].get("at_half_max") or {}).get("rate", 0)
     if crate:
         py["at_chute_half_max"] = python_open_loop(blobs, idle, tf, crate, args.duration,
                                                    workers, args.seed)
@@ -263,7 +263,8 @@ def rows_of(rep, args):
                 "queue": None, "service": None, "deliver": None})
     py = rep["python"]
     for key, label in (("at_half_max", "Python PIL+torchvision, own half max"),
-                       ("at_chute_half_max", "Python PIL+torchvision, at chute's rate")):
+                       ("at_chute_half_max", "Python PIL+torchvision, at chute's rate"
+                        if not args.py_rate else "Python PIL+torchvision, at --py-rate")):
         h = py.get(key)
         if not h:
             continue
@@ -307,6 +308,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="alternating repeats (median reported)")
     ap.add_argument("--presets", default="latency,batch",
                     help="chute presets to run, first one sets the Python comparison rate")
+    ap.add_argument("--py-rate", type=float, default=0,
+                    help="run the Python peer at this rate instead of chute's half max")
     ap.add_argument("--no-python-max", action="store_true",
                     help="skip Python's own max-rate search (only run it at chute's rate)")
     ap.add_argument("--json", help="write the raw results here")
