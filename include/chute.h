@@ -1001,7 +1001,7 @@ typedef struct chute_infer_options {
                                  earlier one is still in progress (default: batches,
                                  and so requests, come out in submission order) */
     uint32_t queue_capacity;  /* requests admitted and not yet released; default
-                                 4 * max_batch, at most 65536 */
+                                 the larger of 4 * max_batch and 64, at most 65536 */
     int pretouch;             /* nonzero: batch buffers rounded up to 2 MiB and
                                  pre-faulted at create, as the training loader's
                                  ring (for comparing first-request latency) */
@@ -1094,6 +1094,21 @@ typedef struct chute_infer_stats {
 
 /* Snapshot; any thread. */
 CHUTE_API void chute_infer_get_stats(const chute_infer *s, chute_infer_stats *out);
+
+/* When request k of a handed-out batch went through the session, in
+ * CLOCK_MONOTONIC nanoseconds (the clock of clock_gettime, so a caller
+ * can subtract its own timestamps): submit_ns when chute_infer_submit
+ * was entered, start_ns when a worker took it, decoded_ns when its
+ * pixels were decoded, done_ns when its tensor was written.  done_ns -
+ * start_ns is that request's decode+transform (read included for a
+ * path); a request that never reached a worker (a failed copy) has
+ * start/decoded/done 0.  Returns CHUTE_EINVAL for k >= count.  Valid
+ * until the batch is released; the thread holding the batch.         */
+typedef struct chute_infer_timing {
+    uint64_t submit_ns, start_ns, decoded_ns, done_ns;
+} chute_infer_timing;
+CHUTE_API int chute_infer_batch_timing(const chute_infer_batch *b, uint32_t k,
+                                       chute_infer_timing *out);
 
 /* Arrow record batches as a dataset (src/format/fmt_arrow.c).        */
 /* ------------------------------------------------------------------ */

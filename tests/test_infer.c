@@ -488,6 +488,139 @@ TEST(full_queue_and_closed_session_refuse)
     return 0;
 }
 
+/* max_batch 1 with the default queue: the admission queue is sized apart
+ * from the batch (64 requests, not 4 x 1), every request is its own
+ * batch handed out on its own, and each carries its timestamps in
+ * order (submit <= start <= decoded <= done <= the poll that returned
+ * it). */
+TEST(batch_of_one_default_queue_and_timing)
+{
+    NEED_DATA();
+    chute_dataset *ds = NULL;
+    chute_error err = {0};
+    CHECK(chute_dataset_open(g_tree, CHUTE_SOURCE_AUTO, &ds, &err) == CHUTE_OK, "%s",
+          err.message);
+    samples smp = {0};
+    CHECK(samples_load(ds, &smp) == 0, "reading samples");
+    chute_infer_options o = {0};
+    o.size = 16;
+    o.max_batch = 1;
+    o.workers = 1;
+    chute_infer *s = NULL;
+    CHECK(chute_infer_create(&o, &s, &err) == CHUTE_OK, "%s", err.message);
+    uint64_t t_before = 0;
+    {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        t_before = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    }
+    for (uint64_t i = 0; i < 64; i++) {
+        uint32_t k = (uint32_t)(i % smp.n);
+        CHECK(chute_infer_submit(s, smp.data[k], smp.len[k], i, 0, &err) == CHUTE_OK,
+              "request %llu of 64 refused: %s", (unsigned long long)i, err.message);
+    }
+    err.message[0] = '\0';
+    CHECK(chute_infer_submit(s, smp.data[0], smp.len[0], 99, 0, &err) == CHUTE_EBUSY,
+          "the 65th request is refused");
+    CHECK(strstr(err.message, "queue_capacity 64"), "message: %s", err.message);
+    chute_infer_close(s);
+    chute_infer_batch *b = NULL;
+    uint64_t next = 0;
+    int rc;
+    while ((rc = chute_infer_poll(s, 20000000, &b)) == CHUTE_OK) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+        chute_infer_view v;
+        chute_infer_batch_view(b, &v);
+        CHECK(v.count == 1 && v.ids[0] == next && v.status[0] == CHUTE_OK,
+              "batch %llu: count %u id %llu status %d", (unsigned long long)next, v.count,
+              (unsigned long long)v.ids[0], v.status[0]);
+        chute_infer_timing tm;
+        CHECK(chute_infer_batch_timing(b, 0, &tm) == CHUTE_OK, "timing");
+        CHECK(t_before <= tm.submit_ns && tm.submit_ns <= tm.start_ns &&
+                  tm.start_ns <= tm.decoded_ns && tm.decoded_ns <= tm.done_ns &&
+                  tm.start_ns < tm.done_ns && tm.done_ns <= now,
+              "request %llu: submit %llu start %llu decoded %llu done %llu now %llu",
+              (unsigned long long)next, (unsigned long long)(tm.submit_ns - t_before),
+              (unsigned long long)(tm.start_ns - t_before),
+              (unsigned long long)(tm.decoded_ns - t_before),
+              (unsigned long long)(tm.done_ns - t_before), (unsigned long long)(now - t_before));
+        CHECK(chute_infer_batch_timing(b, 1, &tm) == CHUTE_EINVAL, "k past the batch");
+        chute_infer_batch_release(b);
+        next++;
+    }
+    CHECK(rc == CHUTE_END && next == 64, "rc %s after %llu", chute_status_name(rc),
+          (unsigned long long)next);
+    chute_infer_destroy(s);
+    samples_free(&smp);
+    chute_dataset_close(ds);
+    return 0;
+}
+
+typedef struct late_sub {
+    chute_infer *s;
+    const uint8_t *data;
+    size_t len;
+    int rc;
+} late_sub;
+
+static void *late_submitter(void *p)
+{
+    late_sub *a = p;
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL); /* let the poller go to sleep first */
+    a->rc = chute_infer_submit(a->s, a->data, a->len, 7, 0, NULL);
+    return NULL;
+}
+
+/* The deadline of a batch opened while the poller is already asleep
+ * (no batch open when it started waiting): the submit must wake it to
+ * learn the deadline.  Before, the poller slept on until the batch was
+ * full, so at low rates every request waited for 63 others (here: until
+ * the 10 s poll timeout). */
+TEST(deadline_reaches_a_waiting_poller)
+{
+    NEED_DATA();
+    chute_dataset *ds = NULL;
+    chute_error err = {0};
+    CHECK(chute_dataset_open(g_tree, CHUTE_SOURCE_AUTO, &ds, &err) == CHUTE_OK, "%s",
+          err.message);
+    samples smp = {0};
+    CHECK(samples_load(ds, &smp) == 0, "reading samples");
+    chute_infer_options o = {0};
+    o.size = 16;
+    o.max_batch = 64;
+    o.max_delay_us = 30000;
+    o.workers = 1;
+    chute_infer *s = NULL;
+    CHECK(chute_infer_create(&o, &s, &err) == CHUTE_OK, "%s", err.message);
+    for (int round = 0; round < 2; round++) {
+        late_sub a = {s, smp.data[0], smp.len[0], -1};
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, late_submitter, &a) == 0, "thread");
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        chute_infer_batch *b = NULL;
+        int rc = chute_infer_poll(s, 10 * 1000 * 1000, &b);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        pthread_join(th, NULL);
+        double el = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+        CHECK(a.rc == CHUTE_OK, "submit: %d", a.rc);
+        CHECK(rc == CHUTE_OK, "round %d: poll %s after %.3f s: the 30 ms deadline never reached "
+              "the sleeping poller", round, chute_status_name(rc), el);
+        chute_infer_view v;
+        chute_infer_batch_view(b, &v);
+        CHECK(v.count == 1 && v.ids[0] == 7, "count %u", v.count);
+        CHECK(el >= 0.1 + 0.03 - 0.002 && el < 5.0, "round %d: handed out after %.3f s", round, el);
+        chute_infer_batch_release(b);
+    }
+    chute_infer_destroy(s);
+    samples_free(&smp);
+    chute_dataset_close(ds);
+    return 0;
+}
+
 TEST(bad_options_refused)
 {
     chute_infer *s = NULL;
@@ -510,8 +643,10 @@ TEST(bad_options_refused)
     chute_infer_stats st;
     chute_infer_get_stats(s, &st);
     /* 8 x 3 x 224 x 224 floats, then 8 ids and 8 statuses on 64-byte
-     * boundaries: sized for the batch, not rounded to 2 MiB. */
-    CHECK(st.slots == 4 + 2 && st.slot_bytes == 4816896 + 64 + 64,
+     * boundaries: sized for the batch, not rounded to 2 MiB.  Slots: the
+     * default queue of 64 requests (apart from the batch) in batches of
+     * 8, plus 2 the caller may hold. */
+    CHECK(st.slots == 64 / 8 + 2 && st.slot_bytes == 4816896 + 64 + 64,
           "8 x 224^2 floats in %zu-byte slots", st.slot_bytes);
     chute_infer_destroy(s);
     o.pretouch = 1;

@@ -9,6 +9,18 @@ rate:     a run at a fixed rate reports every scheduled request (their count
 find_max: --find-max with a generous budget finds a positive rate and runs
           at half of it (the figure bench/latency.py reports).
 args:     a missing or non-positive --rate is refused with a message.
+preset:   --preset latency runs max batch 1 unordered (one batch per
+          request), with the default admission queue (no refusals at a
+          rate a batch-sized queue of 4 refused); per request, added
+          latency (latency - the same image's idle time) is never above
+          its latency, so each added percentile <= the latency one; the
+          parts (generator late, queue wait, decode+transform, hand-out)
+          are reported.
+schedule: bench/latency.py's Python peer draws the same Poisson arrivals as
+          chute (same count at the same rate, duration and seed).
+peer:     bench/latency.py --tiny runs chute and the PIL + torchvision peer
+          and prints the table with the added-latency ratio and target
+          (Python at a fixed --py-rate, so the row never depends on timing).
 """
 import json
 import math
@@ -62,5 +74,74 @@ def args(ctx):
     ctx.check("positive" in p.err, "--rate 0: %r" % p.err)
 
 
+def preset(ctx):
+    ctx.need_data()
+    # No --queue-capacity: the default queue (64 at max batch 1) holds every
+    # request of this schedule (seed 1: 48 arrivals), so no refusal can come
+    # from a slow (sanitized, loaded) run; the C test infer.batch_of_one_*
+    # checks the queue's size itself.
+    p = ctx.run([ctx.chute, "bench", "--latency", ctx.tree, "--json", "--workers", "1",
+                 "--images", "12", "--size", "24", "--preset", "latency", "--rate", "25",
+                 "--duration", "2", "--seed", "1"], timeout=120)
+    try:
+        r = json.loads(p.out)
+    except ValueError:
+        ctx.check(False, "bench --latency --json printed %r" % p.out[-800:])
+        return
+    ctx.check(r.get("preset") == "latency" and r.get("max_batch") == 1 and r.get("unordered") == 1,
+              "preset latency: %r" % {k: r.get(k) for k in ("preset", "max_batch", "unordered")})
+    a = r.get("at_rate", {})
+    ctx.check(a.get("rejected") == 0 and a.get("failed") == 0, "refused/failed: %r" % a)
+    ctx.check(a.get("batches") == a.get("requests"), "%r batches for %r requests at max batch 1"
+              % (a.get("batches"), a.get("requests")))
+    for q in ("p50", "p99", "p999"):
+        ctx.check(0 <= a.get("added_%s_ms" % q, -1) <= a.get("%s_ms" % q, -2),
+                  "added %s %r above latency %r" % (q, a.get("added_%s_ms" % q), a.get("%s_ms" % q)))
+    for part in ("late", "queue_wait", "service", "deliver"):
+        ctx.check(0 <= a.get(part + "_p50_ms", -1) <= a.get(part + "_p99_ms", -2),
+                  "%s: %r / %r" % (part, a.get(part + "_p50_ms"), a.get(part + "_p99_ms")))
+    ctx.check(a.get("service_p50_ms", 0) > 0, "decode+transform p50 %r" % a.get("service_p50_ms"))
+    ctx.check(0 < r.get("single_image_p50_ms", 0) <= r.get("single_image_p99_ms", -1),
+              "single-image spread: %r" % r)
+
+
+def _bench_latency_module():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "bench"))
+    import latency  # noqa: E402 (bench/latency.py)
+    return latency
+
+
+def schedule(ctx):
+    ctx.need_data()
+    L = _bench_latency_module()
+    for rate, dur, seed in ((100, 1, 1), (333, 0.7, 7)):
+        r = run_json(ctx, "--rate", str(rate), "--duration", str(dur), "--seed", str(seed))
+        n = r.get("at_rate", {}).get("requests", -1)
+        py = L.poisson(rate, dur, seed)
+        ctx.check(len(py) == n, "rate %r seed %r: Python drew %d arrivals, chute %r"
+                  % (rate, seed, len(py), n))
+        ctx.check(all(0 < a < b for a, b in zip(py, py[1:])), "arrivals not increasing")
+
+
+def peer(ctx):
+    ctx.need_data()
+    ctx.need_modules("PIL", "torch", "torchvision")
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench",
+                         "latency.py")
+    p = ctx.run([sys.executable, bench, ctx.tree, "--tiny", "--chute", ctx.chute, "--workers", "1",
+                 "--presets", "latency", "--no-python-max", "--py-rate", "20", "--json",
+                 os.path.join(ctx.scratch("peer"), "r.json")], timeout=300)
+    ctx.check("| chute --preset latency (batch 1, unordered) |" in p.out, "no chute row: %r"
+              % p.out[-1500:])
+    # --py-rate: the Python row does not depend on chute finding a rate under
+    # the budget on a loaded (sanitized) machine.
+    ctx.check("| Python PIL+torchvision, at --py-rate (1 threads) | " in p.out,
+              "no Python row: %r" % p.out[-1500:])
+    ctx.check("p99 added / single" in p.out and "added = latency - the single-image time" in p.out,
+              "no definition/ratio: %r" % p.out[-1500:])
+
+
 if __name__ == "__main__":
-    sys.exit(T.main({"rate": rate, "find_max": find_max, "args": args}))
+    sys.exit(T.main({"rate": rate, "find_max": find_max, "args": args, "preset": preset,
+                     "schedule": schedule, "peer": peer}))

@@ -2817,7 +2817,7 @@ static PyTypeObject InferType = {
     .tp_doc = "Infer(*, size=224, transform='eval', dtype='float32', layout=None, normalize=True,\n"
               "      mean=None, std=None, crop_pct=0, resize_size=0, dct_scale=True,\n"
               "      max_batch=8, max_delay_us=1000, workers=0, ordered=True,\n"
-              "      queue_capacity=4*max_batch, max_pixels=0, max_sample_bytes=0,\n"
+              "      queue_capacity=max(4*max_batch, 64), max_pixels=0, max_sample_bytes=0,\n"
               "      pretouch=False)\n\n"
               "A low-latency inference session: submit(bytes or path, id) from any thread,\n"
               "poll() for finished requests.  A batch is handed out when it holds max_batch\n"

@@ -19,6 +19,10 @@
  *   - the deadline is enforced by the polling thread (it sleeps until the
  *     open batch's deadline or a batch is ready, whichever comes first):
  *     no timer thread, and nothing is closed that nobody is waiting for.
+ *     A submit that opens a batch wakes the poller so it learns the new
+ *     deadline (until session 5 a poller already asleep with no batch open
+ *     slept on until a batch filled: at low rates every batch waited to be
+ *     full, which is most of the 16.6x p99 measured in session 4).
  *   - ordered delivery hands batches out in submission order; unordered
  *     lets a finished batch overtake an earlier slow one (a 40 Mpx PNG
  *     must not hold up the small JPEGs behind it).
@@ -95,6 +99,9 @@ typedef struct ireq {
     int is_path;              /* own.data holds a NUL-terminated path */
     ch_buf own;
     uint64_t t_submit;
+    /* Written by the worker before it takes mu to count the request done
+     * (so published by mu): start, decoded, done.  Zero if never run. */
+    uint64_t t_start, t_decoded, t_done;
 } ireq;
 
 typedef struct iworker {
@@ -267,6 +274,9 @@ static void run_request(chute_infer *s, iworker *w, uint32_t ri)
     if (rc == CHUTE_OK)
         rc = make_sample(s, w, data, len, dst, &t1, &err);
     uint64_t t2 = ch_now_ns();
+    r->t_start = t0;
+    r->t_decoded = t1;
+    r->t_done = t2;
     char *msg = s->msgs + (size_t)ri * MSG_LEN;
     if (rc == CHUTE_OK) {
         ch_hist_add(&w->decode, t1 - t0);
@@ -280,9 +290,13 @@ static void run_request(chute_infer *s, iworker *w, uint32_t ri)
     sl->status[pos] = rc;
     sl->failed += rc != CHUTE_OK;
     sl->done++;
-    if (deliverable(sl))
-        pthread_cond_broadcast(&s->ready_cv);
+    int wake = deliverable(sl);
     pthread_mutex_unlock(&s->mu);
+    /* Signalled after unlocking: the poller wakes to a free mutex
+     * instead of blocking on it at once (one context switch less per
+     * batch, which is per request at max_batch 1). */
+    if (wake)
+        pthread_cond_broadcast(&s->ready_cv);
 }
 
 static void *worker_main(void *arg)
@@ -323,7 +337,12 @@ static int resolve(const chute_infer_options *in, chute_infer *s, chute_error *e
     if (s->delay_us > MAX_DELAY_US)
         return ch_err(err, CHUTE_EINVAL, "max_delay_us %u is out of range (1..%u)", s->delay_us,
                       MAX_DELAY_US);
-    s->cap = d.queue_capacity ? d.queue_capacity : 4 * s->B;
+    /* The default admission queue is sized apart from the batch: at
+     * max_batch 1 a queue of 4 * max_batch (4 requests) refused bursts
+     * that a Poisson stream at half the workers' rate brings every
+     * second, and capped the rate at a fraction of what the workers
+     * could do (session 4's figures). */
+    s->cap = d.queue_capacity ? d.queue_capacity : 4 * s->B > 64 ? 4 * s->B : 64;
     if (s->cap > MAX_QUEUE)
         return ch_err(err, CHUTE_EINVAL, "queue_capacity %u is out of range (1..%u)", s->cap,
                       MAX_QUEUE);
@@ -499,9 +518,12 @@ void chute_infer_destroy(chute_infer *s)
     free(s);
 }
 
-/* Reserve a record in the open batch (opening one if needed).  (mu) */
-static int reserve_locked(chute_infer *s, uint32_t *out_ri, chute_error *err)
+/* Reserve a record in the open batch (opening one if needed).  *opened
+ * is set when this opened a batch that stays open (its deadline is new:
+ * the poller must hear of it).  (mu) */
+static int reserve_locked(chute_infer *s, uint32_t *out_ri, int *opened, chute_error *err)
 {
+    *opened = 0;
     if (s->closed)
         return ch_err(err, CHUTE_EINVAL, "the inference session is closed; no more requests");
     if (s->admitted >= s->cap) {
@@ -534,6 +556,8 @@ static int reserve_locked(chute_infer *s, uint32_t *out_ri, chute_error *err)
     if (sl->count == s->B) {
         sl->state = IS_CLOSED;
         s->open_slot = -1;
+    } else if (sl->count == 1) {
+        *opened = 1;
     }
     s->admitted++;
     s->unhanded++;
@@ -541,13 +565,40 @@ static int reserve_locked(chute_infer *s, uint32_t *out_ri, chute_error *err)
     return CHUTE_OK;
 }
 
+/* Queue request ri for the workers.  (mu) */
+static void enqueue_locked(chute_infer *s, uint32_t ri)
+{
+    s->tq[(s->tq_head + s->tq_len) % s->tq_cap] = ri;
+    s->tq_len++;
+}
+
 static int submit(chute_infer *s, const void *data, size_t len, uint64_t id, int copy,
                   int is_path, chute_error *err)
 {
     uint32_t ri = 0;
     chute_error cerr = {0};
+    uint64_t t_submit = ch_now_ns();
+    int opened = 0;
     pthread_mutex_lock(&s->mu);
-    int rc = reserve_locked(s, &ri, err);
+    int rc = reserve_locked(s, &ri, &opened, err);
+    if (rc == CHUTE_OK && !copy && !is_path) {
+        /* Borrowed bytes: nothing to copy, so reserve and publish under
+         * one hold of mu (a request stream at max_batch 1 takes the lock
+         * once per submit, not twice). */
+        ireq *r = &s->reqs[ri];
+        r->is_path = 0;
+        r->t_submit = t_submit;
+        r->t_start = r->t_decoded = r->t_done = 0;
+        r->data = data;
+        r->len = len;
+        s->slots[ri / s->B].ids[ri % s->B] = id;
+        enqueue_locked(s, ri);
+        pthread_mutex_unlock(&s->mu);
+        pthread_cond_signal(&s->work_cv);
+        if (opened)
+            pthread_cond_broadcast(&s->ready_cv);
+        return CHUTE_OK;
+    }
     pthread_mutex_unlock(&s->mu);
     if (rc != CHUTE_OK)
         return rc;
@@ -555,22 +606,20 @@ static int submit(chute_infer *s, const void *data, size_t len, uint64_t id, int
     islot *sl = &s->slots[ri / s->B];
     /* The record is ours until it is published below: copy unlocked. */
     r->is_path = is_path;
-    r->t_submit = ch_now_ns();
-    if (copy || is_path) {
-        size_t need = len + (is_path ? 1 : 0);
-        if (ch_buf_reserve(&r->own, need) != CHUTE_OK) {
-            rc = ch_err(&cerr, CHUTE_ENOMEM, "out of memory copying a %zu-byte request", len);
-        } else {
-            if (len)
-                memcpy(r->own.data, data, len);
-            if (is_path)
-                r->own.data[len] = '\0';
-            r->data = r->own.data;
-        }
+    r->t_submit = t_submit;
+    r->t_start = r->t_decoded = r->t_done = 0;
+    size_t need = len + (is_path ? 1 : 0);
+    if (ch_buf_reserve(&r->own, need) != CHUTE_OK) {
+        rc = ch_err(&cerr, CHUTE_ENOMEM, "out of memory copying a %zu-byte request", len);
     } else {
-        r->data = data;
+        if (len)
+            memcpy(r->own.data, data, len);
+        if (is_path)
+            r->own.data[len] = '\0';
+        r->data = r->own.data;
     }
     r->len = len;
+    int wake_poller = 0;
     pthread_mutex_lock(&s->mu);
     sl->ids[ri % s->B] = id;
     if (rc != CHUTE_OK) {
@@ -581,15 +630,16 @@ static int submit(chute_infer *s, const void *data, size_t len, uint64_t id, int
         memset(sl->data + (size_t)(ri % s->B) * s->sample_bytes, 0, s->sample_bytes);
         sl->failed++;
         sl->done++;
-        if (deliverable(sl))
-            pthread_cond_broadcast(&s->ready_cv);
+        wake_poller = deliverable(sl);
         rc = CHUTE_OK; /* admitted (and failed): its result comes through poll */
     } else {
-        s->tq[(s->tq_head + s->tq_len) % s->tq_cap] = ri;
-        s->tq_len++;
-        pthread_cond_signal(&s->work_cv);
+        enqueue_locked(s, ri);
     }
     pthread_mutex_unlock(&s->mu);
+    if (wake_poller || opened)
+        pthread_cond_broadcast(&s->ready_cv);
+    if (!wake_poller)
+        pthread_cond_signal(&s->work_cv);
     return rc;
 }
 
@@ -746,6 +796,22 @@ const char *chute_infer_batch_errmsg(const chute_infer_batch *b, uint32_t k)
     if (k >= sl->count || sl->status[k] == CHUTE_OK)
         return "";
     return s->msgs + ((size_t)b->index * s->B + k) * MSG_LEN;
+}
+
+int chute_infer_batch_timing(const chute_infer_batch *b, uint32_t k, chute_infer_timing *out)
+{
+    if (!b || !out)
+        return CHUTE_EINVAL;
+    const chute_infer *s = b->s;
+    const islot *sl = &s->slots[b->index];
+    if (k >= sl->count)
+        return CHUTE_EINVAL;
+    const ireq *r = &s->reqs[(size_t)b->index * s->B + k];
+    out->submit_ns = r->t_submit;
+    out->start_ns = r->t_start;
+    out->decoded_ns = r->t_decoded;
+    out->done_ns = r->t_done;
+    return CHUTE_OK;
 }
 
 void chute_infer_batch_release(chute_infer_batch *b)
