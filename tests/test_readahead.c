@@ -529,7 +529,8 @@ static int timed_batches(const char *path, uint32_t delay_us, uint32_t ra, doubl
  * Reading alone, the delay adds n x 8 ms to the same run without it; with
  * 16 reads in flight it must add well under that (loose: the machine is
  * shared, and sanitizer builds decode slowly, hence the comparison with
- * the same run without the delay rather than with a fixed time). */
+ * the same run without the delay rather than with a fixed time, and the
+ * best of up to 3 tries). */
 TEST(latency_hidden)
 {
     NEED_DATA();
@@ -539,13 +540,22 @@ TEST(latency_hidden)
     char p[4200];
     snprintf(p, sizeof p, "%s/shards", g_data);
     for (int async = aio_here(); async >= 0; async--) {
-        double fast, slow;
+        double fast = 0, slow = 0, serial = 0;
         uint64_t n = 0;
-        use_engine(async);
-        CHECK_OK(timed_batches(p, 0, 16, &fast, &n));
-        CHECK_OK(timed_batches(p, 8000, 16, &slow, &n));
-        use_engine(1);
-        double serial = (double)n * 0.008;
+        /* Up to 3 tries, the best kept: a neighbour's burst on a shared
+         * machine can stall one run; reads made one by one lose every try. */
+        for (int t = 0; t < 3; t++) {
+            double f, s;
+            use_engine(async);
+            CHECK_OK(timed_batches(p, 0, 16, &f, &n));
+            CHECK_OK(timed_batches(p, 8000, 16, &s, &n));
+            use_engine(1);
+            serial = (double)n * 0.008;
+            if (t == 0 || s - f < slow - fast)
+                fast = f, slow = s;
+            if (slow - fast < serial / 2.5)
+                break;
+        }
         CHECK(slow - fast < serial / 2.5,
               "%s: %llu samples: %.3f s with 8 ms per read, %.3f s without; reading them one "
               "by one adds %.3f s", async ? "io_uring" : "threads", (unsigned long long)n, slow,
