@@ -160,7 +160,12 @@ int cmd_bench(int argc, char **argv)
         ch_loader_ra_stats(ld, &ras);
         printf(",\"readahead_engine\":\"%s\",\"readahead_inflight_max\":%llu,"
                "\"readahead_direct_reads\":%llu",
-               !ras.depth ? "off" : ras.async ? "io_uring" : "threads",
+               !ras.depth ? "off"
+               : !ras.async ? "threads"
+               : (strncmp(pos[0], "s3://", 5) == 0 || strncmp(pos[0], "http://", 7) == 0 ||
+                  strncmp(pos[0], "https://", 8) == 0)
+                   ? "curl_multi" /* the S3/HTTP source's async engine */
+                   : "io_uring",
                (unsigned long long)ras.inflight_max, (unsigned long long)ras.direct_reads);
         printf(",\"batch_size\":%u,\"wait_seconds\":%.4f,\"wait_fraction\":%.4f,"
                "\"cpu_seconds\":%.3f,\"cpu_seconds_per_1k\":%.4f,\"corrupt\":%llu,"

@@ -57,10 +57,23 @@ def weed_binary():
 
 
 def free_base():
-    """A port base b with b..b+12 and b+10000..b+10012 free on loopback."""
+    """A port base b with b..b+12 and b+10000..b+10012 free on loopback.
+
+    Every one of those ports lies below the kernel's ephemeral range
+    (ip_local_port_range, 32768.. by default): weed binds them a moment
+    after this probe, and a port inside that range can be taken in the gap
+    by any process's outgoing connection (the other tests' clients), which
+    made weed exit with "address already in use" now and then."""
+    low = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    top = max(1100, min(22000, low - 10013))
     rng = random.Random(os.getpid() ^ int(time.time() * 1000))
-    for _ in range(200):
-        b = rng.randrange(20000, 30000)
+    for _ in range(400):
+        b = rng.randrange(1024, top) if top < 10000 else rng.randrange(10000, top)
         ok = True
         for p in list(range(b, b + 13)) + list(range(b + 10000, b + 10013)):
             s = socket.socket()
@@ -88,14 +101,23 @@ class Weed:
 
     def start(self):
         # A restart can lose a port to a neighbour's test started in the gap,
-        # or meet the old process's files not yet released: try again.
-        for attempt in range(3):
+        # or meet the old process's files not yet released: try again.  Until
+        # the first start succeeded nothing knows the ports, so a failed
+        # first start moves to another port base (two tests probing at once
+        # may pick overlapping ones).
+        for attempt in range(4):
             try:
-                return self.start_once()
+                self.start_once()
+                self.started = True
+                return
             except RuntimeError as e:
-                if attempt == 2:
+                self.stop(hard=True)
+                if attempt == 3:
                     raise
                 self.ctx.note("weed start failed (%s); again" % e)
+                if not getattr(self, "started", False):
+                    self.base = free_base()
+                    self.port = self.base + 4
                 time.sleep(2)
 
     def start_once(self):
@@ -113,31 +135,61 @@ class Weed:
                                      cwd=self.dir, start_new_session=True)
         with open("/proc/%d/cmdline" % self.proc.pid, "rb") as f:
             self.ctx.check(SK.encode() not in f.read(), "the secret is on weed's command line")
-        deadline = time.time() + 60
+        # Ready = an object round trip works, not only the bucket listing:
+        # `weed mini` answers ListBuckets (the filer) before its volume
+        # server takes writes, and a test's first PUT then met a 500.  The
+        # deadline is generous: on a loaded 2-core CI machine, under the
+        # sanitizer tiers, weed has taken tens of seconds to come up.
+        t0 = time.time()
+        deadline = t0 + float(os.environ.get("CHUTE_WEED_START_TIMEOUT", "180"))
+        last = None
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                with open(os.path.join(self.dir, "weed.log"), "rb") as f:
-                    tail = f.read()[-1500:].decode("utf-8", "replace")
-                raise RuntimeError("weed exited with %s; log in %s:\n%s"
-                                   % (self.proc.returncode, self.dir, tail))
+                raise RuntimeError("weed exited with %s; %s"
+                                   % (self.proc.returncode, self.log_tail()))
             try:
-                c = self.client()
-                c.list_buckets()
+                self.ready_probe()
+                self.ctx.note("weed ready on port %d after %.1f s" % (self.port, time.time() - t0))
                 return
-            except Exception:
+            except Exception as e:  # connection refused, 5xx, ...
+                last = e
                 time.sleep(0.5)
-        raise RuntimeError("weed did not start within 60 s; log in %s" % self.dir)
+        raise RuntimeError("weed did not start within %.0f s (last: %s); %s"
+                           % (deadline - t0, str(last)[:300], self.log_tail()))
+
+    def ready_probe(self):
+        import boto3
+        from botocore.config import Config
+        c = boto3.client("s3", endpoint_url=self.endpoint(), aws_access_key_id=AK,
+                         aws_secret_access_key=SK, region_name="us-east-1",
+                         config=Config(s3={"addressing_style": "path"},
+                                       retries={"max_attempts": 1},
+                                       connect_timeout=5, read_timeout=20))
+        names = [x["Name"] for x in c.list_buckets().get("Buckets", [])]
+        if "chute-ready" not in names:
+            c.create_bucket(Bucket="chute-ready")
+        c.put_object(Bucket="chute-ready", Key="probe", Body=b"ready")
+        if c.get_object(Bucket="chute-ready", Key="probe")["Body"].read() != b"ready":
+            raise RuntimeError("probe object read back wrong")
+
+    def log_tail(self):
+        try:
+            with open(os.path.join(self.dir, "weed.log"), "rb") as f:
+                tail = f.read()[-1500:].decode("utf-8", "replace")
+        except OSError:
+            tail = ""
+        return "log in %s:\n%s" % (self.dir, tail)
 
     def stop(self, hard=False):
-        if not self.proc or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc and not self.log.closed:
+            self.log.close()
 
     def endpoint(self):
         return "http://127.0.0.1:%d" % self.port
@@ -327,9 +379,14 @@ def proxy(ctx, w, work, *args):
     pf, st = os.path.join(work, "port%d" % len(os.listdir(work))), os.path.join(work, "stats")
     pr = subprocess.Popen([sys.executable, os.path.join(ctx.tools, "faultproxy.py"), "--upstream",
                            "127.0.0.1:%d" % w.port, "--port-file", pf, "--stats", st] + list(args))
-    for _ in range(100):
-        if os.path.exists(pf):
-            break
+    # The proxy writes its port file atomically once it listens; a Python
+    # start on a loaded machine has taken more than the 5 s this once waited.
+    deadline = time.time() + 60
+    while not os.path.exists(pf):
+        if pr.poll() is not None or time.time() > deadline:
+            pr.kill()
+            pr.wait()
+            raise RuntimeError("faultproxy.py did not start (exit %s)" % pr.returncode)
         time.sleep(0.05)
     with open(pf) as f:
         return pr, "http://127.0.0.1:%s" % f.read().strip(), st

@@ -18,9 +18,13 @@ and the loader's batches from them), never a value computed from chute:
   kill     a pack killed during its uploads, and one failing on a
            permanent error in a multipart upload, leave no manifest
            (nothing opens) and no unfinished multipart upload.
+  stream   a pack of many small shards through a slow proxy uploads each
+           shard while the next is written: the staging directory (polled
+           from outside) never holds more than 2 shards, the objects and
+           batches equal the local pack's, the manifest is written last.
 No credential appears in any output.
 
-Cases: pack convert kill
+Cases: pack convert kill stream
 """
 import os
 import shutil
@@ -237,7 +241,60 @@ def kill(ctx):
         w.stop()
 
 
-cases = {"pack": pack, "convert": convert, "kill": kill}
+def stream(ctx):
+    w, c, work, pr, env, log = setup(ctx, "stream", "--delay-ms", "30")
+    try:
+        loc = os.path.join(work, "local")
+        args = ["--shard-size", "1M"]
+        ctx.run([ctx.chute, "pack", ctx.tree, loc] + args)
+        nshards = len([f for f in os.listdir(loc) if f.startswith("shard-")])
+        ctx.check(nshards >= 4, "the fixture packs into %d shards of 1M; need >= 4" % nshards)
+        url = "s3://%s/s/" % R.BUCKET
+        errf = os.path.join(work, "pack.err")
+        with open(errf, "wb") as ef:
+            p = subprocess.Popen([ctx.chute, "pack", ctx.tree, url] + args, env=env,
+                                 stdout=subprocess.DEVNULL, stderr=ef)
+        most, polls_seen = 0, 0
+        deadline = time.time() + 4 * int(os.environ.get("CHUTE_TEST_RUN_TIMEOUT", "60"))
+        while p.poll() is None and time.time() < deadline:
+            staged = 0
+            try:
+                for d in os.listdir(env["TMPDIR"]):
+                    try:
+                        staged += len([f for f in os.listdir(os.path.join(env["TMPDIR"], d))
+                                       if f.startswith("shard-")])
+                    except OSError:  # removed at the end of the pack
+                        pass
+            except OSError:
+                pass
+            most = max(most, staged)
+            polls_seen += staged > 0
+            time.sleep(0.005)
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        with open(errf, "rb") as f:
+            err = f.read().decode("utf-8", "replace")
+        ctx.check(R.SK not in err, "pack's stderr holds the secret")
+        ctx.check(p.returncode == 0, "pack to %s: exit %s: %s" % (url, p.returncode, err[-1500:]))
+        ctx.check(polls_seen > 0, "the staging directory was never seen holding a shard")
+        ctx.check(most <= 2, "staging held %d of the %d shards at once (expected <= 2: each is "
+                  "uploaded while the next is written)" % (most, nshards))
+        want, got = local_files(loc), objects(c, "s/")
+        ctx.check(want == got, "objects %r, the local pack wrote %r" % (sorted(got), sorted(want)))
+        writes = [r for r in log_lines(log) if r[0] in ("PUT", "POST")]
+        ctx.check(writes and writes[-1][1].split("?")[0].endswith("/chute.manifest"),
+                  "the manifest is not the last object written: %r" % writes[-3:])
+        ctx.check(os.listdir(env["TMPDIR"]) == [], "staging left in TMPDIR: %r"
+                  % os.listdir(env["TMPDIR"]))
+        same_dump(ctx, env, loc, url, work, "streamed pack")
+    finally:
+        pr.kill()
+        pr.wait()
+        w.stop()
+
+
+cases = {"pack": pack, "convert": convert, "kill": kill, "stream": stream}
 
 if __name__ == "__main__":
     sys.exit(T.main(cases))

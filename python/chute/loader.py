@@ -358,6 +358,13 @@ class Loader:
         readahead: samples read ahead of the workers in the sampler's order, 0 = off
             (default).  Hides storage latency (cold page cache, network) from the
             decode threads; batches are identical either way (docs/DESIGN.md).
+        direct_io: 1 (or True): the read-ahead reads 4 KiB-aligned local records
+            (chute shards) with O_DIRECT, bypassing the page cache (io_uring
+            engine; ordinary reads where refused).  0 (default): never.  Ignored
+            when source is a Dataset.
+        coalesce_gap_bytes: s3:// and http(s)://: read-ahead reads of one object
+            at most this many bytes apart share one ranged GET of at most 8 MiB
+            (0 = 64 KiB; at most 8 MiB).  Ignored when source is a Dataset.
         stream_samples: for a stream ('pipe:COMMAND' or '-'), end each epoch after
             this many samples (0 = when the stream ends).
         stream_timeout_ms: for a stream, no byte for this long raises (the command is
@@ -444,6 +451,8 @@ class Loader:
         stream_timeout_ms: int = _default("stream_timeout_ms"),
         cache_ram_bytes: int = _xdefault("cache_ram_bytes", "dataset"),
         gpu_decode_share: int = _default("gpu_decode_share"),
+        direct_io: int = _xdefault("direct_io", "dataset"),
+        coalesce_gap_bytes: int = _xdefault("coalesce_gap_bytes", "dataset"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -545,7 +554,10 @@ class Loader:
                                           audio_rate=_dopt("audio_rate", audio_rate),
                                           audio_channels_first=bool(audio_channels_first),
                                           cache_ram_bytes=_dopt("cache_ram_bytes",
-                                                                cache_ram_bytes))
+                                                                cache_ram_bytes),
+                                          direct_io=_dopt("direct_io", direct_io),
+                                          coalesce_gap_bytes=_dopt("coalesce_gap_bytes",
+                                                                   coalesce_gap_bytes))
         self._core = _chute._Loader(
             self.dataset,
             batch_size=self.batch_size,

@@ -896,7 +896,8 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
                              "label_offset", "image_key", "label_key", "extra_keys",
                              "cache_dir", "cache_bytes", "cache_block_bytes", "schema",
                              "csv_no_header", "index_dir", "audio_samples", "audio_rate",
-                             "audio_channels_first", "cache_ram_bytes", NULL};
+                             "audio_channels_first", "cache_ram_bytes", "direct_io",
+                             "coalesce_gap_bytes", NULL};
     const char *format = NULL, *image_key = NULL, *label_key = NULL, *extra_keys = NULL;
     const char *cache_dir = NULL;
     unsigned long long cache_bytes = 0, cache_block = 0;
@@ -906,18 +907,21 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     unsigned int audio_samples = 0, audio_rate = 0;
     int audio_channels_first = 0;
     unsigned long long cache_ram = 0;
+    unsigned int direct_io = 0;
+    unsigned long long coalesce_gap = 0;
     int label_offset = 0;
     PyObject *path = NULL;
     int kind = CHUTE_SOURCE_AUTO, fail_status = 0;
     unsigned int delay = 0, fail_reads = 0;
     unsigned long long fail_sample = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKKzpzIIpK:Dataset", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKKzpzIIpKIK:Dataset", kwlist,
                                      PyUnicode_FSConverter, &path, &kind, &delay, &fail_sample,
                                      &fail_reads, &fail_status, &format, &label_offset,
                                      &image_key, &label_key, &extra_keys, &cache_dir,
                                      &cache_bytes, &cache_block, &schema, &csv_no_header,
                                      &index_dir, &audio_samples, &audio_rate,
-                                     &audio_channels_first, &cache_ram))
+                                     &audio_channels_first, &cache_ram, &direct_io,
+                                     &coalesce_gap))
         return -1;
     if (self->ref) {
         Py_DECREF(path);
@@ -951,6 +955,8 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     o.audio_rate = audio_rate;
     o.audio_channels_first = (uint32_t)audio_channels_first;
     o.cache_ram_bytes = cache_ram;
+    o.direct_io = direct_io;
+    o.coalesce_gap_bytes = coalesce_gap;
     Py_BEGIN_ALLOW_THREADS
     rc = chute_dataset_open_ex(p, &o, &ds, &err);
     Py_END_ALLOW_THREADS

@@ -577,7 +577,8 @@ static int write_manifest(const char *dir, const shard_rec *recs, uint32_t n,
 
 /* Finish the open shard number k and record its sample count and size. */
 static int close_shard(ch_shard_writer *w, const char *out_dir, uint32_t k, shard_rec **recs,
-                       uint32_t *nrecs, uint32_t *cap, chute_error *err)
+                       uint32_t *nrecs, uint32_t *cap, const ch_pack_sink *sink,
+                       chute_error *err)
 {
     uint64_t count = ch_shard_writer_count(w);
     if (*nrecs == *cap) {
@@ -601,6 +602,11 @@ static int close_shard(ch_shard_writer *w, const char *out_dir, uint32_t k, shar
     (*recs)[*nrecs].samples = count;
     (*recs)[*nrecs].bytes = (uint64_t)st.st_size;
     (*nrecs)++;
+    if (sink) { /* complete and renamed: hand it on (publish.c uploads it) */
+        char name[64];
+        snprintf(name, sizeof name, "shard-%05u.chute", k);
+        return sink->shard_done(sink->user, sp, name, err);
+    }
     return CHUTE_OK;
 }
 
@@ -795,8 +801,8 @@ static int verify_output(const char *out_dir, uint64_t written, uint32_t nclasse
 /* Write the shards of `list` into out_dir (locked, cleaned); fills the
  * counts of *res on success. */
 static int pack_shards(const char *root, const char *out_dir, const ch_tree_list *list,
-                       const chute_pack_options *o, uint64_t t_start, chute_pack_result *res,
-                       chute_error *err)
+                       const chute_pack_options *o, const ch_pack_sink *sink, uint64_t t_start,
+                       chute_pack_result *res, chute_error *err)
 {
     int rc = CHUTE_OK;
     /* Items keep their buffers from window to window; raw records can be
@@ -883,7 +889,7 @@ static int pack_shards(const char *root, const char *out_dir, const ch_tree_list
             bytes += it->len;
             pr.bytes_done += it->len;
             if (ch_shard_writer_bytes(w) >= o->shard_size) {
-                rc = close_shard(w, out_dir, nrecs, &recs, &nrecs, &reccap, err);
+                rc = close_shard(w, out_dir, nrecs, &recs, &nrecs, &reccap, sink, err);
                 w = NULL;
                 if (rc)
                     break;
@@ -901,7 +907,7 @@ static int pack_shards(const char *root, const char *out_dir, const ch_tree_list
     }
     /* The last shard is still open unless it just reached its size. */
     if (rc == CHUTE_OK && w) {
-        rc = close_shard(w, out_dir, nrecs, &recs, &nrecs, &reccap, err);
+        rc = close_shard(w, out_dir, nrecs, &recs, &nrecs, &reccap, sink, err);
         w = NULL;
     }
     ch_shard_writer_abort(w);
@@ -931,7 +937,7 @@ static int pack_shards(const char *root, const char *out_dir, const ch_tree_list
         rc = write_manifest(out_dir, recs, nrecs, o, err);
     if (rc == CHUTE_OK)
         rc = remove_stale(out_dir, nrecs, err);
-    if (rc == CHUTE_OK)
+    if (rc == CHUTE_OK && !sink) /* a sink's owner verifies where the shards went */
         rc = verify_output(out_dir, written, list->nclasses, err);
     if (rc == CHUTE_OK) {
         res->files = written;
@@ -960,6 +966,14 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
         return ch_err(err, CHUTE_EINVAL, "chute_pack: root and out_dir are required");
     if (ch_publish_is_remote(out_dir)) /* s3://: staged here, uploaded (publish.c) */
         return ch_publish_pack(root, out_dir, opt, out_result, err);
+    return ch_pack_to_sink(root, out_dir, opt, NULL, out_result, err);
+}
+
+int ch_pack_to_sink(const char *root, const char *out_dir, const chute_pack_options *opt,
+                    const ch_pack_sink *sink, chute_pack_result *out_result, chute_error *err)
+{
+    if (!root || !out_dir)
+        return ch_err(err, CHUTE_EINVAL, "chute_pack: root and out_dir are required");
     chute_pack_options o = opt ? *opt : (chute_pack_options){0};
     if (!o.shard_size)
         o.shard_size = 256ull << 20;
@@ -1036,7 +1050,7 @@ int chute_pack(const char *root, const char *out_dir, const chute_pack_options *
         if (rc == CHUTE_OK)
             rc = remove_stale(out_dir, UINT32_MAX, err);
         if (rc == CHUTE_OK)
-            rc = pack_shards(root, out_dir, &list, &o, t_start, &res, err);
+            rc = pack_shards(root, out_dir, &list, &o, sink, t_start, &res, err);
     }
     unlock_out_dir(out_dir, lock_fd);
     if (rc == CHUTE_OK && out_result) {

@@ -18,6 +18,20 @@
  *      the part size: src/io/s3.c), and only then the manifest;
  *   4. the result is opened from s3:// through its reader and counted.
  *
+ * pack (the chute format) streams: each shard is handed over by pack.c
+ * (ch_pack_to_sink) the moment it is complete, uploaded by one uploader
+ * thread while the next shard is being written, and removed from the
+ * staging directory once uploaded.  At most one finished shard waits or
+ * uploads while the pack writes the next (the pack blocks otherwise), so
+ * staging holds at most two shards, not the dataset, and the upload's
+ * time hides behind the packing's.  Because shards now reach the prefix
+ * before the pack ends, with `force` the old manifest is deleted before
+ * the first upload (step 2 moves ahead of step 1: the old dataset stops
+ * opening when the pack starts, not when it ends), and a pack that fails
+ * deletes the shards it uploaded (best effort; never a manifest).
+ * convert still stages the whole dataset: its writers keep every file
+ * under a temporary name until all are complete (writer.h).
+ *
  * A pack killed or failing anywhere before step 3's last request leaves no
  * manifest, so nothing opens; a multipart upload that fails is aborted.
  * TFRecord and WebDataset have no manifest: a reader lists the prefix,
@@ -30,8 +44,9 @@
  * only names shards its own pack uploaded under the same names, so the
  * dataset that opens is one of the two, but --force is what a user says
  * when racing is acceptable).  Staging costs local disk equal to the
- * dataset; a SIGKILLed pack leaves its staging directory
- * ($TMPDIR/chute-stage-*) behind.
+ * dataset for convert, two shards for pack; a SIGKILLed pack leaves its
+ * staging directory ($TMPDIR/chute-stage-*) behind, and the shards it had
+ * uploaded (no manifest: nothing opens).
  */
 #define _GNU_SOURCE
 #include "writer.h"
@@ -39,6 +54,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -127,6 +143,8 @@ typedef struct publish {
     ch_remote *rs;
     names old;         /* dataset objects already at the prefix */
     int force;
+    int old_manifest_gone; /* deleted before streaming uploads began */
+    names up;          /* uploaded by the streaming uploader (removed from stage) */
 } publish;
 
 static int old_entry(void *user, const char *name, const ch_stat *st)
@@ -160,6 +178,7 @@ static void publish_end(publish *p)
         rm_stage(p->stage);
     ch_remote_free(p->rs);
     names_free(&p->old);
+    names_free(&p->up);
 }
 
 /* Check the destination, make the staging directory. */
@@ -248,13 +267,16 @@ static int publish_commit(publish *p, const char *reader, int32_t label_offset, 
         if (dataset_name(de->d_name) && names_add(&now, de->d_name))
             rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
     closedir(d);
+    for (size_t i = 0; rc == CHUTE_OK && i < p->up.n; i++)
+        if (!names_has(&now, p->up.v[i]) && names_add(&now, p->up.v[i]))
+            rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
     if (rc == CHUTE_OK && now.n == 0)
         rc = ch_err(err, CHUTE_EINVAL, "%s: nothing was written to upload", p->stage);
     if (rc == CHUTE_OK)
         qsort(now.v, now.n, sizeof *now.v, cmp_str);
     char key[8192], file[8192];
     /* 2. The old manifest first, then what the new dataset will not overwrite. */
-    if (rc == CHUTE_OK && names_has(&p->old, CH_MANIFEST_NAME) &&
+    if (rc == CHUTE_OK && names_has(&p->old, CH_MANIFEST_NAME) && !p->old_manifest_gone &&
         (rc = key_of(p, CH_MANIFEST_NAME, key, sizeof key, err)) == CHUTE_OK)
         rc = ch_remote_delete(p->rs, key, err);
     for (size_t i = 0; rc == CHUTE_OK && i < p->old.n; i++)
@@ -266,7 +288,7 @@ static int publish_commit(publish *p, const char *reader, int32_t label_offset, 
     for (int pass = 0; pass < 2 && rc == CHUTE_OK; pass++)
         for (size_t i = 0; rc == CHUTE_OK && i < now.n; i++) {
             int is_manifest = !strcmp(now.v[i], CH_MANIFEST_NAME);
-            if (is_manifest != pass)
+            if (is_manifest != pass || names_has(&p->up, now.v[i]))
                 continue;
             snprintf(file, sizeof file, "%s/%s", p->stage, now.v[i]);
             rc = key_of(p, now.v[i], key, sizeof key, err);
@@ -295,16 +317,177 @@ static int publish_commit(publish *p, const char *reader, int32_t label_offset, 
     return rc;
 }
 
+/* ---- streaming pack: one uploader thread behind the packer ---- */
+
+/* Finished shards waiting for or in upload at once; the pack blocks on a
+ * further one.  1: one shard uploads while the next is written. */
+#define PUBLISH_MAX_PENDING 1
+
+typedef struct uploader {
+    publish *p;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* queue changed, or an upload ended */
+    char *q[PUBLISH_MAX_PENDING]; /* bare names in the staging dir, FIFO */
+    unsigned qh, qn;        /* queued, not yet taken */
+    unsigned pending;       /* queued + uploading */
+    int quit;
+    int rc;                 /* the first upload failure */
+    chute_error err;
+    pthread_t th;
+    int started;
+} uploader;
+
+static void *uploader_main(void *arg)
+{
+    uploader *u = arg;
+    pthread_mutex_lock(&u->mu);
+    for (;;) {
+        while (!u->qn && !u->quit)
+            pthread_cond_wait(&u->cv, &u->mu);
+        if (!u->qn)
+            break;
+        char *name = u->q[u->qh];
+        u->qh = (u->qh + 1) % PUBLISH_MAX_PENDING;
+        u->qn--;
+        int failed = u->rc != CHUTE_OK;
+        pthread_mutex_unlock(&u->mu);
+        int rc = CHUTE_OK;
+        chute_error e = {0};
+        if (!failed) { /* after a failure the rest is dropped: the pack is ending */
+            char key[8192], file[8192];
+            snprintf(file, sizeof file, "%s/%s", u->p->stage, name);
+            rc = key_of(u->p, name, key, sizeof key, &e);
+            if (rc == CHUTE_OK)
+                rc = ch_remote_upload_file(u->p->rs, key, file, ch_remote_part_bytes(), &e);
+            if (rc == CHUTE_OK) {
+                unlink(file); /* uploaded: staging holds no more than it must */
+                if (names_add(&u->p->up, name))
+                    rc = ch_err(&e, CHUTE_ENOMEM, "out of memory");
+            }
+        }
+        free(name);
+        pthread_mutex_lock(&u->mu);
+        if (rc != CHUTE_OK && u->rc == CHUTE_OK) {
+            u->rc = rc;
+            u->err = e;
+        }
+        u->pending--;
+        pthread_cond_broadcast(&u->cv);
+    }
+    pthread_mutex_unlock(&u->mu);
+    return NULL;
+}
+
+/* ch_pack_sink.shard_done: queue the shard, waiting while one is pending. */
+static int uploader_shard_done(void *user, const char *path, const char *name, chute_error *err)
+{
+    uploader *u = user;
+    (void)path;
+    char *dup = strdup(name);
+    if (!dup)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    pthread_mutex_lock(&u->mu);
+    while (u->pending >= PUBLISH_MAX_PENDING && u->rc == CHUTE_OK)
+        pthread_cond_wait(&u->cv, &u->mu);
+    int rc = u->rc;
+    if (rc != CHUTE_OK) {
+        if (err)
+            *err = u->err;
+        free(dup);
+    } else {
+        u->q[(u->qh + u->qn) % PUBLISH_MAX_PENDING] = dup;
+        u->qn++;
+        u->pending++;
+        pthread_cond_signal(&u->cv);
+    }
+    pthread_mutex_unlock(&u->mu);
+    return rc;
+}
+
+static int uploader_start(uploader *u, publish *p, chute_error *err)
+{
+    memset(u, 0, sizeof *u);
+    u->p = p;
+    if (pthread_mutex_init(&u->mu, NULL))
+        return ch_err(err, CHUTE_ENOMEM, "cannot make a mutex");
+    if (pthread_cond_init(&u->cv, NULL)) {
+        pthread_mutex_destroy(&u->mu);
+        return ch_err(err, CHUTE_ENOMEM, "cannot make a condition variable");
+    }
+    int e = pthread_create(&u->th, NULL, uploader_main, u);
+    if (e) {
+        pthread_cond_destroy(&u->cv);
+        pthread_mutex_destroy(&u->mu);
+        return ch_err_errno(err, CHUTE_ENOMEM, e, "cannot start the uploader thread");
+    }
+    u->started = 1;
+    return CHUTE_OK;
+}
+
+/* Wait for every queued upload; the first failure, if any. */
+static int uploader_finish(uploader *u, chute_error *err)
+{
+    if (!u->started)
+        return CHUTE_OK;
+    pthread_mutex_lock(&u->mu);
+    u->quit = 1;
+    pthread_cond_broadcast(&u->cv);
+    pthread_mutex_unlock(&u->mu);
+    pthread_join(u->th, NULL);
+    pthread_cond_destroy(&u->cv);
+    pthread_mutex_destroy(&u->mu);
+    u->started = 0;
+    if (u->rc != CHUTE_OK && err)
+        *err = u->err;
+    return u->rc;
+}
+
+/* A failed streaming pack: take back what it uploaded (best effort). */
+static void unpublish(publish *p)
+{
+    char key[8192];
+    if (!p->up.n)
+        return;
+    /* A manifest there now is this pack's (an old one was deleted before
+     * the first upload): it goes first, so nothing half-deleted opens. */
+    if (key_of(p, CH_MANIFEST_NAME, key, sizeof key, NULL) == CHUTE_OK)
+        ch_remote_delete(p->rs, key, NULL);
+    for (size_t i = 0; i < p->up.n; i++)
+        if (key_of(p, p->up.v[i], key, sizeof key, NULL) == CHUTE_OK)
+            ch_remote_delete(p->rs, key, NULL);
+}
+
 int ch_publish_pack(const char *root, const char *dst, const chute_pack_options *o,
                     chute_pack_result *res, chute_error *err)
 {
     publish p;
     chute_pack_result r = {0};
     int rc = publish_begin(&p, NULL, dst, o ? o->force : 0, err);
+    /* Shards reach the prefix while packing: an old manifest must not
+     * name them first (force; without it publish_begin refused). */
+    char key[8192];
+    if (rc == CHUTE_OK && names_has(&p.old, CH_MANIFEST_NAME) &&
+        (rc = key_of(&p, CH_MANIFEST_NAME, key, sizeof key, err)) == CHUTE_OK &&
+        (rc = ch_remote_delete(p.rs, key, err)) == CHUTE_OK)
+        p.old_manifest_gone = 1;
+    uploader u = {0};
     if (rc == CHUTE_OK)
-        rc = chute_pack(root, p.stage, o, &r, err);
+        rc = uploader_start(&u, &p, err);
+    if (rc == CHUTE_OK) {
+        ch_pack_sink sink = {uploader_shard_done, &u};
+        rc = ch_pack_to_sink(root, p.stage, o, &sink, &r, err);
+        chute_error ue = {0};
+        int urc = uploader_finish(&u, &ue);
+        if (rc == CHUTE_OK && urc != CHUTE_OK) {
+            rc = urc;
+            if (err)
+                *err = ue;
+        }
+    }
     if (rc == CHUTE_OK)
         rc = publish_commit(&p, "shards", 0, r.files, err);
+    if (rc != CHUTE_OK && p.rs)
+        unpublish(&p);
     publish_end(&p);
     if (rc == CHUTE_OK && res)
         *res = r;

@@ -100,6 +100,19 @@ void ch_pack_unlock(const char *out_dir, int fd);
 int ch_pack_write_manifest(const char *dir, const uint64_t *samples, const uint64_t *bytes,
                            uint32_t n, chute_error *err);
 
+/* chute_pack into a local out_dir with every finished shard handed to a
+ * sink as soon as it is complete and has its final name (path in out_dir,
+ * bare name), in order, on the pack's thread; the sink may remove the
+ * file.  A sink's error ends the pack with it.  With a sink the pack does
+ * not reopen out_dir to verify it (its shards may be gone): the sink's
+ * owner verifies where they went.  publish.c uploads through one. */
+typedef struct ch_pack_sink {
+    int (*shard_done)(void *user, const char *path, const char *name, chute_error *err);
+    void *user;
+} ch_pack_sink;
+int ch_pack_to_sink(const char *root, const char *out_dir, const chute_pack_options *o,
+                    const ch_pack_sink *sink, chute_pack_result *res, chute_error *err);
+
 /* pack/convert into s3:// (publish.c): stage locally, upload, manifest last. */
 int ch_publish_is_remote(const char *dst);
 int ch_publish_pack(const char *root, const char *dst, const chute_pack_options *o,

@@ -8,6 +8,7 @@ and errors must be the library's classes with no credential in them.
 """
 import os
 import sys
+import time
 import traceback
 
 import pytest
@@ -110,3 +111,58 @@ def test_s3_missing_prefix_not_found(s3env):
     with pytest.raises(chute.NotFoundError) as ei:
         chute.Loader("s3://%s/nope/" % R.BUCKET, batch_size=16, size=32)
     assert "s3://%s/nope" % R.BUCKET in str(ei.value)
+
+
+def test_coalesce_gap_bytes_keyword_merges_gets(s3env, bucket, tmp_path):
+    """coalesce_gap_bytes reaches the curl multi engine: with an 8 MiB gap
+    the read-ahead's reads of one shard share ranged GETs, with a 1-byte
+    gap (almost) every record is its own GET.  Counted by the fault proxy
+    in front of SeaweedFS (what reached the server, not what chute says);
+    the batches equal the local run's either way."""
+    mp, local = s3env
+    w, _ = bucket
+
+    class Ctx(_Ctx):
+        tools = os.path.join(ROOT, "tests", "tools")
+
+    work = str(tmp_path)
+    pr, ep, st = R.proxy(Ctx(), w, work)
+    try:
+        mp.setenv("AWS_ENDPOINT_URL", ep)
+
+        def count():
+            # rewritten by the proxy after each request: retry a torn read
+            for _ in range(200):
+                try:
+                    v = R.stats(st)
+                    if v:
+                        return v[0]
+                except (OSError, ValueError):
+                    pass
+                time.sleep(0.01)
+            raise AssertionError("cannot read the proxy's stats in %s" % st)
+
+        def run(gap):
+            r0 = count() if os.path.exists(st) else 0
+            ld = chute.Loader("s3://%s/shards/" % R.BUCKET, batch_size=16, size=32,
+                              dtype="uint8", workers=2, seed=7, return_indices=True,
+                              readahead=64, coalesce_gap_bytes=gap)
+            out = []
+            for e in range(2):
+                ld.set_epoch(e)
+                out += [(i.numpy().copy(), l.numpy().copy(), x.numpy().copy()) for i, l, x in ld]
+            ld.close()
+            return out, count() - r0
+
+        want = _epochs(local["shards"])
+        merged, n_merged = run(8 << 20)
+        single, n_single = run(1)
+        for got in (merged, single):
+            assert len(got) == len(want) > 0
+            for (gi, gl, gx), (wi, wl, wx) in zip(got, want):
+                assert (gx == wx).all() and (gl == wl).all() and (gi == wi).all()
+        print("GETs with an 8 MiB gap: %d, with 1 byte: %d" % (n_merged, n_single))
+        assert n_merged < n_single, (n_merged, n_single)
+    finally:
+        pr.kill()
+        pr.wait()
