@@ -617,4 +617,33 @@ TEST(kafka_values_that_are_tfrecord_examples_give_tensorflows_values)
 #endif
 }
 
+/* kafka:// in a build with librdkafka opens (nothing connects before an
+ * epoch); in one without (CHUTE_WITH_KAFKA=OFF, or librdkafka missing) it
+ * is CHUTE_EUNSUPPORTED saying so, without the URI's query (credentials).
+ * scripts/test.sh runs this test in a CHUTE_WITH_KAFKA=OFF build too. */
+TEST(kafka_scheme_says_whether_this_build_has_librdkafka)
+{
+    const char *uri = "kafka://127.0.0.1:9/t?group=g&kafka.sasl.password=hunter2";
+    chute_dataset *ds = NULL;
+    chute_error e = {0};
+    int rc = chute_dataset_open_ex(uri, NULL, &ds, &e);
+    int has = strstr(chute_features(), "kafka") != NULL;
+#ifdef CHUTE_TEST_KAFKA
+    CHECK(has, "features '%s' lack kafka", chute_features());
+    CHECK(rc == CHUTE_OK && chute_dataset_is_stream(ds), "open: %s", e.message);
+    chute_dataset_close(ds);
+#else
+    CHECK(!has, "features '%s' say kafka in a build without librdkafka", chute_features());
+    CHECK(rc == CHUTE_EUNSUPPORTED && strstr(e.message, "built without librdkafka") &&
+              strstr(e.message, "kafka://127.0.0.1:9/t") && !strstr(e.message, "hunter2"),
+          "rc %d: %s", rc, e.message);
+    chute_dataset_options dso = {0};
+    dso.format = "tfrecord";
+    dso.extra_keys = "bbox:float32[4]";
+    CHECK(chute_dataset_open_ex(uri, &dso, &ds, &e) == CHUTE_EUNSUPPORTED, "tfrecord: %s",
+          e.message);
+#endif
+    return 0;
+}
+
 UNIT_MAIN
