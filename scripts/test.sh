@@ -16,6 +16,14 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$JOBS" >/dev/null
 (cd build && ctest --output-on-failure -j"$JOBS") || status=1
 
+# librdkafka is optional: a second, unoptimised build without it (library,
+# CLI and the stream tests only, to keep this tier cheap) must build, and
+# kafka:// must say "built without librdkafka" there (stream_fields.*).
+echo "== build without librdkafka (CHUTE_WITH_KAFKA=OFF) and the stream tests"
+cmake -S . -B build-nokafka -DCMAKE_BUILD_TYPE=Debug -DCHUTE_WITH_KAFKA=OFF >/dev/null
+cmake --build build-nokafka -j"$JOBS" --target chute chute_cli chute_stream_fields >/dev/null
+(cd build-nokafka && ctest --output-on-failure -j"$JOBS" -R '^stream_fields\.') || status=1
+
 if [ "${1:-}" != "--quick" ]; then
   echo "== build (AddressSanitizer + UBSan) and ctest"
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCHUTE_SANITIZE=address >/dev/null

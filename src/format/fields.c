@@ -327,3 +327,133 @@ int ch_split_names(const char *list, char names[][CH_FIELD_NAME_MAX], int max)
     }
     return k;
 }
+
+/* ---- declared fields (streams; fields.h) ------------------------------- */
+
+static int decl_dtype(const char *p, size_t n)
+{
+    for (int d = 0; d <= CHUTE_DTYPE_BOOL; d++) {
+        const char *nm = dtype_name(d);
+        if (strlen(nm) == n && !memcmp(nm, p, n))
+            return d;
+    }
+    return -1;
+}
+
+static int decl_bad(chute_error *err, int k, const char *p, size_t n, const char *why)
+{
+    return ch_err(err, CHUTE_EINVAL, "extra_keys: item %d (\"%.*s\"): %s", k + 1,
+                  (int)(n > 80 ? 80 : n), p, why);
+}
+
+/* One item p[0..n), spaces trimmed, into *f. */
+static int decl_item(const char *p, size_t n, int k, ch_field *f, chute_error *err)
+{
+    const char *colon = memchr(p, ':', n);
+    if (!colon)
+        return decl_bad(err, k, p, n, "not NAME:TYPE");
+    size_t nl = (size_t)(colon - p);
+    if (nl == 0 || nl >= CH_FIELD_NAME_MAX)
+        return decl_bad(err, k, p, n, "the name is empty or too long");
+    memset(f, 0, sizeof *f);
+    memcpy(f->name, p, nl);
+    const char *t = colon + 1, *end = p + n;
+    const char *br = memchr(t, '[', (size_t)(end - t));
+    size_t tl = (size_t)((br ? br : end) - t);
+    int dtype = decl_dtype(t, tl);
+    int npy = nl >= 4 && !memcmp(p + nl - 4, ".npy", 4);
+    int dims = -1; /* -1: no brackets */
+    int64_t shape[CH_FIELD_MAX_DIMS];
+    if (br) {
+        if (end[-1] != ']')
+            return decl_bad(err, k, p, n, "a shape is [D0xD1x...]");
+        const char *q = br + 1, *qe = end - 1;
+        dims = 0;
+        while (q < qe) {
+            if (dims == CH_FIELD_MAX_DIMS)
+                return decl_bad(err, k, p, n, "more than 8 dimensions");
+            uint64_t v = 0;
+            const char *q0 = q;
+            while (q < qe && *q >= '0' && *q <= '9') {
+                v = v * 10 + (uint64_t)(*q - '0');
+                if (v > INT32_MAX)
+                    return decl_bad(err, k, p, n, "a dimension over 2^31-1");
+                q++;
+            }
+            if (q == q0 || v == 0)
+                return decl_bad(err, k, p, n, "a dimension is a number >= 1");
+            shape[dims++] = (int64_t)v;
+            if (q < qe && *q++ != 'x')
+                return decl_bad(err, k, p, n, "dimensions are separated by 'x'");
+            if (q == qe && q[-1] == 'x')
+                return decl_bad(err, k, p, n, "a shape ends with a dimension");
+        }
+    }
+    if (npy) {
+        if (dtype < 0)
+            return decl_bad(err, k, p, n, "a .npy field's type is a dtype (uint8, float32, ...)");
+        if (dims < 0)
+            return decl_bad(err, k, p, n, "a .npy field needs a shape ([] for a 0-d array)");
+        f->kind = CHUTE_FIELD_TENSOR;
+        f->dtype = dtype;
+        f->ndim = (uint32_t)dims;
+        uint64_t b = ch_dtype_size(dtype);
+        for (int d = 0; d < dims; d++) {
+            f->shape[d] = shape[d];
+            if (__builtin_mul_overflow(b, (uint64_t)shape[d], &b) || b > (1ull << 40))
+                return decl_bad(err, k, p, n, "the tensor is over 2^40 bytes");
+        }
+    } else if (tl == 5 && !memcmp(t, "bytes", 5)) {
+        if (dims >= 0)
+            return decl_bad(err, k, p, n, "a bytes field has no shape");
+        f->kind = CHUTE_FIELD_BYTES;
+        f->dtype = CHUTE_DTYPE_UINT8;
+        f->ndim = 1;
+        f->shape[0] = -1;
+    } else if (dtype == CHUTE_DTYPE_INT64 || dtype == CHUTE_DTYPE_FLOAT32) {
+        if (dims > 1 || dims == 0)
+            return decl_bad(err, k, p, n, "a list field's shape is [N]");
+        f->kind = dtype == CHUTE_DTYPE_INT64 ? CHUTE_FIELD_INT64 : CHUTE_FIELD_FLOAT32;
+        f->dtype = dtype;
+        f->ndim = dims == 1 ? 1 : 0;
+        f->shape[0] = dims == 1 ? shape[0] : 0;
+    } else {
+        return decl_bad(err, k, p, n,
+                        "the type is int64, float32 or bytes (a NAME.npy field: a dtype and shape)");
+    }
+    f->known = 1;
+    return CHUTE_OK;
+}
+
+int ch_field_decl_parse(const char *list, ch_field *out, int max, int *n, chute_error *err)
+{
+    *n = 0;
+    const char *p = list ? list : "";
+    int k = 0;
+    for (;;) {
+        size_t len = 0; /* to the next comma outside brackets ("[3,4]" gets its own reason) */
+        for (int depth = 0; p[len] && (p[len] != ',' || depth > 0); len++)
+            depth += p[len] == '[' ? 1 : p[len] == ']' ? -1 : 0;
+        const char *a = p, *b = p + len;
+        while (a < b && (*a == ' ' || *a == '\t'))
+            a++;
+        while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
+            b--;
+        if (b > a) {
+            if (*n >= max)
+                return ch_err(err, CHUTE_EINVAL, "extra_keys: more than %d fields", max);
+            int rc = decl_item(a, (size_t)(b - a), k, &out[*n], err);
+            if (rc != CHUTE_OK)
+                return rc;
+            for (int j = 0; j < *n; j++)
+                if (!strcmp(out[j].name, out[*n].name))
+                    return decl_bad(err, k, a, (size_t)(b - a), "the name is listed twice");
+            (*n)++;
+        }
+        k++;
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    return CHUTE_OK;
+}

@@ -118,4 +118,23 @@ typedef struct ch_field_req {
  * are more than max.  Names are copied into names[k]. */
 int ch_split_names(const char *list, char names[][CH_FIELD_NAME_MAX], int max);
 
+/* ---- declared fields (streams) -----------------------------------------
+ * A stream has no first record to learn shapes from at open, so its
+ * fields are declared: a comma-separated list of "NAME:TYPE[DIMS]"
+ * (spaces around items allowed):
+ *   NAME:int64, NAME:float32          a scalar (an int64_list / float_list
+ *                                     of one value)
+ *   NAME:int64[N], NAME:float32[N]    a list of exactly N values (N >= 1)
+ *   NAME:bytes                        one bytes value (capped by field_bytes)
+ *   NAME.npy:DTYPE[D0xD1x...]         a .npy tensor of that dtype and shape
+ *                                     (DTYPE: uint8 int8 int16 int32 int64
+ *                                     uint16 uint32 uint64 float16 float32
+ *                                     float64 bool; "[]" is a 0-d array)
+ * Names must be unique, at most CH_FIELD_NAME_MAX - 1 bytes, and a tensor
+ * name ends in ".npy" (a .npy name is always a tensor).  Every number is
+ * checked (1..2^31-1, product of a tensor within 2^40 bytes).  Fills
+ * out[0..*n) with known = 1; CHUTE_EINVAL "extra_keys: item K (\"...\"):
+ * reason" otherwise.  Allocates nothing; any thread. */
+int ch_field_decl_parse(const char *list, ch_field *out, int max, int *n, chute_error *err);
+
 #endif

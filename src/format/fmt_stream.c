@@ -13,6 +13,13 @@
  * dataset's ch_stream_spec.  `kafka://...` (a Kafka consumer,
  * stream_kafka.c) is a stream dataset of the same shell; built without
  * librdkafka it is refused with CHUTE_EUNSUPPORTED saying so.
+ *
+ * The dataset option format = "tfrecord" makes every record a framed
+ * tf.train.Example (src/pipeline/stream_tfr.c): pipe:/- read a TFRecord
+ * file's bytes, a Kafka message value is one framed record.  Its typed
+ * fields are declared in extra_keys with their types and shapes
+ * (fields.h: a stream has no first record to learn them from at open);
+ * the loader reads them through the stream record, not read_fields.
  */
 #define _GNU_SOURCE
 #include "format.h"
@@ -62,6 +69,56 @@ static int st_open_kafka(chute_dataset *ds, ch_stream_spec *sp, const char *path
 #endif
 }
 
+/* format "tfrecord": the keys, label_offset and declared fields. */
+static int st_tfr_setup(chute_dataset *ds, ch_stream_spec *sp, const chute_dataset_options *opt,
+                        chute_error *err)
+{
+    const char *fmt = opt->format;
+    int kafka = strncmp(ds->root, "kafka://", 8) == 0;
+    if (fmt && strcmp(fmt, "tfrecord") != 0 && !(strcmp(fmt, "wds") == 0 && !kafka))
+        return ch_err(err, CHUTE_EINVAL,
+                      "%s: format \"%s\": a stream's records are %s or \"tfrecord\" "
+                      "(TFRecord-framed tf.train.Example)", ds->root, fmt,
+                      kafka ? "encoded images (format unset)" : "a WebDataset tar (\"wds\")");
+    if (!fmt || strcmp(fmt, "tfrecord") != 0) {
+        if (opt->extra_keys && *opt->extra_keys)
+            return ch_err(err, CHUTE_EINVAL,
+                          "%s: extra_keys on a stream needs format \"tfrecord\" (typed fields "
+                          "come from its Example records)", ds->root);
+        return CHUTE_OK;
+    }
+    sp->tfr = 1;
+    sp->label_offset = opt->label_offset;
+    sp->key_store[0] = strdup(opt->image_key ? opt->image_key : "image/encoded");
+    sp->key_store[1] = strdup(opt->label_key ? opt->label_key : "image/class/label");
+    if (!sp->key_store[0] || !sp->key_store[1])
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    sp->keys[0] = sp->key_store[0];
+    sp->keys[1] = sp->key_store[1];
+    ch_field decl[CH_FIELD_MAX];
+    int n = 0;
+    int rc = ch_field_decl_parse(opt->extra_keys, decl, CH_FIELD_MAX, &n, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    for (int k = 0; k < n; k++) {
+        if (!strcmp(decl[k].name, sp->keys[0]) || !strcmp(decl[k].name, sp->keys[1]))
+            return ch_err(err, CHUTE_EINVAL,
+                          "extra_keys: \"%s\" is the image or label key (those come as images "
+                          "and labels)", decl[k].name);
+        int fi = ch_ds_field_add(ds, decl[k].name, strlen(decl[k].name), decl[k].kind,
+                                 decl[k].dtype, err);
+        if (fi < 0)
+            return err->code;
+        ds->fields[fi] = decl[k];
+    }
+    for (int k = 0; k < n; k++) /* after every add: ds->fields moves as it grows */
+        sp->keys[2 + k] = ds->fields[k].name;
+    sp->nfields = (uint32_t)n;
+    if (!kafka)
+        sp->ops = &ch_stream_tfr_ops;
+    return CHUTE_OK;
+}
+
 static int st_probe(const ch_source_ops *src, const char *path, int is_dir, char *why, size_t n)
 {
     (void)src;
@@ -79,8 +136,10 @@ static int st_open(chute_dataset *ds, const char *path, const chute_dataset_opti
     if (!sp)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     ds->impl = sp;
-    if (strncmp(path, "kafka://", 8) == 0)
-        return st_open_kafka(ds, sp, path, err);
+    if (strncmp(path, "kafka://", 8) == 0) {
+        int rc = st_open_kafka(ds, sp, path, err);
+        return rc == CHUTE_OK ? st_tfr_setup(ds, sp, opt, err) : rc;
+    }
     sp->ops = &ch_stream_tar_ops;
     sp->name = strdup(path);
     if (strcmp(path, "-") != 0) {
@@ -95,6 +154,9 @@ static int st_open(chute_dataset *ds, const char *path, const chute_dataset_opti
     }
     if (!sp->name)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    int rc = st_tfr_setup(ds, sp, opt, err);
+    if (rc != CHUTE_OK)
+        return rc;
     ds->stream = sp;
     ds->n = 0;
     ds->nclasses = 0;
@@ -110,6 +172,18 @@ static int st_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap, s
     return ch_err(err, CHUTE_EUNSUPPORTED,
                   "%s: a stream has no sample %llu to read by number; read it through a loader",
                   ds->root, (unsigned long long)i);
+}
+
+/* Declared fields are read by the loader from the stream's records
+ * (ch_stream_tfr_fields); there is no sample to read by number. */
+static int st_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_req *req,
+                          size_t nreq, ch_buf *scratch, uint64_t max_bytes, chute_error *err)
+{
+    (void)req;
+    (void)nreq;
+    (void)scratch;
+    (void)max_bytes;
+    return st_read(ds, i, NULL, 0, NULL, err);
 }
 
 static uint64_t st_sample_size(const chute_dataset *ds, uint64_t i)
@@ -138,6 +212,8 @@ static void st_close(void *impl)
     free(sp->cmd);
     free(sp->name);
     free(sp->uri);
+    free(sp->key_store[0]);
+    free(sp->key_store[1]);
     free(sp);
 }
 
@@ -147,6 +223,7 @@ const ch_format_ops ch_format_stream = {
     .probe = st_probe,
     .open = st_open,
     .read = st_read,
+    .read_fields = st_read_fields,
     .sample_size = st_sample_size,
     .describe = st_describe,
     .file_of = st_file_of,

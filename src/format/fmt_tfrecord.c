@@ -709,6 +709,67 @@ static int fields_check_learned(const chute_dataset *ds, const tfr_impl *t, cons
     return CHUTE_OK;
 }
 
+/* Decode the features f[] (found by fmt_pb_example_find for the fields'
+ * names, in field order) into the caller's buffers: shared by the
+ * TFRecord format and TFRecord records on streams (parse.h).  `where`
+ * ("file@offset") starts every message. */
+int fmt_tfr_fields_decode(const ch_field *fields, const fmt_pb_feature *f, const ch_field_req *req,
+                          size_t nreq, const char *where, const char *name, uint64_t offset,
+                          chute_error *err)
+{
+    for (size_t q = 0; q < nreq; q++) {
+        uint32_t k = req[q].field;
+        const ch_field *fd = &fields[k];
+        const fmt_pb_feature *ft = &f[k];
+        if (fd->kind == CHUTE_FIELD_INT64 || fd->kind == CHUTE_FIELD_FLOAT32) {
+            int is_int = fd->kind == CHUTE_FIELD_INT64;
+            uint64_t want = fd->ndim ? (uint64_t)fd->shape[0] : 1;
+            if (ft->kind != (is_int ? FMT_PB_INT64 : FMT_PB_FLOAT) || ft->count != want)
+                return ch_err(err, CHUTE_ECORRUPT,
+                              "%s: feature \"%s\": %s of %llu values, the dataset's field "
+                              "is %s of %llu",
+                              where, fd->name,
+                              ft->kind == FMT_PB_MISSING ? "missing, not a list"
+                              : ft->kind == FMT_PB_INT64 ? "an int64_list"
+                              : ft->kind == FMT_PB_FLOAT ? "a float_list"
+                                                         : "another list",
+                              (unsigned long long)ft->count, is_int ? "int64" : "float32",
+                              (unsigned long long)want);
+            if (is_int)
+                fmt_pb_int64_decode(ft, req[q].dst, (size_t)want);
+            else
+                fmt_pb_float_decode(ft, req[q].dst, (size_t)want);
+            continue;
+        }
+        const uint8_t *v = NULL;
+        size_t vn = 0, pos = 0;
+        if (ft->kind != FMT_PB_BYTES || ft->count != 1 || !fmt_pb_bytes_next(ft, &pos, &v, &vn))
+            return ch_err(err, CHUTE_ECORRUPT,
+                          "%s: feature \"%s\": not a bytes_list of one value", where,
+                          fd->name);
+        if (fd->kind == CHUTE_FIELD_BYTES) {
+            if (vn > req[q].cap)
+                return ch_err(err, CHUTE_ELIMIT,
+                              "%s: feature \"%s\" of %zu bytes is over field_bytes (%zu)",
+                              where, fd->name, vn, req[q].cap);
+            memcpy(req[q].dst, v, vn);
+            memset((uint8_t *)req[q].dst + vn, 0, req[q].cap - vn);
+            *req[q].len = (int64_t)vn;
+        } else {
+            ch_npy_info a;
+            chute_error e = {0};
+            int rc = ch_npy_parse(v, vn, name, offset, &a, &e);
+            if (rc != CHUTE_OK)
+                return ch_err(err, rc, "%s: feature \"%s\": %s", where, fd->name, e.message);
+            rc = ch_npy_check(&a, fd, where, err);
+            if (rc != CHUTE_OK)
+                return rc;
+            memcpy(req[q].dst, v + a.data_offset, (size_t)a.data_bytes);
+        }
+    }
+    return CHUTE_OK;
+}
+
 static int tfr_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_req *req,
                            size_t nreq, ch_buf *scratch, uint64_t max_bytes, chute_error *err)
 {
@@ -742,59 +803,9 @@ static int tfr_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_r
                                  fl->path, s->offset + FMT_TFR_HEADER, err);
     if (rc != CHUTE_OK)
         return rc;
-    for (size_t q = 0; q < nreq; q++) {
-        uint32_t k = req[q].field;
-        const ch_field *fd = &ds->fields[k];
-        const fmt_pb_feature *ft = &f[k];
-        if (fd->kind == CHUTE_FIELD_INT64 || fd->kind == CHUTE_FIELD_FLOAT32) {
-            int is_int = fd->kind == CHUTE_FIELD_INT64;
-            uint64_t want = fd->ndim ? (uint64_t)fd->shape[0] : 1;
-            if (ft->kind != (is_int ? FMT_PB_INT64 : FMT_PB_FLOAT) || ft->count != want)
-                return ch_err(err, CHUTE_ECORRUPT,
-                              "%s@%llu: feature \"%s\": %s of %llu values, the dataset's field "
-                              "is %s of %llu (learned from the first record)",
-                              fl->path, (unsigned long long)s->offset, fd->name,
-                              ft->kind == FMT_PB_MISSING ? "missing, not a list"
-                              : ft->kind == FMT_PB_INT64 ? "an int64_list"
-                              : ft->kind == FMT_PB_FLOAT ? "a float_list"
-                                                         : "another list",
-                              (unsigned long long)ft->count, is_int ? "int64" : "float32",
-                              (unsigned long long)want);
-            if (is_int)
-                fmt_pb_int64_decode(ft, req[q].dst, (size_t)want);
-            else
-                fmt_pb_float_decode(ft, req[q].dst, (size_t)want);
-            continue;
-        }
-        const uint8_t *v = NULL;
-        size_t vn = 0, pos = 0;
-        if (ft->kind != FMT_PB_BYTES || ft->count != 1 || !fmt_pb_bytes_next(ft, &pos, &v, &vn))
-            return ch_err(err, CHUTE_ECORRUPT,
-                          "%s@%llu: feature \"%s\": not a bytes_list of one value", fl->path,
-                          (unsigned long long)s->offset, fd->name);
-        if (fd->kind == CHUTE_FIELD_BYTES) {
-            if (vn > req[q].cap)
-                return ch_err(err, CHUTE_ELIMIT,
-                              "%s@%llu: feature \"%s\" of %zu bytes is over field_bytes (%zu)",
-                              fl->path, (unsigned long long)s->offset, fd->name, vn, req[q].cap);
-            memcpy(req[q].dst, v, vn);
-            memset((uint8_t *)req[q].dst + vn, 0, req[q].cap - vn);
-            *req[q].len = (int64_t)vn;
-        } else {
-            char where[4400];
-            snprintf(where, sizeof where, "%s@%llu", fl->path, (unsigned long long)s->offset);
-            ch_npy_info a;
-            chute_error e = {0};
-            rc = ch_npy_parse(v, vn, fl->path, s->offset, &a, &e);
-            if (rc != CHUTE_OK)
-                return ch_err(err, rc, "%s: feature \"%s\": %s", where, fd->name, e.message);
-            rc = ch_npy_check(&a, fd, where, err);
-            if (rc != CHUTE_OK)
-                return rc;
-            memcpy(req[q].dst, v + a.data_offset, (size_t)a.data_bytes);
-        }
-    }
-    return CHUTE_OK;
+    char where[4400];
+    snprintf(where, sizeof where, "%s@%llu", fl->path, (unsigned long long)s->offset);
+    return fmt_tfr_fields_decode(ds->fields, f, req, nreq, where, fl->path, s->offset, err);
 }
 
 /* Read-ahead (format.h): the whole framed record; from_bytes checks both

@@ -233,6 +233,19 @@ int fmt_pb_bytes_next(const fmt_pb_feature *f, size_t *pos, const uint8_t **out_
 size_t fmt_pb_int64_decode(const fmt_pb_feature *f, int64_t *dst, size_t cap);
 size_t fmt_pb_float_decode(const fmt_pb_feature *f, float *dst, size_t cap);
 
+/* Decode the features f[] (fmt_pb_example_find's, one per field, in field
+ * order) into req[]'s buffers (fields.h), checking each against its field:
+ * an int64/float32 list of the field's length, one bytes value within
+ * req->cap, a .npy of the field's dtype and shape.  Anything else is
+ * CHUTE_ECORRUPT (CHUTE_ELIMIT: over cap) starting with `where`; a .npy
+ * message names `name`@`offset`.  Shared by the TFRecord format and
+ * TFRecord records on streams (src/pipeline/stream_tfr.c). */
+struct ch_field;
+struct ch_field_req;
+int fmt_tfr_fields_decode(const struct ch_field *fields, const fmt_pb_feature *f,
+                          const struct ch_field_req *req, size_t nreq, const char *where,
+                          const char *name, uint64_t offset, chute_error *err);
+
 /* ---- tar (WebDataset shards) ------------------------------------------ */
 
 typedef struct fmt_tar_member {

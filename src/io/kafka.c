@@ -790,7 +790,25 @@ static const char *const k_reserved[] = {"enable.auto.commit", "enable.auto.offs
                                          "enable.partition.eof", "group.id", "bootstrap.servers",
                                          NULL};
 
-static int build(ch_kafka *k, const char *uri, const ch_kafka_opts *o, chute_error *err)
+/* Client properties given by the user ("name=value"): each well formed
+ * and none of those chute sets itself.  Checked before any client exists. */
+static int props_check(const kprops *pr, chute_error *err)
+{
+    for (size_t i = 0; i < pr->n; i++) {
+        const char *eq = strchr(pr->kv[i], '=');
+        if (!eq || eq == pr->kv[i])
+            return ch_err(err, CHUTE_EINVAL, "kafka: client property '%.*s...' is not name=value",
+                          (int)CH_MIN(strcspn(pr->kv[i], "="), 60), pr->kv[i]);
+        for (const char *const *r = k_reserved; *r; r++)
+            if (strlen(*r) == (size_t)(eq - pr->kv[i]) && !memcmp(pr->kv[i], *r, strlen(*r)))
+                return ch_err(err, CHUTE_EINVAL, "kafka: client property %s is set by chute (at-least-once "
+                              "delivery needs it; use the URI or options instead)", *r);
+    }
+    return CHUTE_OK;
+}
+
+/* dry: parse and check everything, make no client (ch_kafka_uri_check). */
+static int build(ch_kafka *k, const char *uri, const ch_kafka_opts *o, int dry, chute_error *err)
 {
     kuri u = {0};
     kprops pr = {0};
@@ -896,18 +914,24 @@ static int build(ch_kafka *k, const char *uri, const ch_kafka_opts *o, chute_err
         if (v)
             k->commit_interval_ms = (uint32_t)v;
     }
+    if ((rc = props_check(&pr, err)))
+        goto out;
+    if (dry)
+        k->nslots = 0; /* checked; a dry build holds no message */
     /* slots */
-    if (!(k->slots = calloc(k->nslots, sizeof *k->slots))) {
+    if (!dry && !(k->slots = calloc(k->nslots, sizeof *k->slots))) {
         rc = ch_err(err, CHUTE_ENOMEM, "kafka: out of memory for %u message slots", k->nslots);
         goto out;
     }
-    for (uint32_t i = k->nslots; i-- > 0;)
+    for (uint32_t i = k->nslots; !dry && i-- > 0;)
         slot_free(k, &k->slots[i]);
     if (o->state && (rc = ch_kafka_state_parse(o->state, o->state_len, restore_one, k, err))) {
         if (rc == CHUTE_ENOMEM)
             ch_err(err, rc, "kafka: out of memory restoring state");
         goto out;
     }
+    if (dry)
+        goto out;
     /* client configuration */
     if (!(conf = rd_kafka_conf_new())) {
         rc = ch_err(err, CHUTE_ENOMEM, "kafka: out of memory");
@@ -923,19 +947,8 @@ static int build(ch_kafka *k, const char *uri, const ch_kafka_opts *o, chute_err
         (rc = set_prop(conf, "auto.offset.reset", "earliest", err)))
         goto out;
     for (size_t i = 0; i < pr.n; i++) {
-        char *eq = strchr(pr.kv[i], '=');
-        if (!eq || eq == pr.kv[i]) {
-            rc = ch_err(err, CHUTE_EINVAL, "kafka: client property '%.*s...' is not name=value",
-                        (int)CH_MIN(strcspn(pr.kv[i], "="), 60), pr.kv[i]);
-            goto out;
-        }
+        char *eq = strchr(pr.kv[i], '='); /* props_check: present, not first */
         *eq = 0;
-        for (const char *const *r = k_reserved; *r; r++)
-            if (!strcmp(pr.kv[i], *r)) {
-                rc = ch_err(err, CHUTE_EINVAL, "kafka: client property %s is set by chute (at-least-once "
-                            "delivery needs it; use the URI or options instead)", pr.kv[i]);
-                goto out;
-            }
         if ((rc = set_prop(conf, pr.kv[i], eq + 1, err)))
             goto out;
     }
@@ -984,7 +997,7 @@ out:
 
 static void k_free(ch_kafka *k)
 {
-    for (uint32_t i = 0; i < k->nslots; i++)
+    for (uint32_t i = 0; k->slots && i < k->nslots; i++) /* no slots: a dry or failed build */
         if (k->slots[i].in_use && k->slots[i].rkm)
             rd_kafka_message_destroy(k->slots[i].rkm);
     if (k->rk)
@@ -1011,7 +1024,7 @@ int ch_kafka_open(const char *uri, const ch_kafka_opts *opts, ch_kafka **out, ch
     if (!k)
         return ch_err(err, CHUTE_ENOMEM, "kafka: out of memory");
     pthread_mutex_init(&k->mu, NULL);
-    int rc = build(k, uri, opts ? opts : &none, err);
+    int rc = build(k, uri, opts ? opts : &none, 0, err);
     if (rc) {
         if (k->rk && k->assign == CH_KAFKA_ASSIGN_GROUP)
             rd_kafka_consumer_close(k->rk);
@@ -1020,6 +1033,18 @@ int ch_kafka_open(const char *uri, const ch_kafka_opts *opts, ch_kafka **out, ch
     }
     *out = k;
     return CHUTE_OK;
+}
+
+int ch_kafka_uri_check(const char *uri, const ch_kafka_opts *opts, chute_error *err)
+{
+    ch_kafka_opts none = {0};
+    ch_kafka *k = calloc(1, sizeof *k);
+    if (!k)
+        return ch_err(err, CHUTE_ENOMEM, "kafka: out of memory");
+    pthread_mutex_init(&k->mu, NULL);
+    int rc = build(k, uri, opts ? opts : &none, 1, err);
+    k_free(k);
+    return rc;
 }
 
 /* ---- next ---------------------------------------------------------------------- */

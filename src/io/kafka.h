@@ -137,6 +137,12 @@ typedef struct ch_kafka_msg {
  * topics' metadata could not be read within error_timeout_ms),
  * CHUTE_ENOTFOUND (ASSIGN_RANKS: a topic does not exist). */
 int ch_kafka_open(const char *uri, const ch_kafka_opts *opts, ch_kafka **out, chute_error *err);
+/* Everything ch_kafka_open checks before it makes a client — the URI, its
+ * query keys and values, the options, client property names (reserved
+ * ones refused), state bytes — without making one: CHUTE_OK or the error
+ * ch_kafka_open would give.  Allocates and frees; no network; any thread.
+ * For the fuzzer (tests/fuzz/fuzz_kafka_uri.c) and early checks. */
+int ch_kafka_uri_check(const char *uri, const ch_kafka_opts *opts, chute_error *err);
 
 /* Next message, waiting at most timeout_ms.  CHUTE_OK (msg filled),
  * CHUTE_END (end condition reached; later calls keep serving rebalances

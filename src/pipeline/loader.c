@@ -384,7 +384,7 @@ static int read_bytes(chute_loader *ld, worker *w, uint64_t idx, const uint8_t *
         if (r->bad)
             return ch_err(err, CHUTE_ECORRUPT, "%s@%llu (sample '%s'): %s",
                           ch_stream_name(ld->st), (unsigned long long)r->offset, r->key, r->why);
-        *bytes = r->data.data;
+        *bytes = r->data.data + r->img_off; /* TFRecord records: the image inside */
         *len = r->len;
         return CHUTE_OK;
     }
@@ -500,6 +500,13 @@ static int fill_record(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
         req[k].dst = s->data + f->off + pos * f->per;
         req[k].cap = f->per;
         req[k].len = f->is_bytes ? (int64_t *)(void *)(s->data + f->len_off) + pos : NULL;
+    }
+    if (ld->st) { /* streams: the declared fields of the record's Example (stream_tfr.c) */
+        const ch_stream_rec *r = ch_stream_rec_of(ld->st, (uint32_t)idx);
+        char where[400];
+        snprintf(where, sizeof where, "%s@%llu (sample '%s')", ch_stream_name(ld->st),
+                 (unsigned long long)r->offset, r->key);
+        return ch_stream_tfr_fields(ld->ds->stream, ld->ds->fields, r, req, ld->nlf, where, err);
     }
     if (ld->ds->fmt->read_fields_ctx) { /* fields transformed per epoch (audio crops) */
         ch_sample_ctx c = {ld->o.seed, ld->sampler.epoch, (int)ld->o.transform};

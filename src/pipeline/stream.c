@@ -179,6 +179,8 @@ static void *pump_main(void *arg)
         uint32_t h = take_free(st);
         if (h == UINT32_MAX)
             return NULL; /* stopped */
+        st->recs[h].img_off = 0; /* stream.h: only TFRecord readers set these */
+        st->recs[h].ex_len = 0;
         rc = ops->next(st->reader, &st->recs[h], &err);
         if (rc != CHUTE_OK) {
             st->stash[st->nstash++] = h;

@@ -80,6 +80,12 @@ typedef struct ch_stream_rec {
     int bad;                  /* nonzero: content error, `why` says which */
     char key[160];            /* the sample's key, for messages */
     char why[200];
+    /* TFRecord records (stream_tfr.c): the image is data[img_off, +len),
+     * the serialized tf.train.Example data[ex_off, +ex_len).  The pump
+     * zeroes img_off and ex_len before each next(), so readers of plain
+     * images need not know about them. */
+    size_t img_off;
+    size_t ex_off, ex_len;
 } ch_stream_rec;
 
 /* Where a reader with positions of its own (Kafka) starts: the loader's
@@ -128,8 +134,36 @@ typedef struct ch_stream_spec {
     char *cmd;                /* pipe: the command; NULL: stdin */
     char *name;               /* "pipe:CMD" or "-", for messages */
     char *uri;                /* kafka: the whole URI (name is without the query) */
+    /* Dataset option format "tfrecord" (stream_tfr.c): each record is a
+     * TFRecord-framed tf.train.Example (pipe:/-: a TFRecord file's bytes;
+     * Kafka: one framed record per message value); the image and label
+     * from keys[0] and keys[1] (image_key/label_key, defaults as the
+     * TFRecord format's), plus label_offset; the declared fields
+     * (extra_keys, fields.h) are keys[2..2+nfields), the dataset's
+     * ds->fields in the same order. */
+    int tfr;
+    int32_t label_offset;
+    const char *keys[2 + 64];
+    uint32_t nfields;
+    char *key_store[2];       /* the image/label key copies keys[0..1] point at */
 } ch_stream_spec;
 extern const ch_stream_reader_ops ch_stream_tar_ops;
+/* The pipe/stdin reader of TFRecord files (stream_tfr.c; spec->tfr). */
+extern const ch_stream_reader_ops ch_stream_tfr_ops;
+
+/* spec->tfr: check the framed record in rec->data[0, rec->len) (exactly
+ * one record: length CRC, length, data CRC) and find its image and label
+ * (stream_tfr.c); sets img_off/len, ex_off/ex_len and the label, or marks
+ * the record bad (a content error naming `where`).  Pump thread. */
+void ch_stream_tfr_fill(const ch_stream_spec *spec, ch_stream_rec *rec, const char *where);
+struct ch_field;
+struct ch_field_req;
+/* A worker's read of a record's declared fields (spec->tfr; fields.h):
+ * fields are the dataset's (spec->keys[2..] are their names).  Any
+ * thread; allocates nothing.  `where` starts messages. */
+int ch_stream_tfr_fields(const ch_stream_spec *spec, const struct ch_field *fields,
+                         const ch_stream_rec *rec, const struct ch_field_req *req, size_t nreq,
+                         const char *where, chute_error *err);
 /* The Kafka reader (stream_kafka.c; only with CHUTE_HAVE_KAFKA): spec->uri. */
 extern const ch_stream_reader_ops ch_stream_kafka_ops;
 

@@ -17,6 +17,10 @@
  *   - release(token): ch_kafka_release — the offset moves only over the
  *     released prefix of a partition, so a crash re-delivers exactly the
  *     messages of unreleased batches (and of the shuffle buffer).
+ *   - format "tfrecord" (the dataset option): the value is one TFRecord-
+ *     framed tf.train.Example, checked and read by stream_tfr.c (image,
+ *     label, declared typed fields), the same record model as a TFRecord
+ *     file's; a label in the Example wins over a header/key label.
  *   - label: from the header or key field the URI names (label_header=,
  *     label_key=); none configured: -1.  A label that is missing or not
  *     an integer, or a value over max_sample_bytes, makes the record bad,
@@ -52,6 +56,7 @@
 
 typedef struct kafka_reader {
     ch_kafka *k;
+    const ch_stream_spec *spec;
     atomic_int cancel;
     uint64_t ordinal;
     uint64_t max_bytes;
@@ -82,6 +87,7 @@ static int kr_open_at(const void *spec_, uint64_t epoch, int timeout_ms, uint64_
         return rc;
     }
     atomic_init(&r->cancel, 0);
+    r->spec = spec;
     r->max_bytes = max_bytes;
     r->timeout_ms = timeout_ms;
     *out = r;
@@ -153,6 +159,8 @@ static int kr_next(void *r_, ch_stream_rec *rec, chute_error *err)
     }
     memcpy(rec->data.data, m.value, m.value_len);
     rec->len = m.value_len;
+    if (r->spec->tfr) /* format "tfrecord": the value is one framed Example (stream_tfr.c) */
+        ch_stream_tfr_fill(r->spec, rec, where);
     return CHUTE_OK;
 }
 

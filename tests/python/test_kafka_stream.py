@@ -2,7 +2,8 @@
 
 The peer is librdkafka's mock cluster, made by a confluent-kafka producer
 (``test.mock.num.brokers``); its bootstrap address is read from the
-cluster's metadata.  Message values are the JPEGs of the webdataset-written
+cluster's metadata.  CHUTE_TEST_KAFKA_BROKERS=host:port runs the same tests
+against that broker (topics made with the admin API).  Message values are the JPEGs of the webdataset-written
 tars in tests/fixtures/fields/wds (read with Python's tarfile), message i =
 image i % 6 with header label=i, partition i % 4; the pixel reference is
 the same images read through the "wds" dataset with the same options.
@@ -45,8 +46,15 @@ def _reference():
         return {int(i[k]): np.asarray(x[k]).copy() for k in range(6)}
 
 
+REAL = os.environ.get("CHUTE_TEST_KAFKA_BROKERS")  # a real broker, else the mock
+
+
 @pytest.fixture(scope="module")
 def cluster():
+    if REAL:
+        p = kafka.Producer({"bootstrap.servers": REAL, "linger.ms": 5})
+        yield p, REAL
+        return
     p = kafka.Producer({"test.mock.num.brokers": 3, "linger.ms": 5})
     md = p.list_topics(timeout=10)
     boot = ",".join("%s:%d" % (b.host, b.port) for b in md.brokers.values())
@@ -57,7 +65,12 @@ def _topic(cluster, n):
     p = cluster[0]
     name = "chute-py-%d-%d" % (os.getpid(), time.monotonic_ns())
     # The mock cluster creates a topic on its first metadata request, with
-    # 4 partitions (rdkafka_mock.c's default).
+    # 4 partitions (rdkafka_mock.c's default); a real broker through the
+    # admin API.
+    if REAL:
+        from confluent_kafka.admin import AdminClient, NewTopic
+        AdminClient({"bootstrap.servers": REAL}).create_topics(
+            [NewTopic(name, NPART, 1)])[name].result(30)
     md = p.list_topics(name, timeout=10)
     assert len(md.topics[name].partitions) == NPART
     imgs = _images()

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Seeds for fuzz_stream_tfr and fuzz_kafka_uri (tests/fuzz/corpus/).
+
+stream_tfr: the records of fixtures/fields/tfr/fields.tfrecord and
+tfr_bad/bad.tfrecord (written by TensorFlow's TFRecordWriter, see
+fixtures/make_fixtures.py) as values as-is (mode byte 2) and as bare
+Examples for the harness to frame (mode 1), plus declarations (mode 0).
+kafka_uri: URIs of every query key, escapes and client properties, one
+with state bytes after a NUL.  Plain Python: no TensorFlow needed.
+
+    python3 tests/fuzz/make_stream_seeds.py
+"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIX = os.path.join(HERE, "..", "fixtures", "fields")
+
+
+def records(path):
+    b = open(path, "rb").read()
+    out, p = [], 0
+    while p + 16 <= len(b):
+        (n,) = struct.unpack_from("<Q", b, p)
+        out.append(b[p:p + 16 + n])
+        p += 16 + n
+    return out
+
+
+def write(sub, name, data):
+    d = os.path.join(HERE, "corpus", sub)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def main():
+    good = records(os.path.join(FIX, "tfr", "fields.tfrecord"))
+    bad = records(os.path.join(FIX, "tfr_bad", "bad.tfrecord"))
+    for i, r in enumerate(good[:2]):
+        write("stream_tfr", "framed_%d" % i, b"\x02" + r)
+        write("stream_tfr", "example_%d" % i, b"\x01" + r[12:-4])
+    write("stream_tfr", "framed_bad_bbox", b"\x02" + bad[1])
+    write("stream_tfr", "example_bad_mask", b"\x01" + bad[2][12:-4])
+    write("stream_tfr", "decl", b"\x00bbox:float32[4], ids:int64[3],weight:float32,meta:bytes,"
+          b"mask.npy:uint8[4x4],t.npy:float64[]")
+    write("stream_tfr", "decl_bad", b"\x00a.npy:uint8[3,4],b:int32")
+    uris = {
+        "group": b"kafka://h1:9092,h2:9093/topicA,topicB?group=G",
+        "all_keys": b"kafka://127.0.0.1:9092/t?group=g&assign=ranks&label_header=label&until=eof"
+                    b"&max_samples=37&max_unreleased=16&error_timeout_ms=2000&commit_interval_ms=50",
+        "label_key": b"kafka://b/t%2Cx?group=g%20h&label_key=cls&assign=group",
+        "props": b"kafka://b/t?group=g&kafka.session.timeout.ms=6000&kafka.sasl.password=s3cret"
+                 b"&kafka.security.protocol=SASL_SSL",
+        "reserved": b"kafka://b/t?group=g&kafka.enable.auto.commit=true",
+        "bad_escape": b"kafka://b/t%zz?group=g",
+        "no_group": b"kafka://b/t?until=eof",
+        "with_state": b"kafka://b/t?group=g\x00" +
+                      open(os.path.join(HERE, "corpus", "kafka_state", "four_partitions"), "rb").read(),
+    }
+    for k, v in uris.items():
+        write("kafka_uri", k, v)
+
+
+if __name__ == "__main__":
+    main()

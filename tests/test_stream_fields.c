@@ -1,0 +1,649 @@
+/*
+ * test_stream_fields.c — TFRecord records on streams (issue #13): typed
+ * fields from `pipe:`/stdin TFRecord files and from Kafka message values
+ * that are framed tf.train.Examples (src/pipeline/stream_tfr.c), and the
+ * declared-field parser (fields.h).
+ *
+ * The data is tests/fixtures/fields/tfr/fields.tfrecord, written by
+ * TensorFlow's TFRecordWriter (tests/fixtures/make_fixtures.py); expected
+ * values are fixtures/fields/expected.txt, what tf.io.parse_single_example
+ * read back (never chute's output).  Pixels must equal, byte for byte,
+ * the same record read through the local "tfrecord" format with the same
+ * transform, so a stream record means what the file's record means.
+ *
+ * Kafka (built with librdkafka): the framed records are produced as
+ * message values to librdkafka's mock cluster, or to a real broker when
+ * CHUTE_TEST_KAFKA_BROKERS names one.
+ */
+#define _GNU_SOURCE
+#include "unit.h"
+
+#include "chute.h"
+#include "format/fields.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifdef CHUTE_TEST_KAFKA
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+#include <time.h>
+#endif
+
+#define TFR CHUTE_FIXTURES "/fields/tfr/fields.tfrecord"
+#define BAD CHUTE_FIXTURES "/fields/tfr_bad/bad.tfrecord"
+#define NS 5
+#define SZ 16
+#define PX (SZ * SZ * 3)
+#define DECL "bbox:float32[4], ids:int64[3],weight:float32,meta:bytes,mask.npy:uint8[4x4]"
+#define FIELDS "bbox,ids,weight,meta,mask.npy"
+
+static const char *const k_fields[] = {"bbox", "ids", "weight", "meta", "mask.npy"};
+#define NF 5
+
+/* ---- expected values (TensorFlow's) ---------------------------------- */
+
+static char exp_hex[NS][NF][256];
+static int64_t exp_label[NS];
+
+static int load_expected(void)
+{
+    FILE *f = fopen(CHUTE_FIXTURES "/fields/expected.txt", "r");
+    if (!f)
+        return -1;
+    char line[1024], ds[32], field[64], val[512];
+    int idx, n = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "%31s %d %63s %511s", ds, &idx, field, val) == 4 && !strcmp(ds, "tfr") &&
+            idx >= 0 && idx < NS) {
+            if (!strcmp(field, "label")) {
+                exp_label[idx] = atoll(val);
+                n++;
+            }
+            for (int k = 0; k < NF; k++)
+                if (!strcmp(field, k_fields[k]) && strlen(val) < sizeof exp_hex[0][0]) {
+                    snprintf(exp_hex[idx][k], sizeof exp_hex[0][0], "%s", val);
+                    n++;
+                }
+        }
+    fclose(f);
+    return n == NS * (NF + 1) ? 0 : -1;
+}
+
+/* ---- one epoch, everything collected --------------------------------- */
+
+typedef struct sample {
+    int64_t idx, label;
+    uint8_t val[NF][64];
+    int64_t len[NF];          /* bytes per value (bytes fields: the length) */
+    uint8_t px[PX];
+} sample;
+
+typedef struct got {
+    uint32_t n;
+    sample s[64];
+    int end_rc;
+    char msg[1400];
+} got;
+
+static void opts_base(chute_loader_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->batch_size = 2;
+    o->size = SZ;
+    o->workers = 2;
+    o->dtype = CHUTE_DTYPE_UINT8;
+    o->transform = CHUTE_TRANSFORM_EVAL;
+    o->no_shuffle = 1;
+    o->fields = FIELDS;
+    o->field_bytes = 64;
+    o->on_corrupt = CHUTE_CORRUPT_FAIL;
+    o->seed = 3;
+}
+
+static int collect(const char *path, const char *format, const char *decl,
+                   const chute_loader_options *o, got *g)
+{
+    memset(g, 0, sizeof *g);
+    chute_dataset_options dso = {0};
+    dso.format = format;
+    dso.extra_keys = decl;
+    chute_dataset *ds = NULL;
+    chute_error err = {0};
+    if (chute_dataset_open_ex(path, &dso, &ds, &err) != CHUTE_OK) {
+        g->end_rc = err.code ? err.code : -1;
+        snprintf(g->msg, sizeof g->msg, "open: %s", err.message);
+        return -1;
+    }
+    chute_loader *ld = NULL;
+    if (chute_loader_create(ds, o, &ld, &err) != CHUTE_OK) {
+        snprintf(g->msg, sizeof g->msg, "create: %s", err.message);
+        chute_dataset_close(ds);
+        return -1;
+    }
+    chute_loader_start_epoch(ld, 0, 0);
+    chute_batch *b;
+    int rc;
+    while ((rc = chute_loader_next(ld, &b)) == CHUTE_OK) {
+        chute_batch_view v;
+        chute_batch_view_get(b, &v);
+        for (uint32_t i = 0; i < v.count && g->n < 64; i++, g->n++) {
+            sample *s = &g->s[g->n];
+            s->idx = (int64_t)v.indices[i];
+            s->label = v.labels[i];
+            memcpy(s->px, (uint8_t *)v.data + (size_t)i * PX, PX);
+            for (int k = 0; k < NF; k++) {
+                chute_field_view fv;
+                if (chute_batch_field(b, k_fields[k], &fv) != CHUTE_OK)
+                    continue;
+                size_t per = (size_t)(fv.nbytes / v.count);
+                if (per > sizeof s->val[k])
+                    continue;
+                memcpy(s->val[k], (const uint8_t *)fv.data + i * per, per);
+                s->len[k] = fv.kind == CHUTE_FIELD_BYTES ? fv.lengths[i] : (int64_t)per;
+            }
+        }
+        chute_batch_release(b);
+    }
+    g->end_rc = rc;
+    snprintf(g->msg, sizeof g->msg, "%s", chute_loader_errmsg(ld));
+    chute_loader_destroy(ld);
+    chute_dataset_close(ds);
+    return 0;
+}
+
+static int hexbyte(const char *p)
+{
+    int v = 0;
+    for (int i = 0; i < 2; i++)
+        v = v * 16 + (p[i] <= '9' ? p[i] - '0' : (p[i] | 32) - 'a' + 10);
+    return v;
+}
+
+/* Sample s (record number `rec` of the file) against TensorFlow's values
+ * and the local format's pixels. */
+static int check_sample(const sample *s, int64_t rec, const uint8_t *ref_px)
+{
+    CHECK(rec >= 0 && rec < NS, "record %lld", (long long)rec);
+    CHECK(s->label == exp_label[rec], "record %lld: label %lld, want %lld", (long long)rec,
+          (long long)s->label, (long long)exp_label[rec]);
+    for (int k = 0; k < NF; k++) {
+        const char *h = exp_hex[rec][k];
+        size_t n = strlen(h) / 2;
+        CHECK(s->len[k] == (int64_t)n, "record %lld %s: %lld bytes, want %zu", (long long)rec,
+              k_fields[k], (long long)s->len[k], n);
+        for (size_t i = 0; i < n; i++)
+            CHECK(s->val[k][i] == hexbyte(h + 2 * i), "record %lld %s: byte %zu is %02x, want %.2s",
+                  (long long)rec, k_fields[k], i, s->val[k][i], h + 2 * i);
+    }
+    CHECK(!memcmp(s->px, ref_px, PX), "record %lld: pixels differ from the tfrecord format's",
+          (long long)rec);
+    return 0;
+}
+
+/* The local format's pixels of every record (dataset order = file order). */
+static uint8_t ref_px[NS][PX];
+
+static int load_reference(void)
+{
+    if (load_expected())
+        return -1;
+    chute_loader_options o;
+    opts_base(&o);
+    static got g;
+    if (collect(CHUTE_FIXTURES "/fields/tfr", NULL, "bbox,ids,weight,meta,mask.npy", &o, &g) ||
+        g.end_rc != CHUTE_END || g.n != NS) {
+        fprintf(stderr, "reference: %u samples, %s\n", g.n, g.msg);
+        return -1;
+    }
+    for (uint32_t i = 0; i < NS; i++) {
+        if (g.s[i].idx != i || check_sample(&g.s[i], i, g.s[i].px))
+            return -1; /* the local format itself must agree with TensorFlow */
+        memcpy(ref_px[i], g.s[i].px, PX);
+    }
+    return 0;
+}
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1;
+}
+
+static int no_children(void)
+{
+    errno = 0;
+    return waitpid(-1, NULL, WNOHANG) == -1 && errno == ECHILD;
+}
+
+/* ---- the declared-field parser --------------------------------------- */
+
+TEST(declared_fields_parse_and_refuse_with_a_reason)
+{
+    ch_field f[8];
+    int n = 0;
+    chute_error e = {0};
+    CHECK(ch_field_decl_parse(DECL ", s:bytes ,t.npy:float64[]", f, 8, &n, &e) == CHUTE_OK, "%s",
+          e.message);
+    CHECK(n == 7, "%d fields", n);
+    CHECK(!strcmp(f[0].name, "bbox") && f[0].kind == CHUTE_FIELD_FLOAT32 && f[0].ndim == 1 &&
+              f[0].shape[0] == 4 && f[0].known,
+          "bbox");
+    CHECK(f[1].kind == CHUTE_FIELD_INT64 && f[1].dtype == CHUTE_DTYPE_INT64 && f[1].shape[0] == 3,
+          "ids");
+    CHECK(f[2].kind == CHUTE_FIELD_FLOAT32 && f[2].ndim == 0, "weight");
+    CHECK(f[3].kind == CHUTE_FIELD_BYTES && f[3].shape[0] == -1, "meta");
+    CHECK(f[4].kind == CHUTE_FIELD_TENSOR && f[4].dtype == CHUTE_DTYPE_UINT8 && f[4].ndim == 2 &&
+              f[4].shape[0] == 4 && f[4].shape[1] == 4,
+          "mask.npy");
+    CHECK(f[6].kind == CHUTE_FIELD_TENSOR && f[6].dtype == CHUTE_DTYPE_FLOAT64 && f[6].ndim == 0,
+          "t.npy");
+    CHECK(ch_field_decl_parse(NULL, f, 8, &n, &e) == CHUTE_OK && n == 0, "NULL is no fields");
+    static const struct {
+        const char *decl, *why;
+    } bad[] = {
+        {"bbox", "not NAME:TYPE"},
+        {":int64", "empty"},
+        {"a:int32", "the type is"},
+        {"a:float32[0]", ">= 1"},
+        {"a:float32[4x4]", "[N]"},
+        {"a:float32[]", "[N]"},
+        {"a:bytes[3]", "no shape"},
+        {"a.npy:uint8", "needs a shape"},
+        {"a.npy:bytes[3]", "a dtype"},
+        {"a.npy:uint8[3x]", "ends with"},
+        {"a.npy:uint8[3,4]", "separated"},
+        {"a.npy:uint8[3x4", "[D0xD1"},
+        {"a.npy:uint8[99999999999]", "2^31"},
+        {"a.npy:float64[2147483647x2147483647x2147483647]", "2^40"},
+        {"a.npy:uint8[1x1x1x1x1x1x1x1x1]", "8 dimensions"},
+        {"a:int64,b:bytes,a:float32", "twice"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        e.message[0] = 0;
+        CHECK(ch_field_decl_parse(bad[k].decl, f, 8, &n, &e) == CHUTE_EINVAL, "%s accepted",
+              bad[k].decl);
+        CHECK(strstr(e.message, bad[k].why) && strstr(e.message, "extra_keys"),
+              "%s: message '%s' lacks '%s'", bad[k].decl, e.message, bad[k].why);
+    }
+    CHECK(ch_field_decl_parse("a:int64,b:int64,c:int64", f, 2, &n, &e) == CHUTE_EINVAL &&
+              strstr(e.message, "more than 2"),
+          "%s", e.message);
+    return 0;
+}
+
+/* ---- pipe: and stdin --------------------------------------------------- */
+
+TEST(tfrecord_on_a_pipe_gives_tensorflows_values_and_the_files_pixels)
+{
+    CHECK(load_reference() == 0, "reference");
+    int fds = count_fds();
+    chute_loader_options o;
+    opts_base(&o);
+    static got g;
+    collect("pipe:cat " TFR, "tfrecord", DECL, &o, &g);
+    CHECK(g.end_rc == CHUTE_END && g.n == NS, "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    for (uint32_t i = 0; i < g.n; i++) {
+        CHECK(g.s[i].idx == i, "sample %u has input position %lld", i, (long long)g.s[i].idx);
+        CHECK_OK(check_sample(&g.s[i], i, ref_px[i]));
+    }
+    /* Shuffled through the buffer, 1 worker: the same records, each once. */
+    o.no_shuffle = 0;
+    o.shuffle_buffer = 4;
+    o.workers = 1;
+    collect("pipe:cat " TFR, "tfrecord", DECL, &o, &g);
+    CHECK(g.end_rc == CHUTE_END && g.n == NS, "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    unsigned seen = 0;
+    for (uint32_t i = 0; i < g.n; i++) {
+        CHECK_OK(check_sample(&g.s[i], g.s[i].idx, ref_px[g.s[i].idx]));
+        seen |= 1u << g.s[i].idx;
+    }
+    CHECK(seen == (1u << NS) - 1, "records seen: %x", seen);
+    CHECK(no_children(), "a child is left");
+    CHECK(count_fds() == fds, "fds %d -> %d", fds, count_fds());
+    return 0;
+}
+
+TEST(tfrecord_on_stdin)
+{
+    CHECK(load_reference() == 0, "reference");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        FILE *f = fopen(TFR, "rb");
+        if (!f || dup2(fileno(f), 0) < 0)
+            _exit(2);
+        chute_loader_options o;
+        opts_base(&o);
+        static got g;
+        collect("-", "tfrecord", DECL, &o, &g);
+        if (g.end_rc != CHUTE_END || g.n != NS)
+            _exit(3);
+        for (uint32_t i = 0; i < g.n; i++)
+            if (g.s[i].idx != i || check_sample(&g.s[i], i, ref_px[i]))
+                _exit(4);
+        _exit(0);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the stdin driver failed (status %d)", st);
+    return 0;
+}
+
+/* The file's record offsets, from its framing (TensorFlow wrote it). */
+static int record_offsets(const char *path, uint64_t *off, int max, int *n, uint8_t **bytes,
+                          size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *bytes = malloc(*len);
+    if (!*bytes || fread(*bytes, 1, *len, f) != *len) {
+        fclose(f);
+        return -1;
+    }
+    fclose(f);
+    *n = 0;
+    for (uint64_t p = 0; p + 16 <= *len && *n < max;) {
+        uint64_t l = 0;
+        for (int i = 7; i >= 0; i--)
+            l = l << 8 | (*bytes)[p + (uint64_t)i];
+        off[(*n)++] = p;
+        p += 16 + l;
+    }
+    off[*n] = *len;
+    return 0;
+}
+
+static int write_file(const char *path, const uint8_t *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    int ok = fwrite(p, 1, n, f) == n;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+TEST(damaged_tfrecord_streams_fail_at_the_record_with_a_reason)
+{
+    CHECK(load_reference() == 0, "reference");
+    int fds = count_fds();
+    uint64_t off[16];
+    int nrec = 0;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    CHECK(record_offsets(TFR, off, 15, &nrec, &bytes, &len) == 0 && nrec == NS, "framing");
+    char dir[] = "/tmp/chute-stream-fields-XXXXXX", path[256], cmd[600];
+    CHECK(mkdtemp(dir), "mkdtemp");
+    snprintf(path, sizeof path, "%s/x.tfrecord", dir);
+    chute_loader_options o;
+    opts_base(&o);
+    o.batch_size = 1;
+    o.workers = 1;
+    static got g;
+
+    /* A data byte of record 2 flipped: records 0 and 1, then the record's
+     * error (its framing holds, so it is content: the policy's). */
+    uint8_t *cp = malloc(len);
+    memcpy(cp, bytes, len);
+    cp[off[2] + 20] ^= 0x40;
+    CHECK(write_file(path, cp, len) == 0, "write");
+    snprintf(cmd, sizeof cmd, "pipe:cat %s", path);
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    CHECK(g.n == 2 && g.end_rc == CHUTE_ECORRUPT, "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    char want[128];
+    snprintf(want, sizeof want, "@%llu (sample 'record 2'): TFRecord data CRC mismatch",
+             (unsigned long long)off[2]);
+    CHECK(strstr(g.msg, want), "'%s' lacks '%s'", g.msg, want);
+    /* The same under skip: counted, the other four delivered. */
+    o.on_corrupt = CHUTE_CORRUPT_SKIP;
+    o.batch_size = 5;
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    CHECK(g.end_rc == CHUTE_END && g.n == 5, "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    for (uint32_t i = 0; i < g.n; i++) {
+        CHECK(g.s[i].idx != 2, "the damaged record was delivered");
+        CHECK_OK(check_sample(&g.s[i], g.s[i].idx, ref_px[g.s[i].idx]));
+    }
+    o.on_corrupt = CHUTE_CORRUPT_FAIL;
+    o.batch_size = 1;
+
+    /* Record 3's length field damaged: framing is lost, the stream ends
+     * with ECORRUPT at its offset after the three records before it. */
+    memcpy(cp, bytes, len);
+    cp[off[3] + 1] ^= 0x01;
+    CHECK(write_file(path, cp, len) == 0, "write");
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    snprintf(want, sizeof want, "@%llu: TFRecord length CRC mismatch (framing lost)",
+             (unsigned long long)off[3]);
+    CHECK(g.n == 3 && g.end_rc == CHUTE_ECORRUPT && strstr(g.msg, want), "%u samples, rc %d: %s",
+          g.n, g.end_rc, g.msg);
+
+    /* Not a TFRecord stream at all: EFORMAT at offset 0. */
+    collect("pipe:echo 'this is not a TFRecord stream, not at all'", "tfrecord", DECL, &o, &g);
+    CHECK(g.n == 0 && g.end_rc == CHUTE_EFORMAT && strstr(g.msg, "@0: TFRecord length CRC"),
+          "rc %d: %s", g.end_rc, g.msg);
+
+    /* Cut inside record 3; then the same from a command that fails. */
+    snprintf(cmd, sizeof cmd, "pipe:head -c %llu %s", (unsigned long long)(off[3] + 30), TFR);
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    CHECK(g.n == 3 && g.end_rc == CHUTE_ECORRUPT && strstr(g.msg, "truncated TFRecord record"),
+          "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    snprintf(cmd, sizeof cmd, "pipe:head -c %llu %s; echo 'gsutil: 503' >&2; exit 4",
+             (unsigned long long)(off[3] + 30), TFR);
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    CHECK(g.n == 3 && g.end_rc == CHUTE_EIO && strstr(g.msg, "exited with status 4") &&
+              strstr(g.msg, "gsutil: 503"),
+          "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+
+    /* A record over max_sample_bytes is read past and is the policy's. */
+    o.max_sample_bytes = off[1] - off[0] - 1;
+    snprintf(cmd, sizeof cmd, "pipe:cat %s", TFR);
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    CHECK(g.end_rc == CHUTE_ECORRUPT && strstr(g.msg, "over max_sample_bytes"), "rc %d: %s",
+          g.end_rc, g.msg);
+    o.max_sample_bytes = 0;
+
+    free(cp);
+    free(bytes);
+    unlink(path);
+    rmdir(dir);
+    CHECK(no_children(), "a child is left");
+    CHECK(count_fds() == fds, "fds %d -> %d", fds, count_fds());
+    return 0;
+}
+
+TEST(records_that_disagree_with_the_declaration_name_the_field)
+{
+    CHECK(load_reference() == 0, "reference");
+    chute_loader_options o;
+    opts_base(&o);
+    o.batch_size = 1;
+    o.workers = 1;
+    static got g;
+    /* bad.tfrecord: record 1's bbox has 3 values, record 2's mask is 4x3. */
+    collect("pipe:cat " BAD, "tfrecord", DECL, &o, &g);
+    CHECK(g.n == 1 && g.end_rc == CHUTE_ECORRUPT, "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    CHECK(strstr(g.msg, "(sample 'record 1')") && strstr(g.msg, "feature \"bbox\": a float_list of 3"),
+          "%s", g.msg);
+    /* A declared key that no record has, and a mis-declared dtype. */
+    o.fields = "nope";
+    collect("pipe:cat " TFR, "tfrecord", "bbox:float32[4],nope:int64", &o, &g);
+    CHECK(g.n == 0 && g.end_rc == CHUTE_ECORRUPT && strstr(g.msg, "feature \"nope\": missing"),
+          "rc %d: %s", g.end_rc, g.msg);
+    o.fields = "mask.npy";
+    collect("pipe:cat " TFR, "tfrecord", "mask.npy:int16[4x4]", &o, &g);
+    CHECK(g.n == 0 && g.end_rc == CHUTE_ECORRUPT && strstr(g.msg, "mask.npy"), "rc %d: %s",
+          g.end_rc, g.msg);
+    /* extra_keys on a tar stream, a bad declaration, a wrong format name. */
+    chute_dataset_options dso = {0};
+    chute_dataset *ds = NULL;
+    chute_error e = {0};
+    dso.extra_keys = "bbox:float32[4]";
+    CHECK(chute_dataset_open_ex("pipe:cat " TFR, &dso, &ds, &e) == CHUTE_EINVAL &&
+              strstr(e.message, "needs format \"tfrecord\""),
+          "%s", e.message);
+    dso.format = "tfrecord";
+    dso.extra_keys = "bbox:float32";
+    CHECK(chute_dataset_open_ex("pipe:cat " TFR, &dso, &ds, &e) == CHUTE_OK, "%s", e.message);
+    chute_field_info fi;
+    CHECK(chute_dataset_num_fields(ds) == 1 && chute_dataset_field_info(ds, 0, &fi) == CHUTE_OK &&
+              !strcmp(fi.name, "bbox") && fi.ndim == 0,
+          "declared field info");
+    chute_dataset_close(ds);
+    dso.extra_keys = "bbox:float32[4";
+    CHECK(chute_dataset_open_ex("pipe:cat " TFR, &dso, &ds, &e) == CHUTE_EINVAL &&
+              strstr(e.message, "item 1"),
+          "%s", e.message);
+    dso.extra_keys = NULL;
+    dso.format = "csv";
+    CHECK(chute_dataset_open_ex("pipe:cat " TFR, &dso, &ds, &e) == CHUTE_EINVAL &&
+              strstr(e.message, "format \"csv\""),
+          "%s", e.message);
+    CHECK(no_children(), "a child is left");
+    return 0;
+}
+
+/* ---- Kafka ------------------------------------------------------------- */
+#ifdef CHUTE_TEST_KAFKA
+
+static void quiet_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    (void)rk, (void)level, (void)fac, (void)buf;
+}
+
+static int kafka_tfr(void)
+{
+    CHECK(load_reference() == 0, "reference");
+    uint64_t off[16];
+    int nrec = 0;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    CHECK(record_offsets(TFR, off, 15, &nrec, &bytes, &len) == 0 && nrec == NS, "framing");
+    /* The producer: a real broker when named, else the mock cluster. */
+    const char *real = getenv("CHUTE_TEST_KAFKA_BROKERS");
+    char es[512], boot[512], topic[200], uri[1400];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (real && *real)
+        rd_kafka_conf_set(conf, "bootstrap.servers", real, es, sizeof es);
+    else if (rd_kafka_conf_set(conf, "test.mock.num.brokers", "1", es, sizeof es)) {
+        rd_kafka_conf_destroy(conf);
+        free(bytes);
+        SKIP("librdkafka has no mock cluster");
+    }
+    rd_kafka_conf_set_log_cb(conf, quiet_log);
+    rd_kafka_t *prod = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es);
+    CHECK(prod, "producer: %s", es);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(topic, sizeof topic, "chute-tfr-%d-%ld", (int)getpid(), (long)ts.tv_nsec);
+    if (real && *real) {
+        snprintf(boot, sizeof boot, "%s", real);
+        rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, 1, 1, es, sizeof es);
+        rd_kafka_queue_t *q = rd_kafka_queue_new(prod);
+        rd_kafka_CreateTopics(prod, &nt, 1, NULL, q);
+        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
+        CHECK(ev, "CreateTopics timed out");
+        rd_kafka_event_destroy(ev);
+        rd_kafka_queue_destroy(q);
+        rd_kafka_NewTopic_destroy(nt);
+    } else {
+        rd_kafka_mock_cluster_t *mc = rd_kafka_handle_mock_cluster(prod);
+        CHECK(mc && rd_kafka_mock_topic_create(mc, topic, 1, 1) == 0, "mock topic");
+        snprintf(boot, sizeof boot, "%s", rd_kafka_mock_cluster_bootstraps(mc));
+    }
+    /* Each value is one framed record as TensorFlow wrote it; then one
+     * value that is not a TFRecord record at all. */
+    static const char junk[] = "not a framed record";
+    for (int i = 0; i <= NS; i++) {
+        const void *v = i < NS ? (const void *)(bytes + off[i]) : (const void *)junk;
+        size_t vl = i < NS ? (size_t)(off[i + 1] - off[i]) : sizeof junk - 1;
+        CHECK(rd_kafka_producev(prod, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(0),
+                                RD_KAFKA_V_VALUE((void *)v, vl),
+                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == 0,
+              "produce");
+    }
+    CHECK(rd_kafka_flush(prod, 30000) == 0, "flush");
+    chute_loader_options o;
+    opts_base(&o);
+    o.batch_size = 1;
+    static got g;
+    /* Fail policy: the five records, then the junk value's error. */
+    snprintf(uri, sizeof uri, "kafka://%s/%s?group=g-%ld&until=eof", boot, topic,
+             (long)ts.tv_nsec);
+    collect(uri, "tfrecord", DECL, &o, &g);
+    CHECK(g.n == NS && g.end_rc == CHUTE_ECORRUPT, "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    CHECK(strstr(g.msg, topic) && strstr(g.msg, "/0/5") && strstr(g.msg, "TFRecord length CRC mismatch"),
+          "%s", g.msg);
+    for (uint32_t i = 0; i < g.n; i++)
+        CHECK_OK(check_sample(&g.s[i], i, ref_px[i]));
+    /* Skip policy, a second group: the same five, the junk counted. */
+    o.on_corrupt = CHUTE_CORRUPT_SKIP;
+    o.batch_size = 6;
+    snprintf(uri, sizeof uri, "kafka://%s/%s?group=g2-%ld&until=eof", boot, topic,
+             (long)ts.tv_nsec);
+    collect(uri, "tfrecord", DECL, &o, &g);
+    CHECK(g.end_rc == CHUTE_END && g.n == 6, "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    unsigned seen = 0;
+    for (uint32_t i = 0; i < g.n; i++) {
+        CHECK(g.s[i].label >= 1 && g.s[i].label <= NS, "label %lld", (long long)g.s[i].label);
+        CHECK_OK(check_sample(&g.s[i], g.s[i].label - 1, ref_px[g.s[i].label - 1]));
+        seen |= 1u << (g.s[i].label - 1);
+    }
+    CHECK(seen == (1u << NS) - 1, "records seen: %x", seen);
+    rd_kafka_destroy(prod);
+    free(bytes);
+    return 0;
+}
+#endif
+
+TEST(kafka_values_that_are_tfrecord_examples_give_tensorflows_values)
+{
+#ifdef CHUTE_TEST_KAFKA
+    return kafka_tfr();
+#else
+    SKIP("built without librdkafka");
+#endif
+}
+
+/* kafka:// in a build with librdkafka opens (nothing connects before an
+ * epoch); in one without (CHUTE_WITH_KAFKA=OFF, or librdkafka missing) it
+ * is CHUTE_EUNSUPPORTED saying so, without the URI's query (credentials).
+ * scripts/test.sh runs this test in a CHUTE_WITH_KAFKA=OFF build too. */
+TEST(kafka_scheme_says_whether_this_build_has_librdkafka)
+{
+    const char *uri = "kafka://127.0.0.1:9/t?group=g&kafka.sasl.password=hunter2";
+    chute_dataset *ds = NULL;
+    chute_error e = {0};
+    int rc = chute_dataset_open_ex(uri, NULL, &ds, &e);
+    int has = strstr(chute_features(), "kafka") != NULL;
+#ifdef CHUTE_TEST_KAFKA
+    CHECK(has, "features '%s' lack kafka", chute_features());
+    CHECK(rc == CHUTE_OK && chute_dataset_is_stream(ds), "open: %s", e.message);
+    chute_dataset_close(ds);
+#else
+    CHECK(!has, "features '%s' say kafka in a build without librdkafka", chute_features());
+    CHECK(rc == CHUTE_EUNSUPPORTED && strstr(e.message, "built without librdkafka") &&
+              strstr(e.message, "kafka://127.0.0.1:9/t") && !strstr(e.message, "hunter2"),
+          "rc %d: %s", rc, e.message);
+    chute_dataset_options dso = {0};
+    dso.format = "tfrecord";
+    dso.extra_keys = "bbox:float32[4]";
+    CHECK(chute_dataset_open_ex(uri, &dso, &ds, &e) == CHUTE_EUNSUPPORTED, "tfrecord: %s",
+          e.message);
+#endif
+    return 0;
+}
+
+UNIT_MAIN
