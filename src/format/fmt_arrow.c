@@ -593,7 +593,7 @@ static int arrow_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap
                       size_t *out_len, chute_error *err)
 {
     const uint8_t *d = NULL;
-    size_t n = 0, b;
+    size_t n = 0, b = 0;
     int rc = image_bytes(ds, i, &d, &n, &b, err);
     if (rc)
         return rc;
@@ -782,15 +782,42 @@ static int arrow_read_fields(const chute_dataset *ds, uint64_t i, const ch_field
     return rc;
 }
 
+/* With an image column: its encoded bytes.  Without: the bytes the row's
+ * fields deliver (scalars 8 or 4, tensors their size, bytes their length;
+ * a null cell 0), the "sample size" of inspect's histogram. */
 static uint64_t arrow_sample_size(const chute_dataset *ds, uint64_t i)
 {
+    const arrow_impl *t = ds->impl;
     const uint8_t *d = NULL;
     size_t n = 0, b;
     chute_error e;
-    if (image_bytes(ds, i, &d, &n, &b, &e) != CHUTE_OK)
+    if (t->img >= 0) {
+        if (image_bytes(ds, i, &d, &n, &b, &e) != CHUTE_OK)
+            return 0;
+        row_done(t, b);
+        return n;
+    }
+    int64_t row;
+    if (row_get(t, i, &b, &row, &e) != CHUTE_OK)
         return 0;
-    row_done(ds->impl, b);
-    return n;
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < ds->nfields; k++) {
+        const arrow_col *c = &t->cols[t->fcol[k]];
+        const struct ArrowArray *a;
+        int64_t p;
+        int null;
+        col_at(t, c, b, row, &a, &p, &null);
+        if (null)
+            continue;
+        if (c->kind == AK_BIN) {
+            bin_at(a, c->width, p, &d, &n);
+            sum += n;
+        } else {
+            sum += ch_field_sample_bytes(&ds->fields[k]);
+        }
+    }
+    row_done(t, b);
+    return sum;
 }
 
 static void arrow_describe(const chute_dataset *ds, uint64_t i, char *buf, size_t n)

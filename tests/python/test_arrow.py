@@ -392,3 +392,95 @@ def test_null_defaults_and_null_errors_name_row(tmp_path):
                        batch_size=4))
     with pytest.raises(chute.InvalidArgumentError, match="delivered as int64"):
         _loader(str(p), fields=["x"], schema="label=9,x:float32=1")
+
+
+# ---- chute inspect / chute bench of Parquet (the C CLI hands off) ----
+
+def _cli_env(with_pyarrow=True):
+    env = dict(os.environ)
+    paths = [os.path.join(ROOT, "build-python", "lib-test")]
+    if with_pyarrow:
+        paths.append(PYARROW_DIR)
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["CHUTE_PYTHON"] = sys.executable
+    return env
+
+
+def _cli():
+    exe = os.path.join(ROOT, "build-python", "lib-test", "chute", "bin", "chute")
+    if not os.access(exe, os.X_OK):
+        pytest.skip("the chute CLI is not part of this build (%s)" % exe)
+    return exe
+
+
+def test_cli_inspect_and_bench_parquet(tmp_path):
+    import json
+    exe = _cli()
+    d = tmp_path / "pqdir"
+    d.mkdir()
+    t = pa.table({"label": pa.array(np.arange(90) % 3, pa.int64()),
+                  "x": pa.array(np.arange(90), pa.int32()),
+                  "v": pa.FixedSizeListArray.from_arrays(
+                      pa.array(np.arange(90 * 6, dtype=np.float32)), 6),
+                  "s": pa.array([b"q" * (k % 40) for k in range(90)], pa.binary())})
+    pq.write_table(t.slice(0, 50), d / "a.parquet", row_group_size=20)
+    pq.write_table(t.slice(50), d / "b.parquet", row_group_size=20)
+    back = pq.read_table(d)
+    r = subprocess.run([exe, "inspect", str(d), "--json"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=_cli_env(), timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    j = json.loads(r.stdout)
+    assert j["samples"] == back.num_rows == 90 and j["format"] == "parquet"
+    assert j["classes"] == len(set(back.column("label").to_pylist())) and not j["images"]
+    f = {x["name"]: x for x in j["fields"]}
+    assert set(f) == {"x", "v", "s"}
+    assert (f["x"]["kind"], f["x"]["dtype"], f["x"]["shape"]) == ("int64", "int64", [])
+    assert (f["v"]["kind"], f["v"]["dtype"], f["v"]["shape"]) == ("tensor", "float32", [6])
+    assert f["s"]["kind"] == "bytes"
+    # per-row delivered bytes from pyarrow's values: x as int64 (8), v 6 float32 (24), s its length
+    sizes = [8 + 24 + len(s) for s in back.column("s").to_pylist()]
+    want = {}
+    for z in sizes:
+        b = 1 << (z.bit_length() - 1)
+        want[str(b)] = want.get(str(b), 0) + 1
+    assert j["size_histogram"] == want and j["bytes"] == sum(sizes)
+    # text output, through the same option table
+    r = subprocess.run([exe, "inspect", str(d / "a.parquet"), "--label-key", "label"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_cli_env(),
+                       timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    out = r.stdout.decode()
+    assert "parquet, 50 samples in 3 classes, no images" in out and "tensor  float32[6]" in out
+    # bench runs the loader over it with the C command's flags
+    r = subprocess.run([exe, "bench", str(d), "--batch-size", "16", "--fields", "x,v",
+                        "--shuffle", "shards", "--workers", "2", "--epochs", "2", "--json",
+                        "--parquet-memory-bytes", "4096"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_cli_env(),
+                       timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    j = json.loads(r.stdout)
+    assert j["samples"] == 2 * 90 and j["row_groups_peak_resident"] <= 2
+    # a C-only option is refused by name; an unknown one too
+    r = subprocess.run([exe, "bench", str(d), "--direct-io", "1"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=_cli_env(), timeout=300)
+    assert r.returncode == 2 and b"--direct-io is not supported for Parquet" in r.stderr
+
+
+def test_cli_parquet_without_pyarrow_says_so(tmp_path):
+    exe = _cli()
+    pq.write_table(pa.table({"x": pa.array([1, 2])}), tmp_path / "t.parquet")
+    probe = subprocess.run([sys.executable, "-c", "import pyarrow"], env=_cli_env(False),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if probe.returncode == 0:
+        pytest.skip("pyarrow is importable without PYARROW_DIR here")
+    r = subprocess.run([exe, "inspect", str(tmp_path / "t.parquet")], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=_cli_env(False), timeout=300)
+    err = r.stderr.decode()
+    assert r.returncode == 2, err
+    assert "Parquet is read through the chute Python package and pyarrow" in err
+    assert "pyarrow" in err and "t.parquet" in err and "Traceback" not in err
+    env = _cli_env()
+    env["CHUTE_PYTHON"] = str(tmp_path / "no-such-python")
+    r = subprocess.run([exe, "bench", str(tmp_path / "t.parquet")], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=env, timeout=300)
+    assert r.returncode == 127 and b"cannot be run" in r.stderr, r.stderr
