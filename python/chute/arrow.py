@@ -22,7 +22,9 @@ per-column defaults of ``schema="NAME[:TYPE]=VALUE,..."`` (CSV's option
 shape); a null without one fails naming the column, file, row group and
 row.  pyarrow is imported only here and only when needed.
 """
+import atexit
 import os
+import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _chute
@@ -97,6 +99,27 @@ def parquet_reader(files: Sequence[str], columns: Optional[Sequence[str]] = None
                     yield b
 
     return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+_LIVE: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def track(loader: Any) -> None:
+    """Close loader at interpreter exit if it is still open: its workers
+    call back into Python to read row groups, which they cannot do once
+    the interpreter has begun to finalize (they would wait forever for the
+    GIL, and so would the join of the loader's threads)."""
+    if not _LIVE:
+        atexit.register(_close_live)
+    _LIVE.add(loader)
+
+
+def _close_live() -> None:
+    for ld in list(_LIVE):
+        try:
+            ld.close()
+        except Exception:  # exiting anyway; a close error must not hide the real one
+            pass
 
 
 PARQUET_MEMORY_BYTES = 1 << 30

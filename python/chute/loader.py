@@ -540,6 +540,8 @@ class Loader:
                                           parquet_memory_bytes=parquet_memory_bytes,
                                           shuffle=(True if t_shuffle == _SHUFFLES["global"]
                                                    and shuffle else False))
+            if not hasattr(source, "__arrow_c_stream__"):
+                _arrow.track(self)  # row groups load through Python: close before exit
         else:
             if format is not None and not isinstance(format, str):
                 raise TypeError("format must be a str or None")

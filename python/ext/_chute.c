@@ -2465,6 +2465,15 @@ typedef struct py_units {
 static int py_units_load(void *ctx, uint64_t u, struct ArrowArray *out, char *msg, size_t cap)
 {
     py_units *pu = ctx;
+#if PY_VERSION_HEX >= 0x030D0000
+    int fin = Py_IsFinalizing();
+#else
+    int fin = _Py_IsFinalizing();
+#endif
+    if (fin) { /* taking the GIL now would never return (chute.arrow closes loaders at exit) */
+        snprintf(msg, cap, "the Python interpreter is shutting down");
+        return CHUTE_EIO;
+    }
     PyGILState_STATE g = PyGILState_Ensure();
     int rc = CHUTE_EIO;
     PyObject *b = PyObject_CallFunction(pu->load, "K", (unsigned long long)u);

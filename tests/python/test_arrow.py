@@ -484,3 +484,22 @@ def test_cli_parquet_without_pyarrow_says_so(tmp_path):
     r = subprocess.run([exe, "bench", str(tmp_path / "t.parquet")], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, env=env, timeout=300)
     assert r.returncode == 127 and b"cannot be run" in r.stderr, r.stderr
+
+
+def test_exit_with_parquet_loader_open_does_not_hang(tmp_path):
+    """Workers read row groups through Python; an interpreter exiting with
+    the loader still open (mid-epoch, loads in flight) must not wait
+    forever for them (chute.arrow closes such loaders at exit)."""
+    p = tmp_path / "x.parquet"
+    _many_groups(p, groups=60, rows=16, width=2048)
+    code = r"""
+import chute
+ld = chute.Loader(%r, fields=["v"], batch_size=16, workers=2, shuffle=True, schema="x=0",
+                  parquet_memory_bytes=3 * 16 * 2048, as_torch=False)
+it = iter(ld)
+next(it); next(it)
+print("exiting with the loader open")
+""" % str(p)
+    r = subprocess.run([sys.executable, "-W", "ignore", "-c", code], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, env=_cli_env(), timeout=120)
+    assert r.returncode == 0 and b"exiting with the loader open" in r.stdout, r.stdout
