@@ -27,6 +27,7 @@ int cmd_bench(int argc, char **argv)
     chute_dataset_options dopt = {0};
     uint32_t epochs = 1, step_ms = 0;
     uint64_t max_batches = 0;
+    uint64_t parquet_mem = 0; /* passed on to chute.cli with argv (cli/parquet.c) */
     /* The loader's and the dataset's rows come from the option table
      * (src/common/loader_options.def, dataset_options.def); these are
      * bench's own. */
@@ -40,6 +41,9 @@ int cmd_bench(int argc, char **argv)
         {"--latency", CLI_FLAG, &latency_mode, NULL, 0, 0,
          "inference-latency mode, its own options: chute bench --latency --help"},
         {"--quiet", CLI_FLAG, &quiet, NULL, 0, 0, "no live progress line"},
+        {"--parquet-memory-bytes", CLI_U64, &parquet_mem, NULL, 1, UINT64_MAX,
+         "Parquet sources (read by the Python package, cli/parquet.c): decoded row groups "
+         "held at once (default 1 GiB)"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
     cli_opt opts[CLI_LOADER_OPTS_MAX + CLI_DATASET_OPTS_MAX + sizeof own / sizeof own[0]];
@@ -56,6 +60,8 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "chute bench: need SOURCE, an image tree or a shard directory (see --help)\n");
         return 2;
     }
+    if (cli_is_parquet(pos[0], dopt.format)) /* cli/parquet.c: the Python package reads it */
+        return cli_parquet_exec("bench", pos[0], argc, argv);
     int transform = (int)o.transform; /* checked by the parser: 0..2 */
     /* The library picks the same count for workers = 0; say why. */
     char workers_why[256] = "--workers";

@@ -54,6 +54,13 @@ int cli_dataset_opts(chute_dataset_options *o, cli_opt *out, cli_opt_text *text,
 int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int argc, char **argv,
               const char **pos, int npos, int *out_npos);
 
+/* Parquet (cli/parquet.c): whether SOURCE is Parquet (a .parquet file, a
+ * directory of them, or --format parquet/arrow), and the hand-off that
+ * replaces the process with the Python package's chute.cli running cmd
+ * over the same arguments; returns only on failure (exit status). */
+int cli_is_parquet(const char *src, const char *format);
+int cli_parquet_exec(const char *cmd, const char *src, int argc, char **argv);
+
 int cmd_pack(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);

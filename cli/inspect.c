@@ -342,11 +342,15 @@ int cmd_inspect(int argc, char **argv)
 {
     int json = 0, verify = 0;
     uint32_t threads = 0;
+    uint64_t parquet_mem = 0; /* passed on to chute.cli with argv (cli/parquet.c) */
     chute_dataset_options dopt = {0};
     const cli_opt own[] = {
         {"--verify", CLI_FLAG, &verify, NULL, 0, 0, "decode every image fully (slower)"},
         {"--threads", CLI_U32, &threads, NULL, 1, 1024, "threads (default: the CPUs this process may use)"},
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
+        {"--parquet-memory-bytes", CLI_U64, &parquet_mem, NULL, 1, UINT64_MAX,
+         "Parquet sources (read by the Python package, cli/parquet.c): decoded row groups "
+         "held at once (default 1 GiB)"},
         {NULL, 0, NULL, NULL, 0, 0, NULL},
     };
     /* The dataset's rows come from the option table
@@ -364,6 +368,8 @@ int cmd_inspect(int argc, char **argv)
         fprintf(stderr, "chute inspect: need SOURCE, an image tree or a shard directory\n");
         return 2;
     }
+    if (cli_is_parquet(pos[0], dopt.format)) /* cli/parquet.c: the Python package reads it */
+        return cli_parquet_exec("inspect", pos[0], argc, argv);
     chute_error err = {0};
     chute_dataset *ds = NULL;
     if (chute_dataset_open_ex(pos[0], &dopt, &ds, &err) != CHUTE_OK) {

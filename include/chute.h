@@ -1121,6 +1121,8 @@ CHUTE_API int chute_infer_batch_timing(const chute_infer_batch *b, uint32_t k,
 /* Arrow record batches as a dataset (src/format/fmt_arrow.c).        */
 /* ------------------------------------------------------------------ */
 struct ArrowArrayStream; /* include/chute_arrow.h (the Arrow C Stream Interface) */
+struct ArrowSchema;
+struct ArrowArray;
 
 /* A dataset over the record batches of an Arrow C stream, one sample per
  * row, rows numbered across batches in stream order; format name "arrow".
@@ -1163,10 +1165,65 @@ struct ArrowArrayStream; /* include/chute_arrow.h (the Arrow C Stream Interface)
  * itself are CHUTE_EIO with get_last_error's text.
  * Thread-safety: the call uses the stream from the calling thread only;
  * the dataset is then immutable and as thread-safe as any other.  The
- * fields "format", "kind", "cache_*" and "schema" of opt are ignored. */
+ * fields "format", "kind" and "cache_*" of opt are ignored.
+ * Null defaults: opt->schema, if set, is "NAME[:TYPE]=DEFAULT,..." (the
+ * shape of CSV's schema; TYPE, optional, must be what the column is
+ * delivered as: int64, float32 or bytes) and gives a value for the null
+ * cells of column NAME: a null label, scalar, bytes value or fixed-size
+ * list row reads as DEFAULT (a null element of a list as DEFAULT in that
+ * element only; DEFAULT range-checked against the list's element type at
+ * open).  A null with no default is the CHUTE_ECORRUPT above, its message
+ * naming the sample, batch (or unit), row and column.  A column that is not
+ * in the schema is CHUTE_ENOTFOUND, an image column or one left out
+ * CHUTE_EUNSUPPORTED/CHUTE_EINVAL, a DEFAULT that does not parse
+ * CHUTE_EINVAL. */
 CHUTE_API int chute_dataset_open_arrow(struct ArrowArrayStream *stream,
                                        const chute_dataset_options *opt,
                                        chute_dataset **out_ds, chute_error *err);
+
+/* Arrow data larger than memory: a producer of units (Parquet row groups)
+ * loaded on demand.  schema: the batches' schema, MOVED in (left with
+ * release == NULL).  rows[u] (1..2^48) the rows of unit u, n_units of them,
+ * copied; rows are numbered across units in order.  labels: one int64 per
+ * row, copied, required when the schema has a label column (see
+ * chute_dataset_open_arrow for how columns are picked), else ignored.
+ * load(ctx, u, out, msg, msg_cap) fills *out with unit u as one batch (a
+ * struct array of schema's shape, exactly rows[u] rows, ownership passed to
+ * the library) and returns 0, or nonzero with a message in msg (the read
+ * fails with CHUTE_EIO naming the unit, CHUTE_ECORRUPT if it returned
+ * that); it is called from worker threads, several at once for different
+ * units, so it must be thread-safe.  Each loaded batch is checked like a
+ * streamed one (chute_dataset_open_arrow's trust boundary).  At most
+ * max_resident units (0: 2) are held; a load past that releases the least
+ * recently used unit no read is using, waiting for one if all are in use.
+ * release(ctx), if set, is called once when the dataset closes (or when
+ * this call fails).  The unit is the shuffle unit (shuffle "shards":
+ * row-group granularity plus the seeded shuffle buffer).
+ * Thread-safety: the dataset may be read from any number of threads;
+ * close it after every loader over it is destroyed. */
+typedef struct chute_arrow_units {
+    struct ArrowSchema *schema;
+    uint64_t n_units;
+    const uint64_t *rows;
+    const int64_t *labels;
+    uint32_t max_resident;
+    int (*load)(void *ctx, uint64_t unit, struct ArrowArray *out, char *msg, size_t msg_cap);
+    void (*release)(void *ctx);
+    void *ctx;
+    const char *const *unit_names; /* n_units names for messages ("f.parquet row group
+                                      3"), copied; NULL: "unit N" */
+} chute_arrow_units;
+
+CHUTE_API int chute_dataset_open_arrow_units(chute_arrow_units *src,
+                                             const chute_dataset_options *opt,
+                                             chute_dataset **out_ds, chute_error *err);
+
+/* Units mode counters: loads so far, the most units ever resident at once,
+ * those resident now (any out_ may be NULL).  CHUTE_EINVAL if ds was not
+ * opened by chute_dataset_open_arrow_units.  Any thread. */
+CHUTE_API int chute_dataset_arrow_units_stats(const chute_dataset *ds, uint64_t *out_loads,
+                                              uint32_t *out_peak_resident,
+                                              uint32_t *out_resident);
 
 #ifdef __cplusplus
 }

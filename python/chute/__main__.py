@@ -29,6 +29,9 @@ def main(argv=None) -> int:
         sys.stderr.write("chute: the command-line tool is not part of this installation "
                          "(%s is missing); reinstall the package\n" % exe)
         return 127
+    # `chute inspect/bench FILE.parquet` hands Parquet back to this package
+    # (cli/parquet.c) through $CHUTE_PYTHON: this interpreter has it.
+    os.environ.setdefault("CHUTE_PYTHON", sys.executable)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(exe, ["chute"] + args)

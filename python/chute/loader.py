@@ -374,6 +374,15 @@ class Loader:
             JPEGs decoded by nvJPEG on the GPU (0 = off); needs nvJPEG (the toolkit's
             libnvjpeg, `pip install nvidia-nvjpeg`, or $CHUTE_NVJPEG), else
             UnsupportedError "nvJPEG not found".
+        parquet_memory_bytes: Parquet (larger than memory): the decoded row
+            groups held at once, in bytes by the footers' uncompressed sizes
+            (default 1 GiB; at least 2 row groups); row groups are read on
+            demand and the least recently used released.  Use
+            ``shuffle="shards"`` (row-group order + the shuffle buffer) when
+            the data does not fit.  For Arrow and Parquet, ``schema=
+            "NAME[:TYPE]=VALUE,..."`` gives per-column defaults for null
+            cells (a null without one is CorruptDataError naming column,
+            row group and row).
 
     Memory lifetime: a tensor from a batch keeps the batch's buffer alive —
     across iterations, epochs, and even after the loader is closed or freed —
@@ -453,6 +462,7 @@ class Loader:
         gpu_decode_share: int = _default("gpu_decode_share"),
         direct_io: int = _xdefault("direct_io", "dataset"),
         coalesce_gap_bytes: int = _xdefault("coalesce_gap_bytes", "dataset"),
+        parquet_memory_bytes: Optional[int] = None,
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -534,7 +544,13 @@ class Loader:
             # Arrow producers (__arrow_c_stream__) and Parquet files (chute/arrow.py)
             self.dataset = _arrow.dataset(source, image_key=image_key, label_key=label_key,
                                           label_offset=int(label_offset),
-                                          read_delay_us=_dopt("read_delay_us", read_delay_us))
+                                          read_delay_us=_dopt("read_delay_us", read_delay_us),
+                                          schema=schema,
+                                          parquet_memory_bytes=parquet_memory_bytes,
+                                          shuffle=(True if t_shuffle == _SHUFFLES["global"]
+                                                   and shuffle else False))
+            if not hasattr(source, "__arrow_c_stream__"):
+                _arrow.track(self)  # row groups load through Python: close before exit
         else:
             if format is not None and not isinstance(format, str):
                 raise TypeError("format must be a str or None")

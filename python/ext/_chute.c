@@ -1114,7 +1114,12 @@ static PyObject *Dataset_sample_size(DatasetObject *self, PyObject *arg)
     uint64_t i;
     if (ds_index(self, arg, &i))
         return NULL;
-    return PyLong_FromUnsignedLongLong(chute_dataset_sample_size(self->ref->ds, i));
+    uint64_t sz;
+    const chute_dataset *ds = self->ref->ds;
+    Py_BEGIN_ALLOW_THREADS /* a units-mode Arrow dataset may load (through Python) */
+    sz = chute_dataset_sample_size(ds, i);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromUnsignedLongLong(sz);
 }
 
 static PyObject *Dataset_read(DatasetObject *self, PyObject *arg)
@@ -1122,7 +1127,11 @@ static PyObject *Dataset_read(DatasetObject *self, PyObject *arg)
     uint64_t i;
     if (ds_index(self, arg, &i))
         return NULL;
-    uint64_t sz = chute_dataset_sample_size(self->ref->ds, i);
+    uint64_t sz;
+    const chute_dataset *dsz = self->ref->ds;
+    Py_BEGIN_ALLOW_THREADS /* see Dataset_sample_size */
+    sz = chute_dataset_sample_size(dsz, i);
+    Py_END_ALLOW_THREADS
     if (sz > (uint64_t)PY_SSIZE_T_MAX)
         return PyErr_NoMemory();
     PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sz);
@@ -2393,13 +2402,14 @@ static PyObject *mod_dataset_from_arrow(PyObject *mod, PyObject *args, PyObject 
 {
     (void)mod;
     static char *kwlist[] = {"stream", "image_key", "label_key", "label_offset", "read_delay_us",
-                             "name", NULL};
+                             "name", "schema", NULL};
     PyObject *cap = NULL, *name = NULL;
-    const char *image_key = NULL, *label_key = NULL;
+    const char *image_key = NULL, *label_key = NULL, *schema = NULL;
     int label_offset = 0;
     unsigned int delay = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zziIU:_dataset_from_arrow", kwlist, &cap,
-                                     &image_key, &label_key, &label_offset, &delay, &name))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zziIUz:_dataset_from_arrow", kwlist, &cap,
+                                     &image_key, &label_key, &label_offset, &delay, &name,
+                                     &schema))
         return NULL;
     struct ArrowArrayStream *src = PyCapsule_GetPointer(cap, "arrow_array_stream");
     if (!src)
@@ -2416,6 +2426,7 @@ static PyObject *mod_dataset_from_arrow(PyObject *mod, PyObject *args, PyObject 
     o.label_key = label_key;
     o.label_offset = label_offset;
     o.read_delay_us = delay;
+    o.schema = schema;
     chute_dataset *ds = NULL;
     chute_error err;
     memset(&err, 0, sizeof err);
@@ -2443,6 +2454,221 @@ static PyObject *mod_dataset_from_arrow(PyObject *mod, PyObject *args, PyObject 
         return NULL;
     }
     return (PyObject *)self;
+}
+
+/* _dataset_from_arrow_units(schema, rows, labels, load, ...): a Dataset
+ * over units (Parquet row groups) loaded on demand through load(u), a
+ * Python callable returning a pyarrow RecordBatch (anything with
+ * __arrow_c_array__).  The library calls it from worker threads: the
+ * trampoline takes the GIL for the call (pyarrow drops it while it reads
+ * and decompresses) and moves the array out of the returned capsule.  A
+ * ValueError (pyarrow's ArrowInvalid: damaged data) is CHUTE_ECORRUPT,
+ * anything else CHUTE_EIO, with the exception's text. */
+typedef struct py_units {
+    PyObject *load;
+} py_units;
+
+static int py_units_load(void *ctx, uint64_t u, struct ArrowArray *out, char *msg, size_t cap)
+{
+    py_units *pu = ctx;
+#if PY_VERSION_HEX >= 0x030D0000
+    int fin = Py_IsFinalizing();
+#else
+    int fin = _Py_IsFinalizing();
+#endif
+    if (fin) { /* taking the GIL now would never return (chute.arrow closes loaders at exit) */
+        snprintf(msg, cap, "the Python interpreter is shutting down");
+        return CHUTE_EIO;
+    }
+    PyGILState_STATE g = PyGILState_Ensure();
+    int rc = CHUTE_EIO;
+    PyObject *b = PyObject_CallFunction(pu->load, "K", (unsigned long long)u);
+    PyObject *pair = b ? PyObject_CallMethod(b, "__arrow_c_array__", NULL) : NULL;
+    if (pair && (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2)) {
+        PyErr_SetString(PyExc_TypeError, "__arrow_c_array__ did not return a pair");
+    } else if (pair) {
+        struct ArrowArray *a = PyCapsule_GetPointer(PyTuple_GET_ITEM(pair, 1), "arrow_array");
+        if (a && !a->release)
+            PyErr_SetString(PyExc_ValueError, "the Arrow array was already consumed");
+        else if (a) {
+            *out = *a;
+            a->release = NULL; /* moved */
+            rc = 0;
+        }
+    }
+    if (rc) {
+        PyObject *t = NULL, *v = NULL, *tb = NULL;
+        PyErr_Fetch(&t, &v, &tb);
+        PyErr_NormalizeException(&t, &v, &tb);
+        if (t && PyErr_GivenExceptionMatches(t, PyExc_ValueError))
+            rc = CHUTE_ECORRUPT;
+        PyObject *str = v ? PyObject_Str(v) : NULL;
+        const char *c = str ? PyUnicode_AsUTF8(str) : NULL;
+        snprintf(msg, cap, "%s", c ? c : "the load callback failed");
+        Py_XDECREF(str);
+        Py_XDECREF(t);
+        Py_XDECREF(v);
+        Py_XDECREF(tb);
+        PyErr_Clear();
+    }
+    Py_XDECREF(pair);
+    Py_XDECREF(b);
+    PyGILState_Release(g);
+    return rc;
+}
+
+static void py_units_release(void *ctx)
+{
+    py_units *pu = ctx;
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_XDECREF(pu->load);
+    PyGILState_Release(g);
+    free(pu);
+}
+
+static PyObject *mod_dataset_from_arrow_units(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    (void)mod;
+    static char *kwlist[] = {"schema", "rows", "labels", "load", "max_resident", "unit_names",
+                             "image_key", "label_key", "label_offset", "read_delay_us", "name",
+                             "null_defaults", NULL};
+    PyObject *scap = NULL, *load = NULL, *labels_obj = Py_None, *names = Py_None, *name = NULL;
+    Py_buffer rows = {0};
+    const char *image_key = NULL, *label_key = NULL, *defaults = NULL;
+    int label_offset = 0;
+    unsigned int delay = 0, max_resident = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Oy*OO|$IOzziIUz:_dataset_from_arrow_units",
+                                     kwlist, &scap, &rows, &labels_obj, &load, &max_resident,
+                                     &names, &image_key, &label_key, &label_offset, &delay,
+                                     &name, &defaults))
+        return NULL;
+    PyObject *ret = NULL;
+    Py_buffer labels = {0};
+    const char **unames = NULL;
+    Py_ssize_t nunits = rows.len / (Py_ssize_t)sizeof(uint64_t);
+    if (rows.len % (Py_ssize_t)sizeof(uint64_t) || !PyCallable_Check(load)) {
+        PyErr_SetString(PyExc_ValueError, "rows must be uint64 bytes and load a callable");
+        goto done;
+    }
+    if (labels_obj != Py_None && PyObject_GetBuffer(labels_obj, &labels, PyBUF_SIMPLE) < 0)
+        goto done;
+    if (labels.buf) {
+        /* one int64 per row: the library reads sum(rows) of them */
+        uint64_t total = 0;
+        const uint64_t *rv = rows.buf;
+        for (Py_ssize_t k = 0; k < nunits; k++) {
+            uint64_t r;
+            memcpy(&r, rv + k, sizeof r);
+            if (r > (uint64_t)1 << 48 || total > UINT64_MAX / 16)
+                break;
+            total += r;
+        }
+        if ((uint64_t)labels.len / 8 != total || labels.len % 8) {
+            PyErr_SetString(PyExc_ValueError, "labels must hold one int64 per row");
+            goto done;
+        }
+    }
+    if (names != Py_None) {
+        if (!PyList_Check(names) || PyList_GET_SIZE(names) != nunits) {
+            PyErr_SetString(PyExc_ValueError, "unit_names must be a list, one per unit");
+            goto done;
+        }
+        unames = calloc((size_t)nunits + 1, sizeof *unames);
+        if (!unames) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t k = 0; k < nunits; k++)
+            if (!(unames[k] = PyUnicode_AsUTF8(PyList_GET_ITEM(names, k))))
+                goto done;
+    }
+    struct ArrowSchema *sp = PyCapsule_GetPointer(scap, "arrow_schema");
+    if (!sp)
+        goto done;
+    if (!sp->release) {
+        PyErr_SetString(PyExc_ValueError, "the Arrow schema was already consumed");
+        goto done;
+    }
+    py_units *pu = malloc(sizeof *pu);
+    if (!pu) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_INCREF(load);
+    pu->load = load;
+    struct ArrowSchema sch = *sp;
+    sp->release = NULL; /* moved */
+    chute_arrow_units src;
+    memset(&src, 0, sizeof src);
+    src.schema = &sch;
+    src.n_units = (uint64_t)nunits;
+    src.rows = rows.buf;
+    src.labels = labels.buf && labels.len ? labels.buf : NULL;
+    src.max_resident = max_resident;
+    src.load = py_units_load;
+    src.release = py_units_release;
+    src.ctx = pu;
+    src.unit_names = unames;
+    chute_dataset_options o;
+    memset(&o, 0, sizeof o);
+    o.image_key = image_key;
+    o.label_key = label_key;
+    o.label_offset = label_offset;
+    o.read_delay_us = delay;
+    o.schema = defaults;
+    chute_dataset *ds = NULL;
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    /* Open does not call load (labels come from the caller); the GIL stays
+     * held, and release (on failure) takes it re-entrantly. */
+    int rc = chute_dataset_open_arrow_units(&src, &o, &ds, &err);
+    if (rc != CHUTE_OK) {
+        raise_status(rc, err.message);
+        goto done;
+    }
+    DatasetObject *self = (DatasetObject *)DatasetType.tp_alloc(&DatasetType, 0);
+    ds_ref *r = self ? malloc(sizeof *r) : NULL;
+    if (!r) {
+        Py_XDECREF(self);
+        chute_dataset_close(ds);
+        if (self)
+            PyErr_NoMemory();
+        goto done;
+    }
+    atomic_init(&r->refs, 1);
+    r->ds = ds;
+    self->ref = r;
+    self->path = name ? (Py_INCREF(name), name) : PyUnicode_FromString("<arrow units>");
+    if (!self->path) {
+        Py_DECREF(self);
+        goto done;
+    }
+    ret = (PyObject *)self;
+done:
+    free(unames);
+    if (labels.buf)
+        PyBuffer_Release(&labels);
+    PyBuffer_Release(&rows);
+    return ret;
+}
+
+/* _arrow_units_stats(ds): (loads, peak_resident, resident) of a units-mode
+ * Arrow dataset. */
+static PyObject *mod_arrow_units_stats(PyObject *mod, PyObject *arg)
+{
+    (void)mod;
+    if (!PyObject_TypeCheck(arg, &DatasetType) || !((DatasetObject *)arg)->ref) {
+        PyErr_SetString(PyExc_TypeError, "a chute Dataset is required");
+        return NULL;
+    }
+    uint64_t loads = 0;
+    uint32_t peak = 0, now = 0;
+    if (chute_dataset_arrow_units_stats(((DatasetObject *)arg)->ref->ds, &loads, &peak, &now) !=
+        CHUTE_OK) {
+        PyErr_SetString(PyExc_ValueError, "not an Arrow units dataset");
+        return NULL;
+    }
+    return Py_BuildValue("(KII)", (unsigned long long)loads, peak, now);
 }
 
 static PyMethodDef module_methods[] = {
@@ -2483,6 +2709,15 @@ static PyMethodDef module_methods[] = {
      "_dataset_from_arrow(stream, *, image_key=None, label_key=None, label_offset=0,\n"
      "                    read_delay_us=0, name=None)\n--\n\n"
      "A Dataset over an Arrow C stream capsule (__arrow_c_stream__()); see chute.arrow."},
+    {"_dataset_from_arrow_units", (PyCFunction)(void (*)(void))mod_dataset_from_arrow_units,
+     METH_VARARGS | METH_KEYWORDS,
+     "_dataset_from_arrow_units(schema, rows, labels, load, *, max_resident=0, unit_names=None,\n"
+     "    image_key=None, label_key=None, label_offset=0, read_delay_us=0, name=None,\n"
+     "    null_defaults=None)\n--\n\n"
+     "A Dataset over units loaded on demand (chute_dataset_open_arrow_units); see chute.arrow."},
+    {"_arrow_units_stats", (PyCFunction)mod_arrow_units_stats, METH_O,
+     "_arrow_units_stats(ds)\n--\n\n(loads, peak_resident, resident) of a units-mode Arrow "
+     "dataset."},
     {NULL},
 };
 

@@ -28,14 +28,27 @@
  *   - Nulls: a null label fails the open (labels are an index built at
  *     open); a null field or image is CHUTE_ECORRUPT when that sample is
  *     read, so the loader's corrupt policy decides, like a damaged JPEG.
- * Never: call back into the producer after open (the stream is released
- * before chute_dataset_open_arrow returns), trust an offset it did not
- * check, or allocate per sample.
+ *   - Larger than memory (chute_dataset_open_arrow_units): the producer
+ *     names its units (Parquet row groups) and their row counts up front and
+ *     loads one on demand; at most max_resident units are held, the least
+ *     recently used unpinned one released to make room.  Each loaded batch
+ *     gets the same checks as a streamed one before any read touches it.
+ *     A read pins its unit with one CAS on the unit's pin count (-1 = not
+ *     resident), so the steady state (unit resident) takes no lock; only a
+ *     load or an eviction takes the mutex.  Unit = shuffle unit, so
+ *     shuffle="shards" plus the seeded shuffle buffer keeps a few units
+ *     live at a time; a global shuffle still works but re-loads units.
+ * Never: call back into a stream's producer after open (the stream is
+ * released before chute_dataset_open_arrow returns), trust an offset it did
+ * not check, or allocate per sample.
  */
 #define _GNU_SOURCE
 #include "format.h"
 #include "chute_arrow.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +71,14 @@ typedef struct arrow_col {
     int64_t dims[CH_FIELD_MAX_DIMS];
     uint32_t bytes_child;     /* AK_IMAGE: the struct's "bytes" child */
     int field;                /* ds->fields index, or -1 (image, label) */
+    /* Default for null cells (opt->schema "NAME[:TYPE]=VALUE"): int and
+     * bool columns (and integer tensors) use def_i, float ones def_f,
+     * bytes columns the text def_s. */
+    int has_def;
+    int64_t def_i;
+    double def_f;
+    char def_s[64];
+    size_t def_n;
 } arrow_col;
 
 typedef struct arrow_impl {
@@ -69,7 +90,26 @@ typedef struct arrow_impl {
     uint32_t ncols;
     int img, lab;             /* cols index or -1 */
     int fcol[CH_FIELD_MAX];   /* ds field -> cols index */
+    /* Units mode (chute_dataset_open_arrow_units): batches[u] is unit u,
+     * present when state[u] == U_RESIDENT.  mu guards state, resident,
+     * peak, loads and batches[u] while not pinned; pin[u] is -1 unless
+     * resident, else the number of reads using it (CAS, no lock). */
+    int lazy;
+    chute_arrow_units src;
+    _Atomic int64_t *pin;
+    _Atomic uint64_t *used;   /* value of tick when last pinned */
+    uint8_t *state;
+    _Atomic uint64_t tick;
+    _Atomic uint32_t waiters;
+    uint32_t resident, max_resident, peak;
+    uint64_t loads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int sync_ok;
+    char **unit_names;        /* nb names for messages, or NULL */
 } arrow_impl;
+
+enum { U_ABSENT = 0, U_LOADING, U_RESIDENT };
 
 /* ---- types -------------------------------------------------------------- */
 
@@ -327,22 +367,184 @@ static size_t locate_row(const arrow_impl *t, uint64_t i, int64_t *row)
     return lo;
 }
 
-/* Column c of sample i: its array and the physical index of the row in
- * it, or CHUTE_ECORRUPT when the row or the value is null. */
-static int col_at(const arrow_impl *t, const arrow_col *c, uint64_t i,
-                  const struct ArrowArray **out, int64_t *phys, chute_error *err)
+static int check_batch(const arrow_impl *t, const struct ArrowArray *a, size_t b,
+                       chute_error *err);
+
+/* Units mode: load unit u (the caller set state LOADING and counted it). */
+static int unit_load(arrow_impl *t, size_t u, chute_error *err)
 {
-    int64_t row;
-    size_t b = locate_row(t, i, &row);
+    struct ArrowArray a;
+    memset(&a, 0, sizeof a);
+    char msg[256] = "";
+    int rc = t->src.load(t->src.ctx, (uint64_t)u, &a, msg, sizeof msg);
+    if (rc != 0 || !a.release) {
+        if (a.release)
+            a.release(&a);
+        return ch_err(err, rc == CHUTE_ECORRUPT ? CHUTE_ECORRUPT : CHUTE_EIO,
+                      "arrow unit %zu: the producer's load failed%s%s", u, msg[0] ? ": " : "",
+                      msg);
+    }
+    uint64_t want = t->first[u + 1] - t->first[u];
+    if (a.length < 0 || (uint64_t)a.length != want) {
+        rc = ch_err(err, CHUTE_ECORRUPT, "arrow unit %zu: loaded %lld rows, the producer "
+                    "declared %llu", u, (long long)a.length, (unsigned long long)want);
+    } else {
+        rc = check_batch(t, &a, u, err);
+    }
+    if (rc) {
+        a.release(&a);
+        return rc;
+    }
+    t->batches[u] = a; /* not visible to readers until state and pin say so */
+    return CHUTE_OK;
+}
+
+/* Evict the least recently used resident unpinned unit (mu held); its
+ * array is moved to *out for release outside the lock.  0: none. */
+static int unit_evict(arrow_impl *t, struct ArrowArray *out)
+{
+    size_t best = SIZE_MAX;
+    uint64_t bt = UINT64_MAX;
+    for (size_t u = 0; u < t->nb; u++) {
+        if (t->state[u] != U_RESIDENT || atomic_load(&t->pin[u]) != 0)
+            continue;
+        uint64_t w = atomic_load_explicit(&t->used[u], memory_order_relaxed);
+        if (w < bt) {
+            bt = w;
+            best = u;
+        }
+    }
+    int64_t zero = 0;
+    if (best == SIZE_MAX || !atomic_compare_exchange_strong(&t->pin[best], &zero, -1))
+        return 0; /* none, or pinned since the scan: the caller waits and rescans */
+    *out = t->batches[best];
+    memset(&t->batches[best], 0, sizeof t->batches[best]);
+    t->state[best] = U_ABSENT;
+    t->resident--;
+    return 1;
+}
+
+/* Pin unit u (units mode): resident → one CAS; else load it, evicting. */
+static int unit_pin(arrow_impl *t, size_t u, chute_error *err)
+{
+    int64_t p = atomic_load(&t->pin[u]);
+    while (p >= 0)
+        if (atomic_compare_exchange_weak(&t->pin[u], &p, p + 1)) {
+            atomic_store_explicit(&t->used[u], atomic_load_explicit(&t->tick,
+                                  memory_order_relaxed), memory_order_relaxed);
+            return CHUTE_OK;
+        }
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        if (t->state[u] == U_RESIDENT) {
+            atomic_fetch_add(&t->pin[u], 1);
+            atomic_store(&t->used[u], atomic_load(&t->tick));
+            pthread_mutex_unlock(&t->mu);
+            return CHUTE_OK;
+        }
+        int wait = t->state[u] == U_LOADING;
+        if (!wait && t->resident >= t->max_resident) {
+            struct ArrowArray old;
+            atomic_fetch_add(&t->waiters, 1);
+            int got = unit_evict(t, &old);
+            if (got) {
+                atomic_fetch_sub(&t->waiters, 1);
+                pthread_mutex_unlock(&t->mu);
+                old.release(&old); /* outside the lock: it may take a producer's lock */
+                pthread_mutex_lock(&t->mu);
+                continue;
+            }
+            wait = 1; /* every resident unit is pinned: wait for an unpin */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+            atomic_fetch_sub(&t->waiters, 1);
+            continue;
+        }
+        if (wait) {
+            pthread_cond_wait(&t->cv, &t->mu);
+            continue;
+        }
+        t->state[u] = U_LOADING;
+        t->resident++;
+        if (t->resident > t->peak)
+            t->peak = t->resident;
+        t->loads++;
+        pthread_mutex_unlock(&t->mu);
+        int rc = unit_load(t, u, err);
+        pthread_mutex_lock(&t->mu);
+        if (rc) {
+            t->state[u] = U_ABSENT;
+            t->resident--;
+        } else {
+            t->state[u] = U_RESIDENT;
+            atomic_fetch_add(&t->tick, 1);
+            atomic_store(&t->used[u], atomic_load(&t->tick));
+            atomic_store(&t->pin[u], 1); /* ours */
+        }
+        pthread_cond_broadcast(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+        return rc;
+    }
+}
+
+static void unit_unpin(arrow_impl *t, size_t u)
+{
+    if (atomic_fetch_sub(&t->pin[u], 1) == 1 && atomic_load(&t->waiters) > 0) {
+        pthread_mutex_lock(&t->mu);
+        pthread_cond_broadcast(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+    }
+}
+
+/* Batch and row of sample i, the batch pinned until row_done. */
+static int row_get(const arrow_impl *ct, uint64_t i, size_t *b, int64_t *row, chute_error *err)
+{
+    *b = locate_row(ct, i, row);
+    return ct->lazy ? unit_pin((arrow_impl *)ct, *b, err) : CHUTE_OK;
+}
+
+static void row_done(const arrow_impl *ct, size_t b)
+{
+    if (ct->lazy)
+        unit_unpin((arrow_impl *)ct, b);
+}
+
+/* Column c of row `row` of batch b: its array and the physical index of
+ * the row in it; *null set when the row or the value is null. */
+static void col_at(const arrow_impl *t, const arrow_col *c, size_t b, int64_t row,
+                   const struct ArrowArray **out, int64_t *phys, int *null)
+{
     const struct ArrowArray *top = &t->batches[b];
     int64_t p = top->offset + row;
     const struct ArrowArray *a = top->children[c->child];
-    if (!is_valid(top, p) || !is_valid(a, a->offset + p))
-        return ch_err(err, CHUTE_ECORRUPT, "arrow batch %zu row %lld: column %s is null", b,
-                      (long long)row, c->name);
+    *null = !is_valid(top, p) || !is_valid(a, a->offset + p);
     *out = a;
     *phys = a->offset + p;
-    return CHUTE_OK;
+}
+
+/* Where batch b is, for messages: the producer's unit name or "batch b". */
+static void batch_name(const arrow_impl *t, size_t b, char *buf, size_t n)
+{
+    if (t->unit_names && t->unit_names[b])
+        snprintf(buf, n, "%s", t->unit_names[b]);
+    else
+        snprintf(buf, n, "%s %zu", t->lazy ? "unit" : "batch", b);
+}
+
+static int null_err(const arrow_impl *t, const arrow_col *c, size_t b, int64_t row, uint64_t i,
+                    chute_error *err)
+{
+    char where[200];
+    batch_name(t, b, where, sizeof where);
+    return ch_err(err, CHUTE_ECORRUPT, "arrow sample %llu (%s row %lld): column %s is null "
+                  "and has no default (give one with schema \"%s=VALUE\")",
+                  (unsigned long long)i, where, (long long)row, c->name, c->name);
 }
 
 /* Binary value at physical index p of a (offsets checked at open). */
@@ -354,25 +556,34 @@ static void bin_at(const struct ArrowArray *a, int width, int64_t p, const uint8
     *len = (size_t)(o1 - o0);
 }
 
+/* The image bytes of sample i, its batch pinned: row_done(t, *b) after. */
 static int image_bytes(const chute_dataset *ds, uint64_t i, const uint8_t **data, size_t *len,
-                       chute_error *err)
+                       size_t *b, chute_error *err)
 {
     const arrow_impl *t = ds->impl;
     if (t->img < 0)
         return ch_err(err, CHUTE_EUNSUPPORTED, "arrow: the dataset has no image column");
     const arrow_col *c = &t->cols[t->img];
     const struct ArrowArray *a;
-    int64_t p;
-    int rc = col_at(t, c, i, &a, &p, err);
+    int64_t p, row;
+    int null;
+    int rc = row_get(t, i, b, &row, err);
     if (rc)
         return rc;
-    if (c->kind == AK_IMAGE) {
-        const struct ArrowArray *b = a->children[c->bytes_child];
-        p += b->offset;
-        a = b;
+    col_at(t, c, *b, row, &a, &p, &null);
+    if (null)
+        rc = null_err(t, c, *b, row, i, err);
+    if (rc == CHUTE_OK && c->kind == AK_IMAGE) {
+        const struct ArrowArray *bb = a->children[c->bytes_child];
+        p += bb->offset;
+        a = bb;
         if (!is_valid(a, p))
-            return ch_err(err, CHUTE_ECORRUPT, "arrow sample %llu: column %s has null bytes",
-                          (unsigned long long)i, c->name);
+            rc = ch_err(err, CHUTE_ECORRUPT, "arrow sample %llu: column %s has null bytes",
+                        (unsigned long long)i, c->name);
+    }
+    if (rc) {
+        row_done(t, *b);
+        return rc;
     }
     bin_at(a, c->width, p, data, len);
     return CHUTE_OK;
@@ -382,16 +593,17 @@ static int arrow_read(const chute_dataset *ds, uint64_t i, void *buf, size_t cap
                       size_t *out_len, chute_error *err)
 {
     const uint8_t *d = NULL;
-    size_t n = 0;
-    int rc = image_bytes(ds, i, &d, &n, err);
+    size_t n = 0, b = 0;
+    int rc = image_bytes(ds, i, &d, &n, &b, err);
     if (rc)
         return rc;
     *out_len = n;
     if (n > cap)
-        return CH_ESMALL;
-    if (n)
+        rc = CH_ESMALL;
+    else if (n)
         memcpy(buf, d, n);
-    return CHUTE_OK;
+    row_done(ds->impl, b);
+    return rc;
 }
 
 static int scalar(const arrow_col *c, const struct ArrowArray *a, int64_t p, void *dst,
@@ -437,18 +649,64 @@ static int scalar(const arrow_col *c, const struct ArrowArray *a, int64_t p, voi
     return CHUTE_OK;
 }
 
+/* Element e of an AK_FSL column's leaf type at dst: the default. */
+static void put_elem(const arrow_col *c, void *dst, int64_t e)
+{
+    uint8_t *o = (uint8_t *)dst + (size_t)e * (size_t)c->width;
+    if (c->dtype == CHUTE_DTYPE_FLOAT32) {
+        float f = (float)c->def_f;
+        memcpy(o, &f, 4);
+    } else if (c->dtype == CHUTE_DTYPE_FLOAT64) {
+        memcpy(o, &c->def_f, 8);
+    } else {
+        /* range-checked against the leaf type when the default was parsed;
+         * little-endian hosts only, like the rest of the Arrow reader */
+        memcpy(o, &c->def_i, (size_t)c->width);
+    }
+}
+
+/* A null cell of a column with a default: the default as the field. */
+static int put_default(const arrow_col *c, void *dst, size_t cap, int64_t *len, uint64_t i,
+                       chute_error *err)
+{
+    if (c->kind == AK_BIN) {
+        if (c->def_n > cap)
+            return ch_err(err, CHUTE_ELIMIT, "arrow sample %llu: column %s's default holds %zu "
+                          "bytes, more than field_bytes %zu", (unsigned long long)i, c->name,
+                          c->def_n, cap);
+        if (c->def_n)
+            memcpy(dst, c->def_s, c->def_n);
+        *len = (int64_t)c->def_n;
+    } else if (c->kind == AK_FSL) {
+        int64_t n = 1;
+        for (uint32_t d = 0; d < c->depth; d++)
+            n *= c->dims[d]; /* fits: the field's byte size was checked at open */
+        for (int64_t e = 0; e < n; e++)
+            put_elem(c, dst, e);
+    } else if (c->kind == AK_FLOAT) {
+        float f = (float)c->def_f;
+        memcpy(dst, &f, 4);
+    } else {
+        memcpy(dst, &c->def_i, 8);
+    }
+    return CHUTE_OK;
+}
+
 /* A fixed-size list row: walk down the levels to the leaf's contiguous
- * elements, checking each level's validity over the range. */
-static int tensor(const arrow_col *c, const struct ArrowArray *a, int64_t p, void *dst,
-                  uint64_t i, chute_error *err)
+ * elements, checking each level's validity over the range.  A null in an
+ * inner level makes the whole row the default; a null leaf element makes
+ * that element the default; without a default either is an error. */
+static int tensor(const arrow_impl *t, const arrow_col *c, size_t b, int64_t row,
+                  const struct ArrowArray *a, int64_t p, void *dst, uint64_t i,
+                  chute_error *err)
 {
     int64_t start = p, count = 1;
     for (uint32_t d = 0; d <= c->depth; d++) {
-        if (a->null_count != 0 && a->buffers[0])
+        if (a->null_count != 0 && a->buffers[0] && d < c->depth)
             for (int64_t e = start; e < start + count; e++)
                 if (!bit(a->buffers[0], e))
-                    return ch_err(err, CHUTE_ECORRUPT, "arrow sample %llu: column %s holds a "
-                                  "null", (unsigned long long)i, c->name);
+                    return c->has_def ? put_default(c, dst, 0, NULL, i, err)
+                                      : null_err(t, c, b, row, i, err);
         if (d == c->depth)
             break;
         /* the child's logical index is the parent's physical index * n */
@@ -458,23 +716,37 @@ static int tensor(const arrow_col *c, const struct ArrowArray *a, int64_t p, voi
     }
     memcpy(dst, (const uint8_t *)a->buffers[1] + (size_t)start * c->width,
            (size_t)count * c->width);
+    if (a->null_count != 0 && a->buffers[0])
+        for (int64_t e = start; e < start + count; e++)
+            if (!bit(a->buffers[0], e)) {
+                if (!c->has_def)
+                    return ch_err(err, CHUTE_ECORRUPT, "arrow sample %llu: column %s: element "
+                                  "%lld is null and the column has no default (give one with "
+                                  "schema \"%s=VALUE\")", (unsigned long long)i, c->name,
+                                  (long long)(e - start), c->name);
+                put_elem(c, dst, e - start);
+            }
     return CHUTE_OK;
 }
 
-static int arrow_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_req *req,
-                             size_t nreq, ch_buf *scratch, uint64_t max_bytes, chute_error *err)
+static int read_fields_row(const arrow_impl *t, size_t b, int64_t row, uint64_t i,
+                           const chute_dataset *ds, const ch_field_req *req, size_t nreq,
+                           chute_error *err)
 {
-    (void)scratch, (void)max_bytes;
-    const arrow_impl *t = ds->impl;
     for (size_t k = 0; k < nreq; k++) {
         if (req[k].field >= ds->nfields)
             return ch_err(err, CHUTE_EINVAL, "arrow: no field %u", req[k].field);
         const arrow_col *c = &t->cols[t->fcol[req[k].field]];
         const struct ArrowArray *a;
         int64_t p;
-        int rc = col_at(t, c, i, &a, &p, err);
-        if (rc == CHUTE_OK && c->kind == AK_FSL)
-            rc = tensor(c, a, p, req[k].dst, i, err);
+        int null, rc = CHUTE_OK;
+        col_at(t, c, b, row, &a, &p, &null);
+        if (null && !c->has_def)
+            rc = null_err(t, c, b, row, i, err);
+        else if (null)
+            rc = put_default(c, req[k].dst, req[k].cap, req[k].len, i, err);
+        else if (c->kind == AK_FSL)
+            rc = tensor(t, c, b, row, a, p, req[k].dst, i, err);
         else if (rc == CHUTE_OK && c->kind == AK_BIN) {
             const uint8_t *d;
             size_t n;
@@ -495,19 +767,66 @@ static int arrow_read_fields(const chute_dataset *ds, uint64_t i, const ch_field
     return CHUTE_OK;
 }
 
+static int arrow_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_req *req,
+                             size_t nreq, ch_buf *scratch, uint64_t max_bytes, chute_error *err)
+{
+    (void)scratch, (void)max_bytes;
+    const arrow_impl *t = ds->impl;
+    size_t b;
+    int64_t row;
+    int rc = row_get(t, i, &b, &row, err);
+    if (rc)
+        return rc;
+    rc = read_fields_row(t, b, row, i, ds, req, nreq, err);
+    row_done(t, b);
+    return rc;
+}
+
+/* With an image column: its encoded bytes.  Without: the bytes the row's
+ * fields deliver (scalars 8 or 4, tensors their size, bytes their length;
+ * a null cell 0), the "sample size" of inspect's histogram. */
 static uint64_t arrow_sample_size(const chute_dataset *ds, uint64_t i)
 {
+    const arrow_impl *t = ds->impl;
     const uint8_t *d = NULL;
-    size_t n = 0;
+    size_t n = 0, b;
     chute_error e;
-    return image_bytes(ds, i, &d, &n, &e) == CHUTE_OK ? n : 0;
+    if (t->img >= 0) {
+        if (image_bytes(ds, i, &d, &n, &b, &e) != CHUTE_OK)
+            return 0;
+        row_done(t, b);
+        return n;
+    }
+    int64_t row;
+    if (row_get(t, i, &b, &row, &e) != CHUTE_OK)
+        return 0;
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < ds->nfields; k++) {
+        const arrow_col *c = &t->cols[t->fcol[k]];
+        const struct ArrowArray *a;
+        int64_t p;
+        int null;
+        col_at(t, c, b, row, &a, &p, &null);
+        if (null)
+            continue;
+        if (c->kind == AK_BIN) {
+            bin_at(a, c->width, p, &d, &n);
+            sum += n;
+        } else {
+            sum += ch_field_sample_bytes(&ds->fields[k]);
+        }
+    }
+    row_done(t, b);
+    return sum;
 }
 
 static void arrow_describe(const chute_dataset *ds, uint64_t i, char *buf, size_t n)
 {
     int64_t row;
     size_t b = locate_row(ds->impl, i, &row);
-    snprintf(buf, n, "arrow batch %zu row %lld (sample %llu)", b, (long long)row,
+    char where[200];
+    batch_name(ds->impl, b, where, sizeof where);
+    snprintf(buf, n, "arrow %s row %lld (sample %llu)", where, (long long)row,
              (unsigned long long)i);
 }
 
@@ -533,6 +852,19 @@ static void arrow_close(void *impl)
             t->batches[b].release(&t->batches[b]);
     if (t->schema.release)
         t->schema.release(&t->schema);
+    if (t->lazy && t->src.release)
+        t->src.release(t->src.ctx);
+    if (t->sync_ok) {
+        pthread_mutex_destroy(&t->mu);
+        pthread_cond_destroy(&t->cv);
+    }
+    if (t->unit_names)
+        for (size_t u = 0; u < t->nb; u++)
+            free(t->unit_names[u]);
+    free(t->unit_names);
+    free(t->pin);
+    free(t->used);
+    free(t->state);
     free(t->batches);
     free(t->first);
     free(t);
@@ -598,6 +930,107 @@ static int take_batches(arrow_impl *t, struct ArrowArrayStream *s, chute_error *
             return CHUTE_OK; /* end of stream */
         t->nb++;
     }
+}
+
+/* One default's text for column c: parsed and range-checked. */
+static int set_default(arrow_col *c, const char *ty, size_t tl, const char *v, size_t vl,
+                       chute_error *err)
+{
+    int isf = c->kind == AK_FLOAT ||
+              (c->kind == AK_FSL && (c->dtype == CHUTE_DTYPE_FLOAT32 ||
+                                     c->dtype == CHUTE_DTYPE_FLOAT64));
+    const char *want = c->kind == AK_BIN ? "bytes" : isf ? "float32" : "int64";
+    if (c->kind == AK_IMAGE || c->kind == 0)
+        return ch_err(err, CHUTE_EINVAL, "schema: column %s: an image column has no default",
+                      c->name);
+    if (tl && (strlen(want) != tl || memcmp(ty, want, tl) != 0))
+        return ch_err(err, CHUTE_EINVAL, "schema: column %s is delivered as %s, not %.*s",
+                      c->name, want, (int)CH_MIN(tl, 40), ty);
+    if (vl >= sizeof c->def_s)
+        return ch_err(err, CHUTE_EINVAL, "schema: column %s: default is too long", c->name);
+    memcpy(c->def_s, v, vl);
+    c->def_s[vl] = '\0';
+    c->def_n = vl;
+    c->has_def = 1;
+    if (c->kind == AK_BIN)
+        return CHUTE_OK;
+    char *end = NULL;
+    errno = 0;
+    if (isf) {
+        c->def_f = strtod(c->def_s, &end);
+        if (vl == 0 || errno || *end)
+            return ch_err(err, CHUTE_EINVAL, "schema: column %s: default \"%s\" is not a "
+                          "number", c->name, c->def_s);
+        return CHUTE_OK;
+    }
+    long long x = strtoll(c->def_s, &end, 10);
+    if (vl == 0 || errno || *end)
+        return ch_err(err, CHUTE_EINVAL, "schema: column %s: default \"%s\" is not an "
+                      "integer", c->name, c->def_s);
+    c->def_i = x;
+    if (c->kind == AK_FSL) {
+        int sgn = c->dtype == CHUTE_DTYPE_INT8 || c->dtype == CHUTE_DTYPE_INT16 ||
+                  c->dtype == CHUTE_DTYPE_INT32 || c->dtype == CHUTE_DTYPE_INT64;
+        int bits = c->width * 8;
+        int64_t lo = sgn ? (bits == 64 ? INT64_MIN : -((int64_t)1 << (bits - 1))) : 0;
+        int64_t hi = bits == 64 ? INT64_MAX
+                     : sgn ? ((int64_t)1 << (bits - 1)) - 1 : ((int64_t)1 << bits) - 1;
+        if (x < lo || x > hi)
+            return ch_err(err, CHUTE_EINVAL, "schema: column %s: default %lld does not fit its "
+                          "elements' type", c->name, x);
+    }
+    return CHUTE_OK;
+}
+
+/* opt->schema for Arrow: "NAME[:TYPE]=DEFAULT, ..." (CSV's shape, the
+ * type optional since the column has one): defaults for null cells. */
+static int parse_defaults(arrow_impl *t, const struct ArrowSchema *s, const char *spec,
+                          chute_error *err)
+{
+    const char *p = spec;
+    while (p && *p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len && *p == ' ')
+            p++, len--;
+        if (len) {
+            const char *eq = memchr(p, '=', len);
+            if (!eq)
+                return ch_err(err, CHUTE_EINVAL, "schema: \"%.*s\" is not NAME[:TYPE]=DEFAULT",
+                              (int)CH_MIN(len, 80), p);
+            const char *colon = memchr(p, ':', (size_t)(eq - p));
+            size_t nl = (size_t)((colon ? colon : eq) - p);
+            while (nl && p[nl - 1] == ' ')
+                nl--;
+            const char *ty = colon ? colon + 1 : eq;
+            size_t tl = colon ? (size_t)(eq - ty) : 0;
+            while (tl && *ty == ' ')
+                ty++, tl--;
+            while (tl && ty[tl - 1] == ' ')
+                tl--;
+            const char *v = eq + 1;
+            size_t vl = len - (size_t)(v - p);
+            arrow_col *c = NULL;
+            for (uint32_t k = 0; k < t->ncols; k++)
+                if (strlen(t->cols[k].name) == nl && memcmp(t->cols[k].name, p, nl) == 0)
+                    c = &t->cols[k];
+            if (!c) {
+                for (int64_t k = 0; k < s->n_children; k++)
+                    if (strlen(s->children[k]->name) == nl &&
+                        memcmp(s->children[k]->name, p, nl) == 0)
+                        return ch_err(err, CHUTE_EUNSUPPORTED, "schema: column %.*s (format "
+                                      "\"%s\") is not delivered, so it takes no default",
+                                      (int)nl, p, s->children[k]->format);
+                return ch_err(err, CHUTE_ENOTFOUND, "schema: no column %.*s",
+                              (int)CH_MIN(nl, 80), p);
+            }
+            int rc = set_default(c, ty, tl, v, vl, err);
+            if (rc)
+                return rc;
+        }
+        p = end ? end + 1 : p + len;
+    }
+    return CHUTE_OK;
 }
 
 /* Pick image and label columns and make the fields. */
@@ -671,31 +1104,30 @@ static int columns(chute_dataset *ds, arrow_impl *t, const chute_dataset_options
     if (lab && !lab_found)
         return ch_err(err, CHUTE_ENOTFOUND, "arrow: no column %s (label_key)", lab);
     ds->no_image = t->img < 0;
+    return parse_defaults(t, s, opt->schema, err);
+}
+
+/* Batch b (a stream batch or a loaded unit) against the schema. */
+static int check_batch(const arrow_impl *t, const struct ArrowArray *a, size_t b,
+                       chute_error *err)
+{
+    chk k = {"(the batch)", b, err};
+    int rc = check_common(a, 0, 1, t->schema.n_children, &k);
+    if (rc)
+        return rc;
+    for (uint32_t j = 0; j < t->ncols; j++) {
+        k.col = t->cols[j].name;
+        rc = check_col(&t->cols[j], a->children[t->cols[j].child], a->offset + a->length, &k);
+        if (rc)
+            return rc;
+    }
     return CHUTE_OK;
 }
 
-/* Check every batch against the schema; prefix sums; labels. */
-static int index_batches(chute_dataset *ds, arrow_impl *t, const chute_dataset_options *opt,
-                         chute_error *err)
+/* Labels for ds->n rows: from `given` (units mode) or the label column. */
+static int make_labels(chute_dataset *ds, arrow_impl *t, const chute_dataset_options *opt,
+                       const int64_t *given, chute_error *err)
 {
-    t->first = calloc(t->nb + 1, sizeof *t->first);
-    if (!t->first)
-        return ch_err(err, CHUTE_ENOMEM, "out of memory");
-    for (size_t b = 0; b < t->nb; b++) {
-        const struct ArrowArray *a = &t->batches[b];
-        chk k = {"(the batch)", b, err};
-        int rc = check_common(a, 0, 1, t->schema.n_children, &k);
-        if (rc)
-            return rc;
-        for (uint32_t j = 0; j < t->ncols; j++) {
-            k.col = t->cols[j].name;
-            rc = check_col(&t->cols[j], a->children[t->cols[j].child], a->offset + a->length, &k);
-            if (rc)
-                return rc;
-        }
-        t->first[b + 1] = t->first[b] + (uint64_t)a->length; /* each < 2^48: no overflow */
-    }
-    ds->n = t->first[t->nb];
     if (ds->n == 0)
         return ch_err(err, CHUTE_ENOTFOUND, "arrow: the stream has no rows (%zu batches)", t->nb);
     if (ds->n > SIZE_MAX / sizeof *ds->labels)
@@ -709,10 +1141,21 @@ static int index_batches(chute_dataset *ds, arrow_impl *t, const chute_dataset_o
         const arrow_col *c = &t->cols[t->lab];
         for (uint64_t i = 0; i < ds->n; i++) {
             const struct ArrowArray *a;
-            int64_t p, v;
-            int rc = col_at(t, c, i, &a, &p, err);
-            if (rc == CHUTE_OK)
-                rc = scalar(c, a, p, &v, i, err);
+            int64_t p, v, row;
+            int rc = CHUTE_OK;
+            if (given) {
+                v = given[i];
+            } else {
+                size_t b = locate_row(t, i, &row);
+                int null;
+                col_at(t, c, b, row, &a, &p, &null);
+                if (null && c->has_def)
+                    v = c->def_i;
+                else if (null)
+                    rc = null_err(t, c, b, row, i, err);
+                else
+                    rc = scalar(c, a, p, &v, i, err);
+            }
             char where[96];
             snprintf(where, sizeof where, "arrow sample %llu, column %s", (unsigned long long)i,
                      c->name);
@@ -725,6 +1168,24 @@ static int index_batches(chute_dataset *ds, arrow_impl *t, const chute_dataset_o
         }
     }
     return ch_ds_synth_classes(ds, (uint32_t)maxl + 1, err);
+}
+
+/* Check every batch against the schema; prefix sums; labels. */
+static int index_batches(chute_dataset *ds, arrow_impl *t, const chute_dataset_options *opt,
+                         chute_error *err)
+{
+    t->first = calloc(t->nb + 1, sizeof *t->first);
+    if (!t->first)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    for (size_t b = 0; b < t->nb; b++) {
+        const struct ArrowArray *a = &t->batches[b];
+        int rc = check_batch(t, a, b, err);
+        if (rc)
+            return rc;
+        t->first[b + 1] = t->first[b] + (uint64_t)a->length; /* each < 2^48: no overflow */
+    }
+    ds->n = t->first[t->nb];
+    return make_labels(ds, t, opt, NULL, err);
 }
 
 int chute_dataset_open_arrow(struct ArrowArrayStream *stream, const chute_dataset_options *opt,
@@ -784,5 +1245,142 @@ out:
     }
     ds->read_delay_us = opt->read_delay_us;
     *out_ds = ds;
+    return CHUTE_OK;
+}
+
+int chute_dataset_open_arrow_units(chute_arrow_units *src, const chute_dataset_options *opt,
+                                   chute_dataset **out_ds, chute_error *err)
+{
+    if (out_ds)
+        *out_ds = NULL;
+    if (!src || !out_ds || !src->schema || !src->schema->release || !src->load ||
+        (src->n_units && !src->rows)) {
+        int rc = ch_err(err, CHUTE_EINVAL, "chute_dataset_open_arrow_units: a schema, rows, a "
+                        "load callback and out_ds are required");
+        if (src && src->schema && src->schema->release)
+            src->schema->release(src->schema);
+        if (src && src->release)
+            src->release(src->ctx);
+        return rc;
+    }
+    chute_dataset_options zero = {0};
+    if (!opt)
+        opt = &zero;
+    int rc = CHUTE_OK;
+    chute_dataset *ds = calloc(1, sizeof *ds);
+    arrow_impl *t = calloc(1, sizeof *t);
+    if (t) {
+        t->schema = *src->schema; /* moved */
+        src->schema->release = NULL;
+        t->src = *src;
+        t->lazy = 1;
+    } else {
+        src->schema->release(src->schema);
+        if (src->release)
+            src->release(src->ctx);
+    }
+    if (ds) {
+        ds->impl = t;
+        ds->fmt = &ch_format_arrow;
+        ds->root = strdup("arrow");
+    }
+    if (!ds || !t || !ds->root) {
+        rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+        if (!ds)
+            arrow_close(t);
+        goto out;
+    }
+    if (src->n_units > SIZE_MAX / sizeof(struct ArrowArray) - 1) {
+        rc = ch_err(err, CHUTE_ELIMIT, "arrow: %llu units", (unsigned long long)src->n_units);
+        goto out;
+    }
+    t->nb = (size_t)src->n_units;
+    t->batches = calloc(t->nb + 1, sizeof *t->batches);
+    t->first = calloc(t->nb + 1, sizeof *t->first);
+    t->pin = calloc(t->nb + 1, sizeof *t->pin);
+    t->used = calloc(t->nb + 1, sizeof *t->used);
+    t->state = calloc(t->nb + 1, 1);
+    if (!t->batches || !t->first || !t->pin || !t->used || !t->state) {
+        rc = ch_err(err, CHUTE_ENOMEM, "out of memory for %zu units", t->nb);
+        goto out;
+    }
+    if (pthread_mutex_init(&t->mu, NULL) != 0) {
+        rc = ch_err(err, CHUTE_ENOMEM, "arrow: pthread_mutex_init failed");
+        goto out;
+    }
+    if (pthread_cond_init(&t->cv, NULL) != 0) {
+        pthread_mutex_destroy(&t->mu);
+        rc = ch_err(err, CHUTE_ENOMEM, "arrow: pthread_cond_init failed");
+        goto out;
+    }
+    t->sync_ok = 1;
+    if (src->unit_names) {
+        t->unit_names = calloc(t->nb + 1, sizeof *t->unit_names);
+        for (size_t u = 0; t->unit_names && u < t->nb; u++)
+            if (src->unit_names[u] && !(t->unit_names[u] = strdup(src->unit_names[u])))
+                break;
+        for (size_t u = 0; t->unit_names && u < t->nb; u++)
+            if (src->unit_names[u] && !t->unit_names[u]) {
+                rc = ch_err(err, CHUTE_ENOMEM, "out of memory for unit names");
+                goto out;
+            }
+        if (!t->unit_names) {
+            rc = ch_err(err, CHUTE_ENOMEM, "out of memory for unit names");
+            goto out;
+        }
+    }
+    for (size_t u = 0; u < t->nb; u++) {
+        atomic_init(&t->pin[u], -1);
+        if (src->rows[u] == 0 || src->rows[u] > (uint64_t)AR_MAX) {
+            rc = ch_err(err, CHUTE_EINVAL, "arrow: unit %zu has %llu rows (want 1..2^48)", u,
+                        (unsigned long long)src->rows[u]);
+            goto out;
+        }
+        if (t->first[u] > UINT64_MAX - src->rows[u]) {
+            rc = ch_err(err, CHUTE_ELIMIT, "arrow: too many rows");
+            goto out;
+        }
+        t->first[u + 1] = t->first[u] + src->rows[u];
+    }
+    t->max_resident = src->max_resident ? src->max_resident : 2;
+    ds->n = t->first[t->nb];
+    if (!schema_ok(&t->schema) || strcmp(t->schema.format, "+s") != 0) {
+        rc = ch_err(err, CHUTE_EUNSUPPORTED, "arrow: the schema is \"%s\", not a struct of "
+                    "columns (\"+s\")", t->schema.format ? t->schema.format : "(null)");
+        goto out;
+    }
+    rc = columns(ds, t, opt, err);
+    if (rc == CHUTE_OK && t->lab >= 0 && !src->labels)
+        rc = ch_err(err, CHUTE_EINVAL, "arrow: column %s is the label column: the units "
+                    "producer must give its labels", t->cols[t->lab].name);
+    if (rc == CHUTE_OK)
+        rc = make_labels(ds, t, opt, src->labels, err);
+out:
+    if (rc != CHUTE_OK) {
+        if (ds) {
+            ch_dataset_free_fields(ds);
+            free(ds);
+        }
+        return rc;
+    }
+    ds->read_delay_us = opt->read_delay_us;
+    *out_ds = ds;
+    return CHUTE_OK;
+}
+
+int chute_dataset_arrow_units_stats(const chute_dataset *ds, uint64_t *out_loads,
+                                    uint32_t *out_peak_resident, uint32_t *out_resident)
+{
+    if (!ds || ds->fmt != &ch_format_arrow || !ds->impl || !((arrow_impl *)ds->impl)->lazy)
+        return CHUTE_EINVAL;
+    arrow_impl *t = ds->impl;
+    pthread_mutex_lock(&t->mu);
+    if (out_loads)
+        *out_loads = t->loads;
+    if (out_peak_resident)
+        *out_peak_resident = t->peak;
+    if (out_resident)
+        *out_resident = t->resident;
+    pthread_mutex_unlock(&t->mu);
     return CHUTE_OK;
 }

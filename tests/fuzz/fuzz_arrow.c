@@ -15,7 +15,10 @@
  *   signed byte: offsets may go backwards or start negative; the last one
  *   may be set low, below earlier ones).  List sizes
  *   are the schema's, so an honest description opens; lies in the child
- *   lengths are what must be refused.
+ *   lengths are what must be refused.  Bytes left after the description
+ *   spell opt->schema, the null defaults "NAME[:TYPE]=VALUE,...", one token
+ *   a byte from a small table (names, types, values, separators), so that
+ *   parser and the default paths of every read are fuzzed too.
  *
  * What is honest and what is not: the C Data Interface carries no buffer
  * sizes, so the harness allocates every buffer exactly as large as the
@@ -235,10 +238,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         void *bufs[1] = {validity(&r, &g)};
         batches[b] = fill(g, 1, bufs, ncols, cols);
     }
+    static const char *tok[] = {"label", "image", "f2", "f3", "=", ":", ",", " ", "int64",
+                                "float32", "bytes", "-1", "2.5", "x", "99999999999999999999",
+                                "1e400", "-129", "65535", "\"", "nope"};
+    char spec[512] = "";
+    size_t sl = 0;
+    for (int t = 0; r.pos < r.n && t < 40; t++) {
+        const char *w = tok[nx(&r) % (sizeof tok / sizeof *tok)];
+        size_t wl = strlen(w);
+        if (sl + wl >= sizeof spec)
+            break;
+        memcpy(spec + sl, w, wl + 1);
+        sl += wl;
+    }
+    chute_dataset_options opt = {0};
+    opt.schema = sl ? spec : NULL;
     struct ArrowArrayStream st = ab_stream_of(s, nb, batches);
     chute_dataset *ds = NULL;
     chute_error err = {0};
-    if (chute_dataset_open_arrow(&st, NULL, &ds, &err) == CHUTE_OK) {
+    if (chute_dataset_open_arrow(&st, &opt, &ds, &err) == CHUTE_OK) {
         ch_buf scratch = {0};
         uint8_t out[4096];
         int64_t len;
