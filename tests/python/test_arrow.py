@@ -461,9 +461,9 @@ def test_cli_inspect_and_bench_parquet(tmp_path):
     j = json.loads(r.stdout)
     assert j["samples"] == 2 * 90 and j["row_groups_peak_resident"] <= 2
     # a C-only option is refused by name; an unknown one too
-    r = subprocess.run([exe, "bench", str(d), "--direct-io", "1"], stdout=subprocess.PIPE,
+    r = subprocess.run([exe, "bench", str(d), "--scale-min-pct", "50"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, env=_cli_env(), timeout=300)
-    assert r.returncode == 2 and b"--direct-io is not supported for Parquet" in r.stderr
+    assert r.returncode == 2 and b"--scale-min-pct is not supported for Parquet" in r.stderr
 
 
 def test_cli_parquet_without_pyarrow_says_so(tmp_path):
