@@ -805,10 +805,23 @@ TEST(resize_cost_independent_of_aspect)
     uint64_t seed = 3;
     for (size_t i = 0; i < npx * 3; i++)
         pix[i] = (uint8_t)(unit_rand(&seed) >> 56);
-    double square = time_full_resize(2048, 2048, pix);
-    double wide1 = time_full_resize(1u << 22, 1, pix);
-    double wide2 = time_full_resize(1u << 21, 2, pix);
-    double tall = time_full_resize(2, 1u << 21, pix);
+    /* The fastest of 3 tries of each (a loaded machine stalls single runs;
+     * the regression this guards costs 1000x, every time). */
+    double square = 0, wide1 = 0, wide2 = 0, tall = 0;
+    for (int t = 0; t < 3; t++) {
+        double s = time_full_resize(2048, 2048, pix);
+        double w1 = time_full_resize(1u << 22, 1, pix);
+        double w2 = time_full_resize(1u << 21, 2, pix);
+        double tl = time_full_resize(2, 1u << 21, pix);
+        if (t == 0 || s < square)
+            square = s;
+        if (t == 0 || w1 < wide1)
+            wide1 = w1;
+        if (t == 0 || w2 < wide2)
+            wide2 = w2;
+        if (t == 0 || tl < tall)
+            tall = tl;
+    }
     free(pix);
     CHECK(square > 0 && wide1 > 0 && wide2 > 0 && tall > 0, "resize failed");
     fprintf(stderr, "2048x2048 %.1f ms, 4194304x1 %.1f ms, 2097152x2 %.1f ms, 2x2097152 %.1f ms\n",
