@@ -64,7 +64,6 @@ int cli_is_parquet(const char *src, const char *format)
     return pq > 0 && other == 0;
 }
 
-/* The program python runs: import chute.cli or say clearly why not. */
 /* The program python runs (argv: cmd, source, then the command's own
  * arguments): import chute.cli or say clearly why not. */
 static const char boot[] =
