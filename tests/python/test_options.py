@@ -187,7 +187,9 @@ def test_loader_defaults_are_taken_from_the_table_not_written_by_hand():
     """Each table keyword's default in loader.py is _default()/_xdefault() of its row."""
     import ast
 
-    src = open(os.path.join(ROOT, "python", "chute", "loader.py")).read()
+    import chute.loader as L
+
+    src = open(L.__file__).read()  # the module under test (the wheel's, in its tier)
     init = next(n for n in ast.walk(ast.parse(src))
                 if isinstance(n, ast.FunctionDef) and n.name == "__init__"
                 and "source_kind" in [a.arg for a in n.args.kwonlyargs])
