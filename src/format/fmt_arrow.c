@@ -1156,7 +1156,7 @@ static int make_labels(chute_dataset *ds, arrow_impl *t, const chute_dataset_opt
                 else
                     rc = scalar(c, a, p, &v, i, err);
             }
-            char where[96];
+            char where[160];
             snprintf(where, sizeof where, "arrow sample %llu, column %s", (unsigned long long)i,
                      c->name);
             if (rc == CHUTE_OK)
