@@ -273,14 +273,14 @@ int ch_proc_finish(ch_proc *p, chute_error *err)
 
 void ch_proc_cancel(ch_proc *p)
 {
-    if (p->is_open && p->cancel_fd >= 0) {
+    if (p->cancel_fd >= 0) { /* valid until ch_proc_close (not ch_proc_end) */
         uint64_t one = 1;
         ssize_t r = write(p->cancel_fd, &one, sizeof one);
         (void)r;
     }
 }
 
-void ch_proc_close(ch_proc *p)
+void ch_proc_end(ch_proc *p)
 {
     if (!p->is_open)
         return;
@@ -290,10 +290,15 @@ void ch_proc_close(ch_proc *p)
         close(p->out_fd);
     if (p->err_fd >= 0)
         close(p->err_fd);
-    if (p->cancel_fd >= 0)
-        close(p->cancel_fd);
     p->out_fd = -1;
     p->err_fd = -1;
-    p->cancel_fd = -1;
     p->pid = 0;
+}
+
+void ch_proc_close(ch_proc *p)
+{
+    ch_proc_end(p);
+    if (p->cancel_fd >= 0)
+        close(p->cancel_fd);
+    p->cancel_fd = -1;
 }

@@ -59,8 +59,13 @@ int ch_proc_finish(ch_proc *p, chute_error *err);
 void ch_proc_explain(ch_proc *p, char *msg, size_t n);
 /* Make any blocked or later read return CHUTE_EINTERRUPTED.  Any thread. */
 void ch_proc_cancel(ch_proc *p);
-/* Kill (group, SIGTERM then SIGKILL) and reap the child, close every
- * descriptor.  Accepts a zeroed or closed struct. */
+/* Kill (group, SIGTERM then SIGKILL) and reap the child, close its pipes;
+ * the cancel eventfd stays open, so a ch_proc_cancel racing with this (the
+ * reading thread ending the stream while another cancels it) only writes
+ * to a descriptor nobody reads.  Accepts a zeroed or ended struct. */
+void ch_proc_end(ch_proc *p);
+/* ch_proc_end, then close the cancel eventfd too: only once no thread can
+ * call ch_proc_cancel any more.  Accepts a zeroed or closed struct. */
 void ch_proc_close(ch_proc *p);
 
 #endif

@@ -98,7 +98,7 @@ static int broke(tar_reader *r, int rc, chute_error *err)
          * like when they stopped (truncated): an I/O error, not content. */
         if (r->p.exited && !(WIFEXITED(r->p.status) && WEXITSTATUS(r->p.status) == 0))
             rc = err->code = CHUTE_EIO;
-        ch_proc_close(&r->p);
+        ch_proc_end(&r->p);
     }
     return rc;
 }
@@ -117,7 +117,7 @@ static void at_tar_end(tar_reader *r)
         rc = ch_proc_finish(&r->p, &r->end_err);
     r->end_rc = rc == CHUTE_OK ? CHUTE_END : rc;
     if (rc != CHUTE_OK && rc != CHUTE_EINTERRUPTED)
-        ch_proc_close(&r->p);
+        ch_proc_end(&r->p);
 }
 
 /* The next member with a sample key; FMT_TAR_STREAM_END at the end. */

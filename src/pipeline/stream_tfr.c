@@ -199,7 +199,7 @@ static int broke(tfr_reader *r, int rc, chute_error *err)
             ch_proc_explain(&r->p, err->message, sizeof err->message);
         if (r->p.exited && !(WIFEXITED(r->p.status) && WEXITSTATUS(r->p.status) == 0))
             rc = err->code = CHUTE_EIO;
-        ch_proc_close(&r->p);
+        ch_proc_end(&r->p);
     }
     return rc;
 }
@@ -218,7 +218,7 @@ static int tf_next(void *r_, ch_stream_rec *rec, chute_error *err)
         r->ended = 1;
         rc = ch_proc_finish(&r->p, err);
         if (rc != CHUTE_OK) {
-            ch_proc_close(&r->p);
+            ch_proc_end(&r->p);
             return rc;
         }
         return CHUTE_END;
