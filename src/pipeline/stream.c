@@ -407,3 +407,12 @@ int ch_stream_get_state(ch_stream *st, void *buf, size_t cap, size_t *len, chute
     pthread_mutex_unlock(&st->mu);
     return rc;
 }
+
+int ch_stream_spec_reopen_check(const ch_stream_spec *spec, uint64_t epoch, chute_error *err)
+{
+    if (!spec->cmd && epoch > 0)
+        return ch_err(err, CHUTE_EINVAL,
+                      "-: stdin can be read only once; a second epoch needs a pipe: command "
+                      "(which runs again for each epoch)");
+    return CHUTE_OK;
+}

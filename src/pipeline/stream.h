@@ -147,6 +147,11 @@ typedef struct ch_stream_spec {
     uint32_t nfields;
     char *key_store[2];       /* the image/label key copies keys[0..1] point at */
 } ch_stream_spec;
+
+/* Epoch `epoch` of a pipe:/stdin stream may start: stdin (no cmd) can be
+ * read only once, a command runs again each epoch.  CHUTE_OK or
+ * CHUTE_EINVAL with the reason in err.  Shared by the stream readers. */
+int ch_stream_spec_reopen_check(const ch_stream_spec *spec, uint64_t epoch, chute_error *err);
 extern const ch_stream_reader_ops ch_stream_tar_ops;
 /* The pipe/stdin reader of TFRecord files (stream_tfr.c; spec->tfr). */
 extern const ch_stream_reader_ops ch_stream_tfr_ops;

@@ -67,10 +67,9 @@ static int tr_open(const void *spec_, uint64_t epoch, int timeout_ms, uint64_t m
 {
     const ch_stream_spec *spec = spec_;
     *out = NULL;
-    if (!spec->cmd && epoch > 0)
-        return ch_err(err, CHUTE_EINVAL,
-                      "-: stdin can be read only once; a second epoch needs a pipe: command "
-                      "(which runs again for each epoch)");
+    int rc0 = ch_stream_spec_reopen_check(spec, epoch, err);
+    if (rc0 != CHUTE_OK)
+        return rc0;
     tar_reader *r = calloc(1, sizeof *r);
     if (!r)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
