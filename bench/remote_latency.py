@@ -14,9 +14,11 @@ tests/tools/delayproxy.c (--delayproxy, default build/tests/delayproxy)
 with no delay and with D ms (default 20) added to every request (every
 byte chute sends reaches the server D ms late), with readahead 0 and K,
 R times over (default 1) alternating 0 ms and D ms so both see the same
-machine.  Prints images/s (the median of the R runs), delayed / undelayed
-and the most requests chute had in flight (bench --json's
-readahead_inflight_max); the issue's target with the read-ahead is >= 90%.
+machine.  Prints images/s (the median of the R runs), delayed / undelayed,
+the most reads chute had in flight (bench --json's readahead_inflight_max)
+and, from the proxy's --stats, the HTTP requests held in the D ms delay at
+most and on average over the run (each run gets a fresh proxy); the
+issue's target with the read-ahead is >= 90%.
 A first row, chute straight to the server with readahead K, shows what
 the proxy itself costs.
 
@@ -78,7 +80,25 @@ def bench(R, w, endpoint, ra, a):
         err = p.stderr.decode("utf-8", "replace").replace(R.SK, "***")
         raise SystemExit("chute bench s3:// failed (exit %d): %s" % (p.returncode, err[-800:]))
     d = json.loads(p.stdout)
-    return d["images_per_sec"], d.get("readahead_inflight_max", 0), d.get("readahead_engine", "?")
+    return (d["images_per_sec"], d.get("readahead_inflight_max", 0), d.get("readahead_engine", "?"),
+            d.get("images", 0))
+
+
+def proxied(R, w, delay, ra, a, work):
+    """One bench run through a fresh delay proxy, with the proxy's counts:
+    (images/s, reads in flight max, engine, images, requests held max,
+    held mean, requests sent)."""
+    st = os.path.join(work, "delayproxy.stats")
+    pr, ep = R.delay_proxy(Ctx(), w, delay, a.delayproxy, stats=st)
+    try:
+        r = bench(R, w, ep, ra, a)
+    finally:
+        pr.terminate()
+        pr.wait(30)
+    with open(st) as f:
+        kv = f.read().split()
+    d = dict(zip(kv[0::2], kv[1::2]))
+    return r + (int(d["held_max"]), float(d["held_mean"]), int(d["sends"]))
 
 
 def main():
@@ -107,19 +127,17 @@ def main():
         c.create_bucket(Bucket=R.BUCKET)
         for f in sorted(os.listdir(a.shards)):
             c.upload_file(os.path.join(a.shards, f), R.BUCKET, "shards/" + f)
-        eps = {}
-        for delay in (0, a.delay_ms):
-            pr, eps[delay] = R.delay_proxy(Ctx(), w, delay, a.delayproxy)
-            procs.append(pr)
         runs = {}
         direct = []
         for rep in range(a.reps):
             direct.append(bench(R, w, None, a.readahead, a))
             for ra in (0, a.readahead):
                 for delay in (0, a.delay_ms):
-                    runs.setdefault((delay, ra), []).append(bench(R, w, eps[delay], ra, a))
-                    print("rep %d readahead %d %d ms: %.1f images/s, in flight %d"
-                          % (rep, ra, delay, runs[(delay, ra)][-1][0], runs[(delay, ra)][-1][1]),
+                    runs.setdefault((delay, ra), []).append(proxied(R, w, delay, ra, a, work))
+                    x = runs[(delay, ra)][-1]
+                    print("rep %d readahead %d %d ms: %.1f images/s, reads in flight max %d, "
+                          "%d requests, held in the delay max %d mean %.1f"
+                          % (rep, ra, delay, x[0], x[1], x[6], x[4], x[5]),
                           file=sys.stderr, flush=True)
 
         def med(xs):
@@ -129,21 +147,25 @@ def main():
         d = med(direct)
         print("direct (no proxy), readahead %d: %.1f images/s; through the proxy at 0 ms: "
               "%.3f of it" % (a.readahead, d[0], rows[(0, a.readahead)][0] / d[0]))
-        print("%-10s %12s %12s %10s %10s  %s" % ("readahead", "0 ms", "%d ms" % a.delay_ms,
-                                                "ratio", "in flight", "engine"))
+        print("%-10s %12s %12s %10s %10s %17s  %s" % (
+            "readahead", "0 ms", "%d ms" % a.delay_ms, "ratio", "in flight",
+            "requests held", "engine"))
         for ra in (0, a.readahead):
             x, y = rows[(0, ra)], rows[(a.delay_ms, ra)]
             ratios = sorted(b[0] / c[0] for b, c in zip(runs[(a.delay_ms, ra)], runs[(0, ra)]))
-            print("%-10d %12.1f %12.1f %9.1f%% %10d  %s%s" % (
-                ra, x[0], y[0], 100.0 * y[0] / x[0], y[1], y[2],
+            print("%-10d %12.1f %12.1f %9.1f%% %10d %4d max %4.1f mean  %s%s" % (
+                ra, x[0], y[0], 100.0 * y[0] / x[0], y[1], y[4], y[5], y[2],
                 "  (per-rep ratios %s)" % " ".join("%.3f" % r for r in ratios) if a.reps > 1 else ""))
         # Little's law: to keep the undelayed rate with D ms per request,
         # rate * D reads must be in flight (fewer when neighbouring records
         # share a GET: the engine's coalescing, coalesce_gap_bytes).
         need = rows[(0, a.readahead)][0] * a.delay_ms / 1000.0
+        y = rows[(a.delay_ms, a.readahead)]
         print("in flight needed at %d ms for the 0 ms rate: %.0f reads (one per sample at "
-              "most); readahead %d kept up to %d in flight%s"
-              % (a.delay_ms, need, a.readahead, rows[(a.delay_ms, a.readahead)][1],
+              "most); readahead %d kept up to %d reads in flight; at the proxy %d requests "
+              "for %d images (coalescing), held in the delay at most %d, %.1f on average "
+              "over the run%s"
+              % (a.delay_ms, need, a.readahead, y[1], y[6], y[3], y[4], y[5],
                  "" if a.readahead >= 2 * need else "  ** too few: raise --readahead **"))
     finally:
         for pr in procs:

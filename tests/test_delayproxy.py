@@ -15,7 +15,8 @@ needed):
                delay; 4 MiB echoed through it come back intact
   parallel     50 connections each sending a request at once, D = 100 ms:
                all answered in well under 50 x D (they are delayed side by
-               side), each after >= D
+               side), each after >= D; --stats counts 50 connections, 50
+               sends of their bytes, 50 held at once
   half_close   a client's FIN reaches the server after its last byte (the
                server sees all of them, then EOF), the server's answer and
                its FIN reach the client; the proxy then holds no descriptor
@@ -204,7 +205,8 @@ def delay(ctx):
 def parallel(ctx):
     D, N = 100, 50
     srv = line_server()
-    px = Proxy(ctx, srv.port, D)
+    st = os.path.join(ctx.scratch("parallel"), "stats")
+    px = Proxy(ctx, srv.port, D, "--stats", st)
     try:
         socks = [px.connect() for _ in range(N)]
         go = threading.Barrier(N + 1)
@@ -238,6 +240,13 @@ def parallel(ctx):
     finally:
         px.stop()
         srv.close()
+    with open(st) as f:
+        kv = f.read().split()
+    got = dict(zip(kv[0::2], kv[1::2]))
+    want = {"connections": str(N), "sends": str(N), "held_max": str(N),
+            "bytes": str(sum(len(b"r%d\n" % i) for i in range(N)))}
+    ctx.check(all(got.get(k) == v for k, v in want.items()), "--stats: %r, want %r" % (got, want))
+    ctx.check(0 < float(got.get("held_mean", 0)) <= N, "--stats held_mean %r" % got.get("held_mean"))
 
 
 def half_close(ctx):

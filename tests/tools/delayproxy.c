@@ -3,7 +3,7 @@
  * client sends, cheaply enough to measure a loader's throughput through it.
  *
  *   delayproxy --upstream HOST:PORT [--delay-ms D] [--port P]
- *              [--port-file F] [--max-pending BYTES]
+ *              [--port-file F] [--max-pending BYTES] [--stats F]
  *
  * Why it exists: issue #10 asks how much of chute's S3 throughput survives
  * 20 ms of latency per request.  The kernel's netem qdisc would be the
@@ -37,6 +37,13 @@
  * server's would).  It prints "port N" on stdout (and writes N to
  * --port-file, atomically) once it listens, and on SIGTERM or SIGINT it
  * closes everything, frees everything and exits 0.
+ *
+ * --stats F: at exit, one line "connections C sends S bytes B held_max M
+ * held_mean A" — the client reads held (S; an HTTP request is one send
+ * unless it is large), the most held at once (M) and their time-average
+ * from the first to the last release (A).  Through this proxy every
+ * request spends D ms held, so M and A are the requests a client kept in
+ * flight (Little's law: A = request rate x D).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -102,6 +109,25 @@ static socklen_t up_len;
 static struct chunk *held_head, *held_tail;
 static struct conn *conns, *dead;
 static uint64_t timer_armed;           /* due time the timerfd is set to, 0 none */
+/* --stats: totals, and the held count integrated over time */
+static uint64_t st_conns, st_sends, st_bytes, st_held, st_held_max, st_first, st_last;
+static long double st_area;            /* sum of held x ns */
+
+static uint64_t now_ns(void);
+
+/* The held count changes by d at time t: integrate the old count. */
+static void held_change(int d)
+{
+    uint64_t t = now_ns();
+    if (st_first)
+        st_area += (long double)st_held * (long double)(t - st_last);
+    else
+        st_first = t;
+    st_last = t;
+    st_held = d > 0 ? st_held + 1 : st_held - 1;
+    if (st_held > st_held_max)
+        st_held_max = st_held;
+}
 
 static uint64_t now_ns(void)
 {
@@ -188,6 +214,7 @@ static void unhold(struct chunk *k)
         held_tail = k->gprev;
     k->gprev = k->gnext = NULL;
     k->held = 0;
+    held_change(-1);
 }
 
 static void close_end(struct end *e, int reset)
@@ -288,6 +315,7 @@ static void on_accept(void)
         if (conns)
             conns->prev = c;
         conns = c;
+        st_conns++;
         if (connect(u, (struct sockaddr *)&up_addr, up_len) == 0)
             c->connecting = 0;
         else if (errno == EINPROGRESS)
@@ -348,6 +376,9 @@ static int on_client_read(struct conn *c)
         else
             held_head = k;
         held_tail = k;
+        held_change(+1);
+        st_sends += n > 0;
+        st_bytes += (uint64_t)n;
         if (c->qtail)
             c->qtail->next = k;
         else
@@ -519,7 +550,7 @@ static void release_due(void)
 static void usage(void)
 {
     fprintf(stderr, "usage: delayproxy --upstream HOST:PORT [--delay-ms D] [--port P] "
-                    "[--port-file F] [--max-pending BYTES]\n");
+                    "[--port-file F] [--max-pending BYTES] [--stats F]\n");
     exit(2);
 }
 
@@ -538,7 +569,7 @@ static long long num(const char *s, long long lo, long long hi, const char *what
 
 int main(int argc, char **argv)
 {
-    const char *upstream = NULL, *port_file = NULL;
+    const char *upstream = NULL, *port_file = NULL, *stats = NULL;
     int port = 0;
     long long delay_ms = 0;
     for (int i = 1; i < argc; i++) {
@@ -552,6 +583,8 @@ int main(int argc, char **argv)
             port = (int)num(argv[++i], 0, 65535, "--port");
         else if (!strcmp(argv[i], "--port-file"))
             port_file = argv[++i];
+        else if (!strcmp(argv[i], "--stats"))
+            stats = argv[++i];
         else if (!strcmp(argv[i], "--max-pending"))
             max_pending = (size_t)num(argv[++i], 1, (long long)1 << 40, "--max-pending");
         else
@@ -659,6 +692,16 @@ int main(int argc, char **argv)
     while (conns)
         conn_free(conns, 0);
     reap_dead();
+    if (stats) {
+        /* chunks still held at SIGTERM were unheld by conn_free above */
+        FILE *f = fopen(stats, "w");
+        double mean = st_last > st_first ? (double)(st_area / (long double)(st_last - st_first)) : 0;
+        if (!f || fprintf(f, "connections %llu sends %llu bytes %llu held_max %llu held_mean %.2f\n",
+                          (unsigned long long)st_conns, (unsigned long long)st_sends,
+                          (unsigned long long)st_bytes, (unsigned long long)st_held_max, mean) < 0
+            || fclose(f) != 0)
+            die("writing the stats file");
+    }
     close(lfd);
     close(tfd);
     close(sfd);
