@@ -14,11 +14,16 @@ tests/tools/delayproxy.c (--delayproxy, default build/tests/delayproxy)
 with no delay and with D ms (default 20) added to every request (every
 byte chute sends reaches the server D ms late), with readahead 0 and K,
 R times over (default 1) alternating 0 ms and D ms so both see the same
-machine.  Prints images/s (the median of the R runs), delayed / undelayed,
+machine.  Prints images/s (the median of the R runs), delayed / undelayed
+(the median of the R ratios of a D ms run to the 0 ms run just before it:
+on a shared machine the runs' rates swing more than the ratio does),
 the most reads chute had in flight (bench --json's readahead_inflight_max)
 and, from the proxy's --stats, the HTTP requests held in the D ms delay at
 most and on average over the run (each run gets a fresh proxy); the
-issue's target with the read-ahead is >= 90%.
+issue's target with the read-ahead is >= 90%.  "reading 0/D ms" is the
+share of the workers' busy time spent getting bytes (bench --json's
+read_busy_s against decode and transform): on a machine loaded by other
+work it shows what latency costs when the images/s swing.
 A first row, chute straight to the server with readahead K, shows what
 the proxy itself costs.
 
@@ -80,14 +85,18 @@ def bench(R, w, endpoint, ra, a):
         err = p.stderr.decode("utf-8", "replace").replace(R.SK, "***")
         raise SystemExit("chute bench s3:// failed (exit %d): %s" % (p.returncode, err[-800:]))
     d = json.loads(p.stdout)
+    # share of the workers' time spent getting bytes (read_busy_s: waiting
+    # for the read-ahead or reading): what latency costs, whatever else
+    # loads the machine
+    busy = d.get("read_busy_s", 0) + d.get("decode_busy_s", 0) + d.get("transform_busy_s", 0)
     return (d["images_per_sec"], d.get("readahead_inflight_max", 0), d.get("readahead_engine", "?"),
-            d.get("images", 0))
+            d.get("images", 0), d.get("read_busy_s", 0) / busy if busy > 0 else 0.0)
 
 
 def proxied(R, w, delay, ra, a, work):
     """One bench run through a fresh delay proxy, with the proxy's counts:
-    (images/s, reads in flight max, engine, images, requests held max,
-    held mean, requests sent)."""
+    (images/s, reads in flight max, engine, images, read share of the
+    workers' busy time, requests held max, held mean, requests sent)."""
     st = os.path.join(work, "delayproxy.stats")
     pr, ep = R.delay_proxy(Ctx(), w, delay, a.delayproxy, stats=st)
     try:
@@ -136,8 +145,9 @@ def main():
                     runs.setdefault((delay, ra), []).append(proxied(R, w, delay, ra, a, work))
                     x = runs[(delay, ra)][-1]
                     print("rep %d readahead %d %d ms: %.1f images/s, reads in flight max %d, "
-                          "%d requests, held in the delay max %d mean %.1f"
-                          % (rep, ra, delay, x[0], x[1], x[6], x[4], x[5]),
+                          "%d requests, held in the delay max %d mean %.1f, reading %.1f%% "
+                          "of the workers' time"
+                          % (rep, ra, delay, x[0], x[1], x[7], x[5], x[6], 100 * x[4]),
                           file=sys.stderr, flush=True)
 
         def med(xs):
@@ -147,14 +157,17 @@ def main():
         d = med(direct)
         print("direct (no proxy), readahead %d: %.1f images/s; through the proxy at 0 ms: "
               "%.3f of it" % (a.readahead, d[0], rows[(0, a.readahead)][0] / d[0]))
-        print("%-10s %12s %12s %10s %10s %17s  %s" % (
+        print("%-10s %12s %12s %10s %10s %17s %15s  %s" % (
             "readahead", "0 ms", "%d ms" % a.delay_ms, "ratio", "in flight",
-            "requests held", "engine"))
+            "requests held", "reading 0/D ms", "engine"))
         for ra in (0, a.readahead):
             x, y = rows[(0, ra)], rows[(a.delay_ms, ra)]
             ratios = sorted(b[0] / c[0] for b, c in zip(runs[(a.delay_ms, ra)], runs[(0, ra)]))
-            print("%-10d %12.1f %12.1f %9.1f%% %10d %4d max %4.1f mean  %s%s" % (
-                ra, x[0], y[0], 100.0 * y[0] / x[0], y[1], y[4], y[5], y[2],
+            rd0 = sorted(r[4] for r in runs[(0, ra)])[len(runs[(0, ra)]) // 2]
+            rdd = sorted(r[4] for r in runs[(a.delay_ms, ra)])[len(runs[(0, ra)]) // 2]
+            print("%-10d %12.1f %12.1f %9.1f%% %10d %4d max %4.1f mean %6.1f%%/%5.1f%%  %s%s" % (
+                ra, x[0], y[0], 100.0 * ratios[len(ratios) // 2], y[1], y[5], y[6], 100 * rd0,
+                100 * rdd, y[2],
                 "  (per-rep ratios %s)" % " ".join("%.3f" % r for r in ratios) if a.reps > 1 else ""))
         # Little's law: to keep the undelayed rate with D ms per request,
         # rate * D reads must be in flight (fewer when neighbouring records
@@ -165,7 +178,7 @@ def main():
               "most); readahead %d kept up to %d reads in flight; at the proxy %d requests "
               "for %d images (coalescing), held in the delay at most %d, %.1f on average "
               "over the run%s"
-              % (a.delay_ms, need, a.readahead, y[1], y[6], y[3], y[4], y[5],
+              % (a.delay_ms, need, a.readahead, y[1], y[7], y[3], y[5], y[6],
                  "" if a.readahead >= 2 * need else "  ** too few: raise --readahead **"))
     finally:
         for pr in procs:
