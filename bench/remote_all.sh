@@ -18,7 +18,9 @@
 #                           download MB/s, 20 ms per request / 0 ms (>= 90%)
 #                           with the requests in flight
 #   3. bench/remote_latency.py  the 20 ms / 0 ms ratio with read-ahead 0 and
-#                           K on the same shards (why the read-ahead matters)
+#                           K on the same shards (why the read-ahead matters),
+#                           3 alternating reps, latency from
+#                           tests/tools/delayproxy.c (built with the tests)
 #   4. bench/iobench_s3.sh  chute iobench vs boto3 with a thread pool (the
 #                           standard client used: warp cannot be fetched
 #                           here), same objects and concurrency (target:
@@ -56,11 +58,13 @@ case "$IMAGES" in ''|*[!0-9]*) echo "remote_all.sh: --images takes a number" >&2
 
 COLD=(--runs 3)
 REMOTE=(--epochs 2)
+LAT=(--reps 3)
 IOB=()
 if [ "$SMOKE" = 1 ]; then
     IMAGES=64
     COLD=(--runs 1)
     REMOTE=(--epochs 2)
+    LAT=(--reps 1)
     IOB=(--objects 100 --large-objects 2 --large-size 4194304 --bs 1048576 --reps 1)
 fi
 
@@ -101,7 +105,7 @@ step "cold vs warm page cache (bench/coldcache.sh)" \
 step "S3 (SeaweedFS) vs local shards, cache tier, 20 ms delay (bench/remote.sh)" \
     bash bench/remote.sh --no-build --images "$IMAGES" "${REMOTE[@]}"
 step "20 ms delay with and without read-ahead (bench/remote_latency.py)" \
-    /usr/bin/python3 bench/remote_latency.py "bench/data/remote-$IMAGES/shards"
+    /usr/bin/python3 bench/remote_latency.py "bench/data/remote-$IMAGES/shards" "${LAT[@]}"
 step "chute iobench vs boto3 thread pool (bench/iobench_s3.sh)" \
     bash bench/iobench_s3.sh "${IOB[@]}"
 
@@ -109,7 +113,7 @@ step "chute iobench vs boto3 thread pool (bench/iobench_s3.sh)" \
 # "ratios" block, remote_latency.py's table and in-flight line,
 # iobench_s3.py's table rows (read before appending: grep will not read the
 # file it writes)
-summary=$(grep -E '^(source|shards|tree) +(read-ahead|off|threads|io_uring|direct) |^ratios|^  [a-z0-9]|^(readahead|[0-9]+) +[0-9.]|^in flight|^\| (pattern|[0-9]+ (objects|x))' "$OUT")
+summary=$(grep -E '^direct |^(source|shards|tree) +(read-ahead|off|threads|io_uring|direct) |^ratios|^  [a-z0-9]|^(readahead|[0-9]+) +[0-9.]|^in flight|^\| (pattern|[0-9]+ (objects|x))' "$OUT")
 {
     echo
     echo "## Summary"

@@ -392,6 +392,32 @@ def proxy(ctx, w, work, *args):
         return pr, "http://127.0.0.1:%s" % f.read().strip(), st
 
 
+def delay_proxy(ctx, w, delay_ms, binary=None, stats=None):
+    """tests/tools/delayproxy.c between a client and the server: every byte
+    the client sends reaches the server delay_ms late (one-way latency),
+    answers come straight back.  For latency figures: unlike faultproxy.py
+    (threads parsing HTTP in Python) it costs a few syscalls per request,
+    so the 0 ms row measures chute, not the proxy.  binary: the built
+    proxy, else $CHUTE_DELAYPROXY, else build/tests/delayproxy.  stats: a
+    file the proxy writes its counts to when it gets SIGTERM (see
+    delayproxy.c).  Returns (process, endpoint URL); the caller ends the
+    process (SIGTERM, then wait, when it wants the stats)."""
+    binary = binary or os.environ.get("CHUTE_DELAYPROXY") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "tests", "delayproxy")
+    if not os.path.exists(binary):
+        raise RuntimeError("no delay proxy at %s (build the chute_test_delayproxy target)" % binary)
+    pr = subprocess.Popen([binary, "--upstream", "127.0.0.1:%d" % w.port, "--delay-ms",
+                           str(int(delay_ms))] + (["--stats", stats] if stats else []),
+                          stdout=subprocess.PIPE)
+    line = pr.stdout.readline().decode()
+    if not line.startswith("port "):
+        pr.kill()
+        pr.wait()
+        raise RuntimeError("delayproxy did not start (exit %s)" % pr.poll())
+    pr.stdout.close()
+    return pr, "http://127.0.0.1:%d" % int(line.split()[1])
+
+
 def stats(st):
     with open(st) as f:
         return [int(x) for x in f.read().split()]
