@@ -37,6 +37,17 @@ fi
 "$PY" bench/make_dataset.py "$DATA/tree" --images "$IMAGES" --classes 10 ||
     { echo "formats.sh: bench/make_dataset.py failed" >&2; exit 1; }
 export PYTHONPATH="$LIB${PYTHONPATH:+:$PYTHONPATH}"
+# build/chute and the package in $LIB are one build unless --no-build kept an
+# old one: say so when their library features differ (libdeflate or zlib
+# alone moves the gzip HDF5 row's CPU by ~1.6x).
+if [ -x build/chute ]; then
+    cli_f=$(build/chute version | sed -n 's/^features: //p' | tr ' ' '\n' |
+            grep -vxE 'io_uring|nvml' | sort | tr '\n' ' ')
+    py_f=$("$PY" -c 'from chute import _chute; print("\n".join(_chute.features().split()))' |
+           sort | tr '\n' ' ')
+    [ "$cli_f" = "$py_f" ] ||
+        echo "formats.sh: warning: build/chute has features [$cli_f] but the Python package in $LIB has [$py_f]: not one build (run without --no-build)" >&2
+fi
 rc=0
 if [ -z "$ONLY" ] || [ "$ONLY" = hdf5 ]; then
     "$PY" bench/hdf5.py "$DATA/tree" --images "$IMAGES" || rc=1

@@ -23,8 +23,9 @@ each with labels.  Rows:
                 speed-up.  raw/gzip reads never call libhdf5 (no lock);
                 jpeg.h5 reads go through H5Dread under the library lock,
                 so its speed-up shows what the lock costs.
-Prints a table: images/s, CPU ms/image (this process + DataLoader worker
-processes), and chute / DataLoader ratios."""
+Prints which chute package it measures and whether gzip chunks go through
+libdeflate or zlib, then a table: images/s, CPU ms/image (this process +
+DataLoader worker processes), and chute / DataLoader ratios."""
 import argparse
 import io
 import os
@@ -81,6 +82,19 @@ def write_files(out, files, side):
             d[i] = np.frombuffer(open(p, "rb").read(), dtype=np.uint8)
         f.create_dataset("labels", data=labels)
     open(stamp, "w").write(want)
+
+
+def build_line():
+    """Which chute the rows measure, and its inflater for gzip chunks: with
+    zlib instead of libdeflate the gzip row costs ~1.6x the CPU (docs/DESIGN.md,
+    HDF5), so a figure without this line cannot be told apart."""
+    import chute
+    from chute import _chute
+    have = _chute.features().split()
+    return ("chute %s from %s; gzip chunks inflated by %s; library features: %s"
+            % (chute.__version__, os.path.dirname(chute.__file__),
+               "libdeflate" if "libdeflate" in have else "zlib (no libdeflate in this build)",
+               " ".join(have)))
 
 
 def run_chute(path, a, workers):
@@ -160,6 +174,7 @@ def main():
     write_files(out, list_tree(a.tree, a.images), a.side)
     print("hdf5 bench: %d images, %dx%d stored, train %d, %d workers, best of %d epochs"
           % (a.images, a.side, a.side, a.size, a.workers, a.epochs))
+    print(build_line())
     print("| file | chute img/s | chute CPU ms/img | h5py+DL img/s | h5py+DL CPU ms/img "
           "| speed ratio | CPU ratio | chute 1 worker img/s | lock: W/1 speed-up |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -186,6 +186,16 @@ static void usage(FILE *f)
             chute_version());
 }
 
+/* name is one of the space-separated words of list. */
+static int has_feature(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
 /* The version, then what this build can do: the library's compiled-in
  * codecs, io_uring for iobench (compiled in), NVML for doctor (looked up
  * now), and the sources this build does not have.  Python's
@@ -208,7 +218,18 @@ static int print_version(void)
 #endif
     if (!have_nvml)
         printf(" nvml (no NVIDIA driver; doctor runs without GPU utilisation);");
-    printf(" s3, hdf5, kafka (not in this build)\n");
+    /* Only what this build lacks (it printed "s3, hdf5, kafka (not in this
+     * build)" whatever the build had). */
+    const char *f = chute_features();
+    if (!has_feature(f, "s3"))
+        printf(" s3, http (built without libcurl);");
+    if (!has_feature(f, "hdf5"))
+        printf(" hdf5 (built without libhdf5);");
+    if (!has_feature(f, "kafka"))
+        printf(" kafka (built without librdkafka);");
+    if (!has_feature(f, "libdeflate"))
+        printf(" libdeflate (built without it: gzip HDF5 chunks and PNG checks use zlib, more CPU);");
+    printf("\n");
     return 0;
 }
 

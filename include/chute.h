@@ -51,7 +51,10 @@ CHUTE_API int chute_version_number(void);
  * names: "jpeg" (always), "png" (built with libspng; without it PNG samples
  * fail with CHUTE_EUNSUPPORTED), "cuda" (the CUDA module libchute_cuda.so
  * was built beside it; using it still needs the driver and a device, see
- * chute_loader_options.device).  A static string; any thread. */
+ * chute_loader_options.device), "s3 http" (libcurl), "hdf5" (libhdf5),
+ * "kafka" (librdkafka), "libdeflate" (gzip HDF5 chunks and PNG checksums
+ * through libdeflate; without it zlib: the same bytes, more CPU).  A
+ * static string; any thread. */
 CHUTE_API const char *chute_features(void);
 
 /* ------------------------------------------------------------------ */

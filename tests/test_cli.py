@@ -41,6 +41,16 @@ def cli(ctx):
         ctx.check(flag in p.out, "bench --help does not list %s" % flag)
     p = ctx.run([ctx.chute, "version"])
     ctx.check(p.out.startswith("chute ") and p.out.strip().count(".") == 2, "version: %r" % p.out)
+    # "unavailable:" names only what the "features:" line lacks (it used to
+    # print "s3, hdf5, kafka (not in this build)" whatever the build had).
+    lines = p.out.splitlines()
+    feats = set(lines[1].split()[1:]) if len(lines) > 1 and lines[1].startswith("features:") else set()
+    gone = lines[2] if len(lines) > 2 and lines[2].startswith("unavailable:") else ""
+    ctx.check("jpeg" in feats and gone, "version: no features/unavailable lines: %r" % p.out)
+    for name in ("s3", "hdf5", "kafka", "libdeflate", "io_uring"):
+        said = (" %s " % name) in gone.replace(",", " ").replace(";", " ")
+        ctx.check(said != (name in feats),
+                  "version: %s in features %s, yet unavailable says %r" % (name, sorted(feats), gone))
     p = ctx.run([ctx.chute], expect=2)
     ctx.check("usage" in p.err, "no command: %r" % p.err)
     p = ctx.run([ctx.chute, "frobnicate"], expect=2)

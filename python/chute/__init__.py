@@ -78,7 +78,8 @@ _FUTURE = ("hdf5", "kafka")  # each set from the library below
 
 def features() -> _Dict[str, bool]:
     """What this build of chute can do: ``{"jpeg": True, "png": ..., "io_uring": ...,
-    "nvml": ..., "s3": False, "hdf5": False, "kafka": False, "cuda": ...}``.
+    "nvml": ..., "s3": False, "hdf5": False, "kafka": False, "cuda": ...,
+    "libdeflate": ...}``.
 
     ``jpeg``/``png`` are the codecs compiled into libchute (without libspng, PNG
     samples fail with UnsupportedError).  ``io_uring`` is whether the bundled
@@ -87,7 +88,9 @@ def features() -> _Dict[str, bool]:
     GPU utilisation).  ``s3`` is whether libchute was built with libcurl (the
     s3:// and http(s):// sources); ``hdf5``: the HDF5 format (libhdf5 found
     at build time); ``kafka``: kafka:// stream datasets (librdkafka found at
-    build time).
+    build time); ``libdeflate``: gzip HDF5 chunks and PNG checksums go through
+    libdeflate (found at build time; without it zlib gives the same bytes for
+    ~1.6x the CPU, which bench/hdf5.py's figures depend on).
     Never raises: what cannot be determined is reported as False.
     """
     from ._chute import features as _lib_features
@@ -117,6 +120,8 @@ def features() -> _Dict[str, bool]:
     # The CUDA module was built with this package (lib/libchute_cuda.so);
     # using it needs the driver and a device too (Loader(device="cuda")).
     out["cuda"] = "cuda" in have
+    # The inflater for gzip HDF5 chunks and PNG checks: libdeflate or zlib.
+    out["libdeflate"] = "libdeflate" in have
     return out
 
 __all__ = [

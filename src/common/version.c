@@ -44,9 +44,19 @@ int chute_version_number(void) { return CHUTE_VERSION_NUMBER; }
 #else
 #define CH_FEATURE_KAFKA ""
 #endif
+/* "libdeflate": gzip HDF5 chunks and PNG level-0 checksums go through
+ * libdeflate; without it through zlib, the same bytes at ~1.6x the CPU
+ * (docs/DESIGN.md, HDF5).  Listed so that a benchmark can say which of
+ * the two its figures used (bench/hdf5.py prints it). */
+#ifdef CHUTE_HAVE_LIBDEFLATE
+#define CH_FEATURE_LIBDEFLATE " libdeflate"
+#else
+#define CH_FEATURE_LIBDEFLATE ""
+#endif
 const char *chute_features(void)
 {
-    return "jpeg" CH_FEATURE_PNG CH_FEATURE_CURL CH_FEATURE_CUDA CH_FEATURE_HDF5 CH_FEATURE_KAFKA;
+    return "jpeg" CH_FEATURE_PNG CH_FEATURE_CURL CH_FEATURE_CUDA CH_FEATURE_HDF5 CH_FEATURE_KAFKA
+        CH_FEATURE_LIBDEFLATE;
 }
 
 const char *chute_status_name(int status)

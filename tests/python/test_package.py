@@ -14,7 +14,7 @@ import pytest
 
 import chute
 
-FEATURE_NAMES = {"jpeg", "png", "io_uring", "nvml", "s3", "hdf5", "kafka", "cuda"}
+FEATURE_NAMES = {"jpeg", "png", "io_uring", "nvml", "s3", "hdf5", "kafka", "cuda", "libdeflate"}
 
 
 def _png_bytes():
@@ -33,6 +33,21 @@ def test_features_names_and_types():
     assert f["kafka"] == ("kafka" in lib_features().split())  # librdkafka at build time
     assert f["s3"] == ("s3" in lib_features().split())  # libcurl at build time
     assert f["hdf5"] == ("hdf5" in lib_features().split())
+
+
+def test_features_libdeflate_is_what_the_extension_links():
+    """features()["libdeflate"] names the inflater of gzip HDF5 chunks, which
+    moves bench/hdf5.py's gzip row by ~1.6x in CPU (bench/hdf5.py prints it
+    beside its figures): it must be what the build linked, read from the
+    extension's libraries (ldd), not from the code that reports it."""
+    import shutil
+    from chute import _chute
+    if not shutil.which("ldd"):
+        pytest.skip("no ldd here")
+    p = _run(["ldd", _chute.__file__])
+    assert p.returncode == 0, p.stderr
+    linked = "libdeflate" in p.stdout  # auditwheel's vendored copy keeps the name
+    assert chute.features()["libdeflate"] == linked, p.stdout
 
 
 def test_features_png_agrees_with_decoding_a_png():
@@ -58,7 +73,8 @@ def test_python_m_chute_runs_the_bundled_cli():
     listed = set(lines[1].split()[1:])
     assert lines[1].startswith("features: ")
     f = chute.features()
-    want = {k for k in ("jpeg", "png", "io_uring", "nvml", "s3", "cuda", "hdf5", "kafka") if f[k]}
+    want = {k for k in ("jpeg", "png", "io_uring", "nvml", "s3", "cuda", "hdf5", "kafka",
+                        "libdeflate") if f[k]}
     assert want | ({"http"} if f["s3"] else set()) == listed  # libcurl brings both
     p = _run([sys.executable, "-m", "chute", "no-such-command"])
     assert p.returncode == 2 and "unknown command" in p.stderr
