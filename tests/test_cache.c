@@ -393,6 +393,64 @@ TEST(damaged_after_verified_never_served)
     return 0;
 }
 
+/* Set byte 6 of every block file (the format version in its magic) to
+ * v.  How many were changed. */
+static int set_version(const char *cdir, char v)
+{
+    DIR *d = opendir(cdir);
+    if (!d)
+        return -1;
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        if (!strstr(de->d_name, ".blk"))
+            continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", cdir, de->d_name);
+        int fd = open(p, O_RDWR);
+        if (fd >= 0) {
+            n += pwrite(fd, &v, 1, 6) == 1;
+            close(fd);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* A cache directory written by another version of the format (CHCBLK1:
+ * one CRC per block) is neither served nor counted as corrupt: each block
+ * is refetched once and its file replaced, then served. */
+TEST(old_format_files_refilled)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("oldfmt", origin, cdir, &want) == 0, "setup");
+    ch_cache *c;
+    CHECK(open_cache(cdir, 0, &c) == CHUTE_OK, "create");
+    CHECK(read_all(ch_cache_source(c), origin, want, 1) == 0, "fill");
+    ch_cache_destroy(c);
+    CHECK(set_version(cdir, '1') == (int)NBLK, "mark every file as version 1");
+    atomic_store(g_origin_reads, 0);
+    CHECK(open_cache(cdir, 0, &c) == CHUTE_OK, "re-create");
+    CHECK(read_all(ch_cache_source(c), origin, want, 2) == 0, "differs after refill");
+    ch_cache_stats st;
+    ch_cache_stats_get(c, &st);
+    CHECK(atomic_load(g_origin_reads) == NBLK && st.corrupt == 0 && st.fills == NBLK,
+          "old files: %llu origin reads (want %u), corrupt %llu (want 0), fills %llu",
+          (unsigned long long)atomic_load(g_origin_reads), NBLK,
+          (unsigned long long)st.corrupt, (unsigned long long)st.fills);
+    CHECK(read_all(ch_cache_source(c), origin, want, 3) == 0, "differs when served");
+    CHECK(atomic_load(g_origin_reads) == NBLK, "the refilled files were not served");
+    int nf, nforeign;
+    dir_usage(cdir, &nf, &nforeign);
+    CHECK(nf == (int)NBLK && nforeign == 0, "%d block files, %d foreign: want %u and 0", nf,
+          nforeign, NBLK);
+    ch_cache_destroy(c);
+    free(want);
+    return 0;
+}
+
 TEST(budget_respected_lru)
 {
     setup();
