@@ -299,6 +299,158 @@ TEST(corrupt_file_detected_and_refetched)
     return 0;
 }
 
+/* Flip one byte `back` bytes before the end of every block file: the
+ * last chunk of each block's data.  How many were damaged. */
+static int corrupt_all(const char *cdir, off_t back)
+{
+    DIR *d = opendir(cdir);
+    if (!d)
+        return -1;
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        if (!strstr(de->d_name, ".blk"))
+            continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", cdir, de->d_name);
+        int fd = open(p, O_RDWR);
+        struct stat st;
+        uint8_t b;
+        if (fd >= 0 && fstat(fd, &st) == 0 && pread(fd, &b, 1, st.st_size - back) == 1) {
+            b ^= 0x40;
+            n += pwrite(fd, &b, 1, st.st_size - back) == 1;
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    closedir(d);
+    return n;
+}
+
+/* Read [0, FSIZE) through handle h in pieces of `step` bytes; 0 when
+ * every byte equals `want`. */
+static int read_handle(const ch_source_ops *s, void *h, const char *p, const uint8_t *want,
+                       size_t step)
+{
+    uint8_t *buf = malloc(step);
+    chute_error e;
+    int bad = !buf;
+    for (uint64_t off = 0; off < FSIZE && !bad; off += step) {
+        size_t n = (size_t)CH_MIN((uint64_t)step, FSIZE - off);
+        bad = s->read_at(h, p, off, buf, n, &e) != CHUTE_OK || memcmp(buf, want + off, n);
+    }
+    free(buf);
+    return bad ? -1 : 0;
+}
+
+/* Every read checks the bytes it serves, not only the first read of a
+ * block by a handle: a cache file damaged on disk after a handle has
+ * read (and verified) it is still never served through that handle.
+ * A read checks the 4 KiB chunks it touches, so a read away from the
+ * damage is still a hit. */
+TEST(damaged_after_verified_never_served)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("reverify", origin, cdir, &want) == 0, "setup");
+    ch_cache *c;
+    CHECK(open_cache(cdir, 0, &c) == CHUTE_OK, "create");
+    const ch_source_ops *s = ch_cache_source(c);
+    CHECK(read_all(s, origin, want, 1) == 0, "fill");
+    CHECK(atomic_load(g_origin_reads) == NBLK, "fill: %llu origin reads",
+          (unsigned long long)atomic_load(g_origin_reads));
+    void *h;
+    uint64_t size;
+    chute_error e;
+    CHECK(ch_src_open(s, origin, &h, &size, &e) == CHUTE_OK, "open");
+    CHECK(read_handle(s, h, origin, want, BLK) == 0, "whole blocks from the cache differ");
+    CHECK(atomic_load(g_origin_reads) == NBLK, "the warm pass read the origin");
+    CHECK(corrupt_all(cdir, 100) == (int)NBLK, "damage every block file");
+    /* The first 4 KiB of each block: away from the damage, still hits. */
+    uint8_t b[4096];
+    for (uint64_t k = 0; k < NBLK; k++)
+        CHECK(s->read_at(h, origin, k * BLK, b, sizeof b, &e) == CHUTE_OK &&
+                  !memcmp(b, want + k * BLK, sizeof b),
+              "block %llu: first 4 KiB differ", (unsigned long long)k);
+    ch_cache_stats st;
+    ch_cache_stats_get(c, &st);
+    CHECK(atomic_load(g_origin_reads) == NBLK && st.corrupt == 0,
+          "reads away from the damage: %llu origin reads (want %u), corrupt %llu (want 0)",
+          (unsigned long long)atomic_load(g_origin_reads), NBLK,
+          (unsigned long long)st.corrupt);
+    /* Whole blocks again through the same handle: each damaged one is
+     * detected and refetched. */
+    CHECK(read_handle(s, h, origin, want, BLK) == 0, "a damaged block was served");
+    ch_cache_stats_get(c, &st);
+    CHECK(atomic_load(g_origin_reads) == 2 * NBLK && st.corrupt == NBLK,
+          "after damage: %llu origin reads (want %u), corrupt %llu (want %u)",
+          (unsigned long long)atomic_load(g_origin_reads), 2 * NBLK,
+          (unsigned long long)st.corrupt, NBLK);
+    s->close(h);
+    ch_cache_destroy(c);
+    free(want);
+    return 0;
+}
+
+/* Set byte 6 of every block file (the format version in its magic) to
+ * v.  How many were changed. */
+static int set_version(const char *cdir, char v)
+{
+    DIR *d = opendir(cdir);
+    if (!d)
+        return -1;
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        if (!strstr(de->d_name, ".blk"))
+            continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", cdir, de->d_name);
+        int fd = open(p, O_RDWR);
+        if (fd >= 0) {
+            n += pwrite(fd, &v, 1, 6) == 1;
+            close(fd);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* A cache directory written by another version of the format (CHCBLK1:
+ * one CRC per block) is neither served nor counted as corrupt: each block
+ * is refetched once and its file replaced, then served. */
+TEST(old_format_files_refilled)
+{
+    setup();
+    char origin[4096], cdir[4096];
+    uint8_t *want;
+    CHECK(mkwork("oldfmt", origin, cdir, &want) == 0, "setup");
+    ch_cache *c;
+    CHECK(open_cache(cdir, 0, &c) == CHUTE_OK, "create");
+    CHECK(read_all(ch_cache_source(c), origin, want, 1) == 0, "fill");
+    ch_cache_destroy(c);
+    CHECK(set_version(cdir, '1') == (int)NBLK, "mark every file as version 1");
+    atomic_store(g_origin_reads, 0);
+    CHECK(open_cache(cdir, 0, &c) == CHUTE_OK, "re-create");
+    CHECK(read_all(ch_cache_source(c), origin, want, 2) == 0, "differs after refill");
+    ch_cache_stats st;
+    ch_cache_stats_get(c, &st);
+    CHECK(atomic_load(g_origin_reads) == NBLK && st.corrupt == 0 && st.fills == NBLK,
+          "old files: %llu origin reads (want %u), corrupt %llu (want 0), fills %llu",
+          (unsigned long long)atomic_load(g_origin_reads), NBLK,
+          (unsigned long long)st.corrupt, (unsigned long long)st.fills);
+    CHECK(read_all(ch_cache_source(c), origin, want, 3) == 0, "differs when served");
+    CHECK(atomic_load(g_origin_reads) == NBLK, "the refilled files were not served");
+    int nf, nforeign;
+    dir_usage(cdir, &nf, &nforeign);
+    CHECK(nf == (int)NBLK && nforeign == 0, "%d block files, %d foreign: want %u and 0", nf,
+          nforeign, NBLK);
+    ch_cache_destroy(c);
+    free(want);
+    return 0;
+}
+
 TEST(budget_respected_lru)
 {
     setup();
@@ -532,7 +684,7 @@ static void *sh_main(void *p)
 }
 
 /* One handle read by many threads at once (as shards share theirs): the
- * lazy inner open and the per-handle verification memo are shared. */
+ * lazy inner open and the per-handle LRU memo are shared. */
 TEST(shared_handle_many_threads)
 {
     setup();

@@ -10,13 +10,21 @@
  *
  * What it must never do:
  *  - serve bytes it has not verified.  A cache file is a 64-byte header
- *    (magic, block, lengths, the origin's size and mtime, a CRC32C of the
- *    data and one of the header), the key (source name + path), then the
- *    data.  A handle verifies the whole data CRC the first time it meets a
- *    cache file (an inode), and the header on every open (read_file, with
- *    no handle, verifies the whole file every time); a damaged file
- *    is removed and the block refetched (counted as corrupt).  A changed
- *    origin (size or mtime differ) makes every old block stale.
+ *    (magic, block, lengths, the origin's size and mtime, the chunk size
+ *    and a CRC32C of the header and key), the key (source name + path),
+ *    a table of one CRC32C per 4 KiB chunk of the data, then the data.
+ *    Every read checks the header and the CRC of every chunk it touches,
+ *    widened to whole chunks in one preadv (the widening lands in stack
+ *    scratch, the rest straight in the caller's buffer): bytes damaged on
+ *    disk after an earlier read are still caught, and a sample costs a
+ *    CRC of its own bytes, not of its 8 MiB block.  (Until 2026-11 a
+ *    handle verified a block's single CRC once, into an 8 MiB buffer, and
+ *    trusted the inode after: every new process, so every epoch of
+ *    `chute bench`, re-read each block whole, ~10% of a warm epoch's CPU,
+ *    and damage after that first read went unseen.)  A damaged file is
+ *    removed and the block refetched (counted as corrupt).  A changed
+ *    origin (size or mtime differ) makes every old block stale, and so
+ *    does a file of another format version (refilled in place).
  *  - let a key escape the directory.  File names are a 128-bit hash of
  *    (source, path, block, block size) in hex: nothing the user or a
  *    remote listing controls ("..", "/", spaces, unicode) reaches a
@@ -41,7 +49,8 @@
  * locks/evict.lock, updated under its flock at each rename.  When a fill
  * would pass the budget the directory is scanned (its true size) and
  * block files are removed oldest-mtime first.  A handle sets a file's
- * mtime to now the first time it verifies it, and a fill creates it, so
+ * mtime to now the first time it reads it (a memo of (block, inode)
+ * fingerprints per handle), and a fill creates it, so
  * mtime is a cheap access time (atime is unreliable: noatime/relatime).
  * The counter only ever over-estimates (a file removed by hand), which
  * triggers a scan that corrects it.  Temporary files older than ten
@@ -50,8 +59,9 @@
  *
  * No global state: the cache is an object and its ops table lives in it
  * (ch_source_ops version 3: `self` and the *_s entries).  Steady state (a
- * warm cache) is open + pread + pread + fstat + close per read, with no
- * lock and no allocation; misses allocate one block buffer.
+ * warm cache) is open + fstat + pread (header) + pread (chunk CRCs) +
+ * preadv + close per read, with no lock and no allocation; misses
+ * allocate one block buffer and its CRC table.
  *
  * The RAM tier (cache_ram_bytes) sits in front of the disk tier, or
  * alone when there is no cache_dir: whole blocks kept in memory, least
@@ -85,10 +95,13 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #define HDR 64
+#define CHUNK 4096u       /* data bytes per CRC in a cache file */
+#define SEG_CHUNKS 256u   /* chunks checked per preadv (1 MiB) */
 #define KEY_MAX 4000
 #define MEMO 1024
 #define STRIPES 256
@@ -118,8 +131,8 @@ typedef struct cache_file {
     int cacheable;
     pthread_mutex_t mu;        /* guards the lazy open of inner_h */
     void *_Atomic inner_h;
-    /* Fingerprints of (block, inode) this handle has verified, MEMO
-     * slots; NULL (read_file) verifies on every open. */
+    /* Fingerprints of (block, inode) whose mtime this handle has set
+     * (the LRU), MEMO slots; NULL (read_file) sets it on every read. */
     _Atomic uint64_t *memo;
 } cache_file;
 
@@ -193,11 +206,15 @@ static uint32_t get32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static const char k_magic[8] = {'C', 'H', 'C', 'B', 'L', 'K', '1', 0};
+static const char k_magic[8] = {'C', 'H', 'C', 'B', 'L', 'K', '2', 0};
 
 /* Layout: magic[8] keylen u32 pad u32 block u64 block_bytes u64 len u64
- * origin_size u64 origin_mtime u64 data_crc u32 hdr_crc u32 (= 64). */
-static void hdr_build(const cache_file *f, uint64_t k, uint64_t len, uint32_t dcrc, uint8_t *h)
+ * origin_size u64 origin_mtime u64 chunk_bytes u32 hdr_crc u32 (= 64),
+ * then the key, then one CRC32C (u32) per chunk of the data, then the
+ * data.  hdr_crc covers the 60 bytes before it and the key. */
+static uint64_t n_chunks(uint64_t len) { return (len + CHUNK - 1) / CHUNK; }
+
+static void hdr_build(const cache_file *f, uint64_t k, uint64_t len, uint8_t *h)
 {
     memset(h, 0, HDR);
     memcpy(h, k_magic, 8);
@@ -207,7 +224,7 @@ static void hdr_build(const cache_file *f, uint64_t k, uint64_t len, uint32_t dc
     put64(h + 32, len);
     put64(h + 40, f->size);
     put64(h + 48, (uint64_t)f->mtime);
-    put32(h + 56, dcrc);
+    put32(h + 56, CHUNK);
     uint32_t hc = fmt_crc32c(fmt_crc32c(0, h, 60), f->key, f->keylen);
     put32(h + 60, hc);
 }
@@ -236,8 +253,69 @@ static void drop_corrupt(cache_file *f, const char *p, const struct stat *st)
     atomic_fetch_add(&f->c->n_corrupt, 1);
 }
 
+/* A read of [boff, boff+len) of a block widened to whole chunks lands in
+ * up to three pieces: the head of its first chunk (scratch), the caller's
+ * bytes, the tail of its last chunk (scratch).  The CRC of the block's
+ * bytes [from, to), which lie in those pieces. */
+typedef struct piece {
+    uint64_t at, n; /* block offsets [at, at+n) */
+    const uint8_t *p;
+} piece;
+
+static uint32_t pieces_crc(const piece *pc, int np, uint64_t from, uint64_t to)
+{
+    uint32_t crc = 0;
+    for (int i = 0; i < np && from < to; i++) {
+        uint64_t e = pc[i].at + pc[i].n;
+        if (from >= e || pc[i].n == 0)
+            continue;
+        uint64_t x = CH_MIN(to, e);
+        crc = fmt_crc32c(crc, pc[i].p + (from - pc[i].at), (size_t)(x - from));
+        from = x;
+    }
+    return crc;
+}
+
+/* Read [boff, boff+len) of the block whose data starts at file offset
+ * doff into dst, verifying every chunk it touches against the table at
+ * file offset toff.  0 when every chunk matched. */
+static int read_verified(int fd, uint64_t toff, uint64_t doff, uint64_t bl, uint64_t boff,
+                         uint8_t *dst, size_t len)
+{
+    uint8_t head[CHUNK], tail[CHUNK], tab[4 * SEG_CHUNKS];
+    uint64_t end = boff + len;
+    uint64_t c = boff / CHUNK, cend = n_chunks(end);
+    while (c < cend) {
+        uint64_t cn = CH_MIN(cend - c, (uint64_t)SEG_CHUNKS);
+        uint64_t s0 = c * CHUNK, s1 = CH_MIN((c + cn) * CHUNK, bl);
+        if (pread(fd, tab, (size_t)(4 * cn), (off_t)(toff + 4 * c)) != (ssize_t)(4 * cn))
+            return -1;
+        piece pc[3];
+        struct iovec iov[3];
+        int np = 0;
+        uint64_t a = CH_MAX(s0, boff), b = CH_MIN(s1, end);
+        if (s0 < a) /* only in the first segment: a == boff, a - s0 < CHUNK */
+            pc[np++] = (piece){s0, a - s0, head};
+        pc[np++] = (piece){a, b - a, dst + (a - boff)};
+        if (b < s1) /* only in the last segment: s1 - b < CHUNK */
+            pc[np++] = (piece){b, s1 - b, tail};
+        for (int i = 0; i < np; i++)
+            iov[i] = (struct iovec){(void *)pc[i].p, (size_t)pc[i].n};
+        if (preadv(fd, iov, np, (off_t)(doff + s0)) != (ssize_t)(s1 - s0))
+            return -1;
+        for (uint64_t i = 0; i < cn; i++) {
+            uint64_t from = (c + i) * CHUNK, to = CH_MIN(from + CHUNK, bl);
+            if (pieces_crc(pc, np, from, to) != get32(tab + 4 * i))
+                return -1;
+        }
+        c += cn;
+    }
+    return 0;
+}
+
 /* Serve [boff, boff+len) of block k from its cache file.  1 served,
- * 0 not there / stale / damaged (the caller fetches). */
+ * 0 not there / stale / damaged (the caller fetches; on damage dst may
+ * hold junk, which the refetch overwrites). */
 static int try_hit(cache_file *f, uint64_t k, const char *p, uint64_t boff, void *dst,
                    size_t len)
 {
@@ -245,7 +323,6 @@ static int try_hit(cache_file *f, uint64_t k, const char *p, uint64_t boff, void
     if (fd < 0)
         return 0;
     int served = 0;
-    uint8_t *blk = NULL;
     struct stat st;
     uint8_t h[HDR + KEY_MAX];
     size_t hl = HDR + f->keylen;
@@ -253,45 +330,34 @@ static int try_hit(cache_file *f, uint64_t k, const char *p, uint64_t boff, void
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
         goto out;
     ssize_t n = pread(fd, h, hl, 0);
+    if (n == (ssize_t)hl && memcmp(h, k_magic, 6) == 0 && h[6] != k_magic[6])
+        goto out; /* another version of the format: refilled in place */
     if (n != (ssize_t)hl || memcmp(h, k_magic, 8) ||
-        get32(h + 60) != fmt_crc32c(fmt_crc32c(0, h, 60), h + HDR, f->keylen) ||
-        (uint64_t)st.st_size != hl + get64(h + 32)) {
+        get32(h + 60) != fmt_crc32c(fmt_crc32c(0, h, 60), h + HDR, f->keylen)) {
         drop_corrupt(f, p, &st); /* truncated, torn or overwritten */
         goto out;
     }
     if (get32(h + 8) != f->keylen || memcmp(h + HDR, f->key, f->keylen) || get64(h + 16) != k ||
         get64(h + 24) != f->c->block || get64(h + 32) != bl || get64(h + 40) != f->size ||
-        (int64_t)get64(h + 48) != f->mtime)
+        (int64_t)get64(h + 48) != f->mtime || get32(h + 56) != CHUNK)
         goto out; /* another key (hash collision) or a changed origin: refill */
-    uint64_t fp = memo_fp(k, (uint64_t)st.st_ino);
-    _Atomic uint64_t *m = f->memo ? &f->memo[k % MEMO] : NULL;
-    if (m && atomic_load_explicit(m, memory_order_relaxed) == fp) {
-        n = pread(fd, dst, len, (off_t)(hl + boff));
-        served = n == (ssize_t)len;
-        goto out;
-    }
-    /* Verify the whole block: straight into dst when it wants all of it
-     * (read_file of a small file: no allocation), else via a buffer.  On
-     * a mismatch dst holds junk, which the refetch overwrites. */
-    uint8_t *v = dst;
-    if (boff != 0 || len != bl) {
-        v = blk = malloc(bl ? bl : 1);
-        if (!blk)
-            goto out;
-    }
-    n = pread(fd, v, bl, (off_t)hl);
-    if (n != (ssize_t)bl || fmt_crc32c(0, v, bl) != get32(h + 56)) {
+    /* bl <= block <= 1 GiB and hl is small: no overflow below. */
+    uint64_t toff = hl, doff = hl + 4 * n_chunks(bl);
+    if ((uint64_t)st.st_size != doff + bl ||
+        read_verified(fd, toff, doff, bl, boff, dst, len) != 0) {
         drop_corrupt(f, p, &st);
         goto out;
     }
-    if (blk)
-        memcpy(dst, blk + boff, len);
-    if (m)
-        atomic_store_explicit(m, fp, memory_order_relaxed);
-    futimens(fd, NULL); /* LRU: used now (best effort) */
+    /* LRU: used now (best effort), once per handle and cache file. */
+    uint64_t fp = memo_fp(k, (uint64_t)st.st_ino);
+    _Atomic uint64_t *m = f->memo ? &f->memo[k % MEMO] : NULL;
+    if (!m || atomic_load_explicit(m, memory_order_relaxed) != fp) {
+        futimens(fd, NULL);
+        if (m)
+            atomic_store_explicit(m, fp, memory_order_relaxed);
+    }
     served = 1;
 out:
-    free(blk);
     close(fd);
     if (served)
         atomic_fetch_add(&f->c->n_hits, 1);
@@ -485,22 +551,36 @@ static void fill(cache_file *f, uint64_t k, const char *final, const uint8_t *da
                  uint64_t bl)
 {
     ch_cache *c = f->c;
-    uint64_t need = HDR + f->keylen + bl;
+    uint64_t nc = n_chunks(bl);
+    uint64_t need = HDR + f->keylen + 4 * nc + bl; /* bl <= 1 GiB: no overflow */
     if (need > c->budget)
         return; /* larger than the whole budget: never cached */
+    uint8_t *tab = malloc(nc ? 4 * nc : 1);
+    if (!tab) {
+        fallback(c, "out of memory for the checksums of", final, ENOMEM);
+        return;
+    }
+    for (uint64_t i = 0; i < nc; i++) {
+        uint64_t at = i * CHUNK;
+        put32(tab + 4 * i, fmt_crc32c(0, data + at, (size_t)CH_MIN((uint64_t)CHUNK, bl - at)));
+    }
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%llu", final, (long)getpid(),
              (unsigned long long)atomic_fetch_add(&c->seq, 1));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) {
         fallback(c, "cannot create", tmp, errno);
+        free(tab);
         return;
     }
     uint8_t h[HDR];
-    hdr_build(f, k, bl, fmt_crc32c(0, data, bl), h);
+    hdr_build(f, k, bl, h);
     int werr = write_full(fd, h, HDR);
     if (!werr)
         werr = write_full(fd, f->key, f->keylen);
+    if (!werr)
+        werr = write_full(fd, tab, 4 * nc);
+    free(tab);
     if (!werr)
         werr = write_full(fd, data, bl);
     if (close(fd) != 0 && !werr)
@@ -911,7 +991,7 @@ static int cache_read_file(void *self, const char *path, void *buf, size_t cap,
                            size_t *out_len, chute_error *err)
 {
     /* On the stack: a tree reads every sample this way, and steady state
-     * allocates nothing (no memo: each open verifies the whole file). */
+     * allocates nothing (no memo: each read sets the files' mtime). */
     cache_file fs, *f = &fs;
     int rc = file_init(self, path, f, err);
     if (rc != CHUTE_OK)
