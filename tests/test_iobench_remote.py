@@ -171,6 +171,10 @@ def sequential(ctx):
                       % (chunks, j.get("requests"), j.get("bytes"), total))
             ctx.check(j["pattern"] == "sequential" and j["range_bytes"] == bs, "fields: %r" % j)
             sane_latency(ctx, j, "sequential")
+            # the process's CPU time while measuring: at most every thread busy throughout
+            ctx.check(0 <= j["cpu_seconds"] <= j["seconds"] * (j["threads"] + 1) + 0.01,
+                      "cpu_seconds %r for %r s with %r threads" % (j["cpu_seconds"], j["seconds"],
+                                                                   j["threads"]))
     finally:
         w.stop()
 
