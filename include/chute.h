@@ -1001,7 +1001,7 @@ typedef struct chute_infer_options {
     int no_dct_scale;         /* as chute_loader_options */
     uint64_t max_pixels;      /* default 64 Mpx */
     uint64_t max_sample_bytes;/* default 64 MiB */
-    uint32_t max_batch;       /* requests per batch, 1..4096; default 8 */
+    uint32_t max_batch;       /* requests per batch, 1..1024; default 8 */
     uint32_t max_delay_us;    /* deadline of a batch's oldest request; default 1000,
                                  at most 10 s.  For no batching set max_batch = 1. */
     uint32_t workers;         /* decode threads; default chute_default_workers() */
@@ -1013,6 +1013,18 @@ typedef struct chute_infer_options {
     int pretouch;             /* nonzero: batch buffers rounded up to 2 MiB and
                                  pre-faulted at create, as the training loader's
                                  ring (for comparing first-request latency) */
+    uint32_t worker_slice_us; /* the CPU slice each worker asks the scheduler for,
+                                 100..100000 us; 0 = the kernel's default.  Linux
+                                 6.12+ (EEVDF; sched_setattr's sched_runtime), a
+                                 no-op elsewhere.  A slice longer than the calling
+                                 threads' (the default: 0.7 ms x (1 + log2 CPUs, at
+                                 most 8)) lets a thread that submits or polls preempt
+                                 a decoding worker the moment it wakes, instead of
+                                 waiting out the worker's slice; each thread still
+                                 gets the same share of CPU.  For when the cores are
+                                 shared by the workers and the request path (fewer
+                                 cores than workers + submitting and polling
+                                 threads): `chute bench --preset latency` sets 4000. */
 } chute_infer_options;
 
 /* Create a session; its worker threads start at once and wait for
@@ -1098,6 +1110,10 @@ typedef struct chute_infer_stats {
     uint32_t slots;           /* batch buffers */
     size_t slot_bytes;        /* bytes of one batch buffer */
     chute_latency queue, decode, transform, total;
+    uint32_t worker_slice_us; /* the slice the workers run with, as the kernel reports
+                                 it (worker_slice_us or the kernel's default) once
+                                 they have started; 0 where it reports none (before
+                                 Linux 6.12) */
 } chute_infer_stats;
 
 /* Snapshot; any thread. */
