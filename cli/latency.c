@@ -131,7 +131,7 @@ typedef struct driver {
  * less CPU than the 50 us spin before every request did.  How late each
  * submit still was is recorded and reported (late_*). */
 #define SPIN_NS 20000ull
-#define GEN_SLICE_US 100u
+#define GEN_SLICE_US 100u /* the request path: generator and poller */
 static void sleep_until(uint64_t t)
 {
     if (t > SPIN_NS) {
@@ -155,7 +155,8 @@ static void *submit_main(void *p)
      * processes, the generator preempts at once instead of waiting out
      * the running thread's slice (1.4 ms on 2 cores).  The arrival times
      * are the same; they only go out closer to them, and how late each
-     * still went out counts (late_*).  Its CPU share is unchanged. */
+     * still went out counts (late_*).  Its CPU share is unchanged.  The
+     * polling thread does the same (run_rate). */
     ch_thread_slice(GEN_SLICE_US);
     for (uint64_t i = 0; i < d->n; i++) {
         uint64_t due = d->t0 + d->at[i];
@@ -278,6 +279,12 @@ static int run_rate(const lat_cfg *c, double rate, double dur, lat_result *r, ch
         snprintf(err->message, sizeof err->message, "cannot start the submitting thread");
         return CHUTE_ENOMEM;
     }
+    /* The polling thread is the request path too (it stands for a
+     * server's thread that hands tensors to the model): the same short
+     * slice as the generator, asked for after the session's workers and
+     * the generator were created (threads inherit their creator's slice)
+     * and given back after the run. */
+    ch_thread_slice(GEN_SLICE_US);
     chute_infer_batch *b;
     while ((rc = chute_infer_poll(d.s, -1, &b)) == CHUTE_OK) {
         uint64_t now = mono_ns();
@@ -299,6 +306,7 @@ static int run_rate(const lat_cfg *c, double rate, double dur, lat_result *r, ch
         }
         chute_infer_batch_release(b);
     }
+    ch_thread_slice_default();
     pthread_join(th, NULL);
     chute_infer_get_stats(d.s, &r->st);
     chute_infer_destroy(d.s);
@@ -509,8 +517,7 @@ int cmd_bench_latency(int argc, char **argv)
          "batching deadline of a batch's oldest request (default 1000)"},
         {"--workers", CLI_U32, &io.workers, NULL, 1, 1024, "decode threads (default: the CPUs)"},
         {"--worker-slice-us", CLI_U32, &io.worker_slice_us, NULL, 100, 100000,
-         "scheduler slice the workers ask for (Linux 6.12+; default: the kernel's; "
-         "--preset latency: 4000)"},
+         "scheduler slice the workers ask for (Linux 6.12+; default: the kernel's)"},
         {"--queue-capacity", CLI_U32, &io.queue_capacity, NULL, 1, 65536,
          "requests admitted and not yet released (default max(4 x max batch, 64))"},
         {"--unordered", CLI_FLAG, &ordered_only, NULL, 0, 0, "let finished batches overtake"},
@@ -551,8 +558,6 @@ int cmd_bench_latency(int argc, char **argv)
     if (preset == 1) {
         if (!io.max_batch)
             io.max_batch = 1;
-        if (!io.worker_slice_us)
-            io.worker_slice_us = 4000;
         ordered_only = 1;
     }
     io.unordered = ordered_only;

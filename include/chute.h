@@ -1014,17 +1014,20 @@ typedef struct chute_infer_options {
                                  pre-faulted at create, as the training loader's
                                  ring (for comparing first-request latency) */
     uint32_t worker_slice_us; /* the CPU slice each worker asks the scheduler for,
-                                 100..100000 us; 0 = the kernel's default.  Linux
-                                 6.12+ (EEVDF; sched_setattr's sched_runtime), a
-                                 no-op elsewhere.  A slice longer than the calling
-                                 threads' (the default: 0.7 ms x (1 + log2 CPUs, at
-                                 most 8)) lets a thread that submits or polls preempt
-                                 a decoding worker the moment it wakes, instead of
-                                 waiting out the worker's slice; each thread still
-                                 gets the same share of CPU.  For when the cores are
-                                 shared by the workers and the request path (fewer
-                                 cores than workers + submitting and polling
-                                 threads): `chute bench --preset latency` sets 4000. */
+                                 100..100000 us; 0 = the kernel's default (also
+                                 when the thread that creates the session has a
+                                 slice of its own: it is not passed on).  Linux
+                                 6.12+ (EEVDF; sched_setattr's sched_runtime, nice
+                                 and policy kept), a no-op elsewhere.  When the
+                                 workers share the cores with the threads that
+                                 submit and poll, a thread woken while the workers
+                                 decode waits out a worker's slice (0.7 ms x
+                                 (1 + log2 CPUs, at most 8)) unless its own slice
+                                 is shorter: give the request path a short slice
+                                 (sched_setattr on those threads, as `chute bench
+                                 --preset latency` does, after creating the
+                                 session) or, where the caller cannot, the workers
+                                 a longer one here.  Shares of CPU do not change. */
 } chute_infer_options;
 
 /* Create a session; its worker threads start at once and wait for

@@ -7,7 +7,9 @@
  * full queue and a closed session refuse clearly, four threads may
  * submit at once (run this file under the TSan build too), and
  * worker_slice_us gives the workers, and only them, that scheduler slice
- * without touching their nice value (as the kernel reports each thread).
+ * without touching their nice value, and without it they run with the
+ * kernel's default, not their creator's (as the kernel reports each
+ * thread).
  *
  * Uses the fixture photo tree (--data DIR); skips without it.
  */
@@ -824,7 +826,8 @@ typedef struct creator_arg {
     char msg[256];
 } creator_arg;
 
-/* Creates the session from a thread at nice 3: its workers inherit that. */
+/* Creates the session from a thread at nice 3 on a 2.5 ms slice: its
+ * workers inherit both unless chute changes them. */
 static void *nice_creator(void *p)
 {
     creator_arg *c = p;
@@ -832,6 +835,15 @@ static void *nice_creator(void *p)
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 3) != 0) {
         c->rc = -1;
         snprintf(c->msg, sizeof c->msg, "setpriority: %s", strerror(errno));
+        return NULL;
+    }
+    struct probe_attr a = {0};
+    a.size = sizeof a;
+    a.nice = 3;
+    a.runtime = 2500000;
+    if (syscall(SYS_sched_setattr, 0, &a, 0) != 0) {
+        c->rc = -1;
+        snprintf(c->msg, sizeof c->msg, "sched_setattr: %s", strerror(errno));
         return NULL;
     }
     c->rc = chute_infer_create(&c->o, &c->s, &err);
@@ -880,22 +892,30 @@ TEST(worker_slice_is_the_workers_own)
     CHECK(st.worker_slice_us == 3000, "stats say %u us", st.worker_slice_us);
     chute_infer_destroy(c.s);
 
-    /* Without the option nobody's slice changes; stats report the
-     * kernel's default, which is what this (untouched) thread has. */
-    o = (chute_infer_options){0};
-    o.size = 16;
-    o.workers = 2;
-    CHECK(chute_infer_create(&o, &s, &err) == CHUTE_OK, "%s", err.message);
+    /* Without the option the workers run with the kernel's default (what
+     * this untouched thread has), not with the 2.5 ms slice of the thread
+     * that created them; still at its nice 3. */
+    c = (creator_arg){0};
+    c.o.size = 16;
+    c.o.workers = 2;
+    CHECK(pthread_create(&th, NULL, nice_creator, &c) == 0, "creator thread");
+    pthread_join(th, NULL);
+    CHECK(c.rc == CHUTE_OK, "create at nice 3: %s", c.msg);
+    /* (this thread has the default slice too, at nice 0) */
     for (int i = 0; i < 1000; i++) {
-        chute_infer_get_stats(s, &st);
-        if (st.worker_slice_us)
+        threads_with_slice(main_slice, 123, &at_nice3);
+        if (at_nice3 >= 2)
             break;
         usleep(10000);
     }
+    CHECK(at_nice3 == 2, "%d threads at nice 3 with the default slice, want the 2 workers",
+          at_nice3);
+    CHECK(threads_with_slice(2500000, 123, &at_nice3) == 0, "a worker kept its creator's slice");
+    chute_infer_get_stats(c.s, &st);
     CHECK(st.worker_slice_us == main_slice / 1000, "default session: %u us, this thread %llu ns",
           st.worker_slice_us, (unsigned long long)main_slice);
     CHECK(threads_with_slice(3000000, 123, &at_nice3) == 0, "a 3 ms slice left over");
-    chute_infer_destroy(s);
+    chute_infer_destroy(c.s);
     return 0;
 }
 

@@ -453,7 +453,7 @@ typedef struct ch_sched_attr {
     uint32_t util_min, util_max;
 } ch_sched_attr;
 
-uint32_t ch_thread_slice(uint32_t us)
+static uint32_t thread_slice(uint32_t us, int set)
 {
 #if defined(__linux__) && defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
     enum { POLICY_OTHER = 0, POLICY_BATCH = 3, FLAG_RESET_ON_FORK = 1 };
@@ -461,14 +461,14 @@ uint32_t ch_thread_slice(uint32_t us)
     memset(&a, 0, sizeof a);
     if (syscall(SYS_sched_getattr, 0, &a, (unsigned)sizeof a, 0u) != 0)
         return 0;
-    if (us && (a.policy == POLICY_OTHER || a.policy == POLICY_BATCH)) {
+    if (set && (a.policy == POLICY_OTHER || a.policy == POLICY_BATCH)) {
         ch_sched_attr w;
         memset(&w, 0, sizeof w);
         w.size = sizeof w;
         w.policy = a.policy;
         w.flags = a.flags & FLAG_RESET_ON_FORK; /* no util clamp: leave it as it is */
         w.nice = a.nice;
-        w.runtime = (uint64_t)us * 1000u;
+        w.runtime = (uint64_t)us * 1000u; /* 0: the kernel's default again */
         if (syscall(SYS_sched_setattr, 0, &w, 0u) != 0)
             return 0;
         memset(&a, 0, sizeof a);
@@ -481,6 +481,11 @@ uint32_t ch_thread_slice(uint32_t us)
     return got > UINT32_MAX ? UINT32_MAX : (uint32_t)got;
 #else
     (void)us;
+    (void)set;
     return 0;
 #endif
 }
+
+uint32_t ch_thread_slice(uint32_t us) { return thread_slice(us, us != 0); }
+
+uint32_t ch_thread_slice_default(void) { return thread_slice(0, 1); }

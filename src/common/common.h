@@ -121,6 +121,10 @@ int ch_online_cores(void);
  * 0 where it reports none (an older kernel, another OS, a seccomp filter
  * refusing the call). */
 uint32_t ch_thread_slice(uint32_t us);
+/* Back to the kernel's default slice (a thread inherits its creator's
+ * slice: a worker started by a thread that asked for a short one would
+ * otherwise run with it).  Returns the slice in force, as above. */
+uint32_t ch_thread_slice_default(void);
 
 /* How many CPUs this process may use, and why: the default for worker
  * and pack thread counts.  Starts from the online cores, takes the

@@ -39,11 +39,13 @@
  *     tail was mostly scheduling: a submitter or poller woken while both
  *     workers decoded waited out a worker's slice (1.4 ms on 2 cores)
  *     before it ran, so arrivals went out late and finished tensors sat
- *     for up to a slice before poll returned them.  `worker_slice_us`
- *     gives the workers a longer slice than the request path's (Linux
- *     6.12+ EEVDF): a waking thread with a shorter slice preempts at once,
- *     and nobody's share of CPU changes (session 6: hand-out p99 from
- *     ~0.8 to ~0.05 ms, bench/results-latency.md).
+ *     for up to a slice before poll returned them.  EEVDF (Linux 6.12+)
+ *     lets a waking thread with a shorter slice than the running one
+ *     preempt at once.  The request path's threads are the caller's, so
+ *     the caller gives them a short slice (the bench does); workers are
+ *     put back on the kernel's default so they do not inherit it from the
+ *     creating thread; `worker_slice_us` gives them a longer one instead,
+ *     for callers that cannot touch their threads.
  *
  * The sample itself is made exactly as loader.c's fill_sample makes an
  * EVAL or NONE sample (same geometry, same DCT-scale rule, same fused
@@ -316,7 +318,10 @@ static void *worker_main(void *arg)
 {
     iworker *w = arg;
     chute_infer *s = w->s;
-    uint32_t slice = ch_thread_slice(s->slice_us);
+    /* Threads inherit their creator's slice: without worker_slice_us the
+     * workers go back to the kernel's default, so a caller that gave its
+     * own (polling) thread a short slice does not pass it on to them. */
+    uint32_t slice = s->slice_us ? ch_thread_slice(s->slice_us) : ch_thread_slice_default();
     pthread_mutex_lock(&s->mu);
     w->slice_us = slice;
     for (;;) {
