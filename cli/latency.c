@@ -322,8 +322,8 @@ static int run_rate(const lat_cfg *c, double rate, double dur, lat_result *r, ch
         sum += d.lat[i] == UINT64_MAX ? 0 : d.lat[i];
     r->mean_ms = n > r->rejected ? (double)(sum / (n - r->rejected)) / 1e6 : 0;
     tail_of(r, added, d.late, qw, sv, dl, c, n);
+    pcts_of(&r->late, d.late, n); /* sorts d.late */
     r->late_submit_p99_ms = pct_ms(d.late, n, 0.99);
-    pcts_of(&r->late, d.late, n);
     pcts_of(&r->added, added, n);
     pcts_of(&r->queue, qw, n);
     pcts_of(&r->service, sv, n);
