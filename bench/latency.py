@@ -131,6 +131,26 @@ def pct(sorted_v, q):
     return sorted_v[min(len(sorted_v) - 1, max(0, math.ceil(q * len(sorted_v)) - 1))]
 
 
+def thread_slice(us):
+    """cli/latency.c's generator slice for the calling thread (Linux 6.12+
+    sched_setattr: SCHED_OTHER, nice kept, sched_runtime = us; 0 = the
+    kernel's default again): the peer's generator gets what chute's gets.
+    Does nothing where the call is unknown or refused."""
+    import ctypes
+    import struct
+    nr = {"x86_64": 314, "aarch64": 274}.get(os.uname().machine)
+    if nr is None:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        nice = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's (Linux: per thread)
+        attr = struct.pack("=IIQiIQQQII", 56, 0, 0, nice, 0, us * 1000, 0, 0, 0, 0)
+        buf = ctypes.create_string_buffer(attr, len(attr))
+        libc.syscall(nr, 0, buf, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def python_open_loop(blobs, idle, tf, rate, duration, workers, seed):
     """Serve the Poisson schedule with `workers` threads; per-request ms."""
     arr = poisson(rate, duration, seed)
@@ -150,12 +170,14 @@ def python_open_loop(blobs, idle, tf, rate, duration, workers, seed):
     th = [threading.Thread(target=serve) for _ in range(workers)]
     for t in th:
         t.start()
+    thread_slice(100)  # after the start: the serving threads keep the default
     for i, a in enumerate(arr):
         d = t0 + a - time.perf_counter()
         if d > 0:
             time.sleep(d)
         late[i] = (time.perf_counter() - (t0 + a)) * 1e3
         q.put(i)
+    thread_slice(0)
     for _ in th:
         q.put(None)
     for t in th:

@@ -19,7 +19,7 @@
 # to bench/data/latency/results.json.  Definitions are printed with the
 # tables (and in bench/README.md).
 #
-#   --quick   fewer/shorter runs (repeat 1, 5 s runs, 8 probes): minutes
+#   --quick   shorter runs (5 s runs, 8 probes; still --repeat, default 3): minutes
 #   --tiny    seconds: checks that everything runs (no figures)
 set -u -o pipefail
 

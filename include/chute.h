@@ -1004,7 +1004,7 @@ typedef struct chute_infer_options {
     int no_dct_scale;         /* as chute_loader_options */
     uint64_t max_pixels;      /* default 64 Mpx */
     uint64_t max_sample_bytes;/* default 64 MiB */
-    uint32_t max_batch;       /* requests per batch, 1..4096; default 8 */
+    uint32_t max_batch;       /* requests per batch, 1..1024; default 8 */
     uint32_t max_delay_us;    /* deadline of a batch's oldest request; default 1000,
                                  at most 10 s.  For no batching set max_batch = 1. */
     uint32_t workers;         /* decode threads; default chute_default_workers() */
@@ -1016,6 +1016,21 @@ typedef struct chute_infer_options {
     int pretouch;             /* nonzero: batch buffers rounded up to 2 MiB and
                                  pre-faulted at create, as the training loader's
                                  ring (for comparing first-request latency) */
+    uint32_t worker_slice_us; /* the CPU slice each worker asks the scheduler for,
+                                 100..100000 us; 0 = the kernel's default (also
+                                 when the thread that creates the session has a
+                                 slice of its own: it is not passed on).  Linux
+                                 6.12+ (EEVDF; sched_setattr's sched_runtime, nice
+                                 and policy kept), a no-op elsewhere.  When the
+                                 workers share the cores with the threads that
+                                 submit and poll, a thread woken while the workers
+                                 decode waits out a worker's slice (0.7 ms x
+                                 (1 + log2 CPUs, at most 8)) unless its own slice
+                                 is shorter: give the request path a short slice
+                                 (sched_setattr on those threads, as `chute bench
+                                 --preset latency` does, after creating the
+                                 session) or, where the caller cannot, the workers
+                                 a longer one here.  Shares of CPU do not change. */
 } chute_infer_options;
 
 /* Create a session; its worker threads start at once and wait for
@@ -1101,6 +1116,10 @@ typedef struct chute_infer_stats {
     uint32_t slots;           /* batch buffers */
     size_t slot_bytes;        /* bytes of one batch buffer */
     chute_latency queue, decode, transform, total;
+    uint32_t worker_slice_us; /* the slice the workers run with, as the kernel reports
+                                 it (worker_slice_us or the kernel's default) once
+                                 they have started; 0 where it reports none (before
+                                 Linux 6.12) */
 } chute_infer_stats;
 
 /* Snapshot; any thread. */

@@ -4,8 +4,12 @@
  * bit (the loader is checked against torchvision by eval_matches_torchvision),
  * every admitted id comes back exactly once, ordered mode keeps submission
  * order, a corrupt request fails alone, the batching deadline is kept, a
- * full queue and a closed session refuse clearly, and four threads may
- * submit at once (run this file under the TSan build too).
+ * full queue and a closed session refuse clearly, four threads may
+ * submit at once (run this file under the TSan build too), and
+ * worker_slice_us gives the workers, and only them, that scheduler slice
+ * without touching their nice value, and without it they run with the
+ * kernel's default, not their creator's (as the kernel reports each
+ * thread).
  *
  * Uses the fixture photo tree (--data DIR); skips without it.
  */
@@ -13,7 +17,10 @@
 
 #include "chute.h"
 
+#include <dirent.h>
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 
 static char g_tree[4096];
@@ -734,6 +741,181 @@ TEST(four_threads_submit)
     free(c.hits);
     samples_free(&smp);
     chute_dataset_close(ds);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* worker_slice_us, checked against what the kernel says about each
+ * thread in /proc/self/task/TID/sched (se.slice in ns, prio = 120 +
+ * nice), not against chute's own report. */
+
+static int task_sched(long tid, uint64_t *slice_ns, int *prio)
+{
+    char path[96], line[256];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/sched", tid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int got = 0;
+    unsigned long long v;
+    int p;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "se.slice : %llu", &v) == 1) {
+            *slice_ns = v;
+            got |= 1;
+        } else if (sscanf(line, "prio : %d", &p) == 1) {
+            *prio = p;
+            got |= 2;
+        }
+    }
+    fclose(f);
+    return got == 3 ? 0 : -1;
+}
+
+/* Threads of this process whose slice is slice_ns; *at_prio: of those,
+ * how many run at `prio`. */
+static int threads_with_slice(uint64_t slice_ns, int prio, int *at_prio)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    *at_prio = 0;
+    if (!d)
+        return -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        uint64_t sl = 0;
+        int p = 0;
+        if (task_sched(atol(e->d_name), &sl, &p) == 0 && sl == slice_ns) {
+            n++;
+            *at_prio += p == prio;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* The kernel's struct sched_attr, for the probe below. */
+struct probe_attr {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t prio;
+    uint64_t runtime, deadline, period;
+};
+
+/* Can a thread here ask for its own slice (Linux 6.12+, /proc showing
+ * it)?  A throwaway thread asks for 2.5 ms and reads /proc back. */
+static void *slice_probe(void *p)
+{
+    struct probe_attr a = {0};
+    a.size = sizeof a;
+    a.runtime = 2500000;
+    uint64_t sl = 0;
+    int prio = 0;
+    *(int *)p = syscall(SYS_sched_setattr, 0, &a, 0) == 0 &&
+                task_sched((long)syscall(SYS_gettid), &sl, &prio) == 0 && sl == 2500000;
+    return NULL;
+}
+
+typedef struct creator_arg {
+    chute_infer_options o;
+    chute_infer *s;
+    int rc;
+    char msg[256];
+} creator_arg;
+
+/* Creates the session from a thread at nice 3 on a 2.5 ms slice: its
+ * workers inherit both unless chute changes them. */
+static void *nice_creator(void *p)
+{
+    creator_arg *c = p;
+    chute_error err = {0};
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 3) != 0) {
+        c->rc = -1;
+        snprintf(c->msg, sizeof c->msg, "setpriority: %s", strerror(errno));
+        return NULL;
+    }
+    struct probe_attr a = {0};
+    a.size = sizeof a;
+    a.nice = 3;
+    a.runtime = 2500000;
+    if (syscall(SYS_sched_setattr, 0, &a, 0) != 0) {
+        c->rc = -1;
+        snprintf(c->msg, sizeof c->msg, "sched_setattr: %s", strerror(errno));
+        return NULL;
+    }
+    c->rc = chute_infer_create(&c->o, &c->s, &err);
+    snprintf(c->msg, sizeof c->msg, "%s", err.message);
+    return NULL;
+}
+
+TEST(worker_slice_is_the_workers_own)
+{
+    chute_infer *s = NULL;
+    chute_error err = {0};
+    chute_infer_options o = {0};
+    o.workers = 1;
+    o.worker_slice_us = 99;
+    CHECK(chute_infer_create(&o, &s, &err) == CHUTE_EINVAL && !s, "99 us is under the bound");
+    CHECK(strstr(err.message, "worker_slice_us 99"), "%s", err.message);
+    o.worker_slice_us = 100001;
+    CHECK(chute_infer_create(&o, &s, &err) == CHUTE_EINVAL && !s, "100001 us is over the bound");
+
+    int ok = 0;
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, slice_probe, &ok) == 0, "probe thread");
+    pthread_join(th, NULL);
+    if (!ok)
+        SKIP("no per-thread scheduler slice here (Linux < 6.12, or /proc without se.slice)");
+    uint64_t main_slice = 0;
+    int main_prio = 0;
+    CHECK(task_sched((long)syscall(SYS_gettid), &main_slice, &main_prio) == 0, "own sched");
+    CHECK(main_slice != 3000000, "the default slice is 3 ms here: pick another value");
+
+    creator_arg c = {0};
+    c.o.size = 16;
+    c.o.workers = 2;
+    c.o.worker_slice_us = 3000;
+    CHECK(pthread_create(&th, NULL, nice_creator, &c) == 0, "creator thread");
+    pthread_join(th, NULL);
+    CHECK(c.rc == CHUTE_OK, "create at nice 3: %s", c.msg);
+    /* Each worker asks for its slice when it starts: wait (bounded). */
+    int n = 0, at_nice3 = 0;
+    for (int i = 0; i < 1000 && (n = threads_with_slice(3000000, 123, &at_nice3)) < 2; i++)
+        usleep(10000);
+    CHECK(n == 2, "%d threads run with a 3 ms slice, want the 2 workers", n);
+    CHECK(at_nice3 == 2, "%d of the 2 workers kept nice 3", at_nice3);
+    chute_infer_stats st;
+    chute_infer_get_stats(c.s, &st);
+    CHECK(st.worker_slice_us == 3000, "stats say %u us", st.worker_slice_us);
+    chute_infer_destroy(c.s);
+
+    /* Without the option the workers run with the kernel's default (what
+     * this untouched thread has), not with the 2.5 ms slice of the thread
+     * that created them; still at its nice 3. */
+    c = (creator_arg){0};
+    c.o.size = 16;
+    c.o.workers = 2;
+    CHECK(pthread_create(&th, NULL, nice_creator, &c) == 0, "creator thread");
+    pthread_join(th, NULL);
+    CHECK(c.rc == CHUTE_OK, "create at nice 3: %s", c.msg);
+    /* (this thread has the default slice too, at nice 0) */
+    for (int i = 0; i < 1000; i++) {
+        threads_with_slice(main_slice, 123, &at_nice3);
+        if (at_nice3 >= 2)
+            break;
+        usleep(10000);
+    }
+    CHECK(at_nice3 == 2, "%d threads at nice 3 with the default slice, want the 2 workers",
+          at_nice3);
+    CHECK(threads_with_slice(2500000, 123, &at_nice3) == 0, "a worker kept its creator's slice");
+    chute_infer_get_stats(c.s, &st);
+    CHECK(st.worker_slice_us == main_slice / 1000, "default session: %u us, this thread %llu ns",
+          st.worker_slice_us, (unsigned long long)main_slice);
+    CHECK(threads_with_slice(3000000, 123, &at_nice3) == 0, "a 3 ms slice left over");
+    chute_infer_destroy(c.s);
     return 0;
 }
 

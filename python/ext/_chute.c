@@ -2767,9 +2767,9 @@ static int Infer_init(InferObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"size", "transform", "dtype", "layout", "normalize", "mean", "std",
                              "crop_pct", "resize_size", "dct_scale", "max_batch", "max_delay_us",
                              "workers", "ordered", "queue_capacity", "max_pixels",
-                             "max_sample_bytes", "pretouch", NULL};
+                             "max_sample_bytes", "pretouch", "worker_slice_us", NULL};
     unsigned int size = 0, resize_size = 0, max_batch = 0, max_delay_us = 0, workers = 0,
-                 queue_capacity = 0;
+                 queue_capacity = 0, worker_slice_us = 0;
     const char *transform = "eval", *dtype = "float32", *layout = NULL;
     int normalize = 1, dct_scale = 1, ordered = 1, pretouch = 0;
     PyObject *mean = Py_None, *std = Py_None;
@@ -2779,11 +2779,12 @@ static int Infer_init(InferObject *self, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "Infer.__init__ called twice");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$IsszpOOfIpIIIpIKKp", kwlist, &size, &transform,
-                                     &dtype, &layout, &normalize, &mean, &std, &crop_pct,
-                                     &resize_size, &dct_scale, &max_batch, &max_delay_us,
-                                     &workers, &ordered, &queue_capacity, &max_pixels,
-                                     &max_sample_bytes, &pretouch))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$IsszpOOfIpIIIpIKKpI", kwlist, &size,
+                                     &transform, &dtype, &layout, &normalize, &mean, &std,
+                                     &crop_pct, &resize_size, &dct_scale, &max_batch,
+                                     &max_delay_us, &workers, &ordered, &queue_capacity,
+                                     &max_pixels, &max_sample_bytes, &pretouch,
+                                     &worker_slice_us))
         return -1;
     chute_infer_options o = {0};
     o.size = size;
@@ -2831,6 +2832,7 @@ static int Infer_init(InferObject *self, PyObject *args, PyObject *kw)
     o.max_pixels = max_pixels;
     o.max_sample_bytes = max_sample_bytes;
     o.pretouch = pretouch;
+    o.worker_slice_us = worker_slice_us;
     chute_error err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -3005,7 +3007,7 @@ static PyObject *Infer_stats(InferObject *self, PyObject *unused)
         return NULL;
     chute_infer_stats st;
     chute_infer_get_stats(self->s, &st);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:n,s:N,s:N,s:N,s:N}", "submitted",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:n,s:N,s:N,s:N,s:N,s:I}", "submitted",
                          (unsigned long long)st.submitted, "rejected_busy",
                          (unsigned long long)st.rejected_busy, "completed",
                          (unsigned long long)st.completed, "failed",
@@ -3015,7 +3017,7 @@ static PyObject *Infer_stats(InferObject *self, PyObject *unused)
                          "slots", st.slots, "slot_bytes", (Py_ssize_t)st.slot_bytes, "queue",
                          latency_dict(&st.queue), "decode", latency_dict(&st.decode),
                          "transform", latency_dict(&st.transform), "total",
-                         latency_dict(&st.total));
+                         latency_dict(&st.total), "worker_slice_us", st.worker_slice_us);
 }
 
 static PyObject *Infer_enter(PyObject *self, PyObject *unused)
@@ -3059,12 +3061,15 @@ static PyTypeObject InferType = {
               "      mean=None, std=None, crop_pct=0, resize_size=0, dct_scale=True,\n"
               "      max_batch=8, max_delay_us=1000, workers=0, ordered=True,\n"
               "      queue_capacity=max(4*max_batch, 64), max_pixels=0, max_sample_bytes=0,\n"
-              "      pretouch=False)\n\n"
+              "      pretouch=False, worker_slice_us=0)\n\n"
               "A low-latency inference session: submit(bytes or path, id) from any thread,\n"
               "poll() for finished requests.  A batch is handed out when it holds max_batch\n"
               "requests or its oldest has waited max_delay_us.  The eval transform is the\n"
               "Loader's (Resize + CenterCrop, bit for bit).  0 means the C default (workers:\n"
-              "the CPUs this process may use; crop_pct 0.875; limits 64 Mpx, 64 MiB).",
+              "the CPUs this process may use; crop_pct 0.875; limits 64 Mpx, 64 MiB).\n"
+              "worker_slice_us (100..100000; Linux 6.12+): the scheduler slice the workers\n"
+              "ask for; longer than the default lets the submitting and polling threads\n"
+              "preempt a decoding worker at once (stats()['worker_slice_us']: what they got).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Infer_init,
     .tp_dealloc = (destructor)Infer_dealloc,

@@ -21,6 +21,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 
 /* A message longer than its buffer loses its middle, not its end: "PATH:
  * reason" with a 5000-byte path must still say why.  The cut is marked
@@ -438,3 +441,51 @@ void ch_cpu_budget_get(ch_cpu_budget *b)
     }
     b->cpus = n ? n : 1;
 }
+
+/* The kernel's struct sched_attr (include/uapi/linux/sched/types.h), v1
+ * layout: glibc before 2.41 has no declaration of its own. */
+typedef struct ch_sched_attr {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period; /* runtime: the fair slice (6.12+) */
+    uint32_t util_min, util_max;
+} ch_sched_attr;
+
+static uint32_t thread_slice(uint32_t us, int set)
+{
+#if defined(__linux__) && defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
+    enum { POLICY_OTHER = 0, POLICY_BATCH = 3, FLAG_RESET_ON_FORK = 1 };
+    ch_sched_attr a;
+    memset(&a, 0, sizeof a);
+    if (syscall(SYS_sched_getattr, 0, &a, (unsigned)sizeof a, 0u) != 0)
+        return 0;
+    if (set && (a.policy == POLICY_OTHER || a.policy == POLICY_BATCH)) {
+        ch_sched_attr w;
+        memset(&w, 0, sizeof w);
+        w.size = sizeof w;
+        w.policy = a.policy;
+        w.flags = a.flags & FLAG_RESET_ON_FORK; /* no util clamp: leave it as it is */
+        w.nice = a.nice;
+        w.runtime = (uint64_t)us * 1000u; /* 0: the kernel's default again */
+        if (syscall(SYS_sched_setattr, 0, &w, 0u) != 0)
+            return 0;
+        memset(&a, 0, sizeof a);
+        if (syscall(SYS_sched_getattr, 0, &a, (unsigned)sizeof a, 0u) != 0)
+            return 0;
+    }
+    if (a.policy != POLICY_OTHER && a.policy != POLICY_BATCH)
+        return 0;
+    uint64_t got = a.runtime / 1000u;
+    return got > UINT32_MAX ? UINT32_MAX : (uint32_t)got;
+#else
+    (void)us;
+    (void)set;
+    return 0;
+#endif
+}
+
+uint32_t ch_thread_slice(uint32_t us) { return thread_slice(us, us != 0); }
+
+uint32_t ch_thread_slice_default(void) { return thread_slice(0, 1); }

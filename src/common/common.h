@@ -110,6 +110,22 @@ void ch_buf_free(ch_buf *b);
 
 int ch_online_cores(void);
 
+/* The scheduler slice of the calling thread, in us.  Linux 6.12+ (EEVDF)
+ * lets a SCHED_OTHER/SCHED_BATCH thread ask for its own slice
+ * (sched_setattr's sched_runtime, clamped by the kernel to 0.1..100 ms).
+ * Nothing else about the thread changes (policy, nice, reset-on-fork are
+ * read first and given back as they were); a thread under a real-time or
+ * deadline policy is left alone.  `us` 0 asks for nothing.  Returns the
+ * slice in force afterwards as the kernel reports it (its default where
+ * none was set: 0.7 ms x (1 + log2 of the CPUs, at most 8) on 6.12+), or
+ * 0 where it reports none (an older kernel, another OS, a seccomp filter
+ * refusing the call). */
+uint32_t ch_thread_slice(uint32_t us);
+/* Back to the kernel's default slice (a thread inherits its creator's
+ * slice: a worker started by a thread that asked for a short one would
+ * otherwise run with it).  Returns the slice in force, as above. */
+uint32_t ch_thread_slice_default(void);
+
 /* How many CPUs this process may use, and why: the default for worker
  * and pack thread counts.  Starts from the online cores, takes the
  * smaller of that and the affinity mask (taskset, numactl, a launcher's

@@ -34,6 +34,18 @@
  *     arrays) and not touched at create: a server with many sessions
  *     should not pay for 2 MiB rounding and pre-faulting it may never use
  *     (`pretouch` restores the loader's behaviour, for measuring).
+ *   - where the workers share cores with the threads that submit and
+ *     poll (2 cores: a submitter, a poller and 2 workers), a request's
+ *     tail was mostly scheduling: a submitter or poller woken while both
+ *     workers decoded waited out a worker's slice (1.4 ms on 2 cores)
+ *     before it ran, so arrivals went out late and finished tensors sat
+ *     for up to a slice before poll returned them.  EEVDF (Linux 6.12+)
+ *     lets a waking thread with a shorter slice than the running one
+ *     preempt at once.  The request path's threads are the caller's, so
+ *     the caller gives them a short slice (the bench does); workers are
+ *     put back on the kernel's default so they do not inherit it from the
+ *     creating thread; `worker_slice_us` gives them a longer one instead,
+ *     for callers that cannot touch their threads.
  *
  * The sample itself is made exactly as loader.c's fill_sample makes an
  * EVAL or NONE sample (same geometry, same DCT-scale rule, same fused
@@ -71,6 +83,8 @@
 #define MAX_BATCH 1024u
 #define MAX_QUEUE 65536u
 #define MAX_DELAY_US 10000000u
+#define MIN_SLICE_US 100u     /* the kernel's clamp of a custom slice */
+#define MAX_SLICE_US 100000u
 
 enum { IS_FREE = 0, IS_OPEN, IS_CLOSED, IS_HELD };
 
@@ -112,11 +126,12 @@ typedef struct iworker {
     ch_buf rbuf, pbuf;
     ch_resize_scratch rs;
     ch_hist queue, decode, transform;
+    uint32_t slice_us;        /* (mu) its slice as the kernel reports it */
 } iworker;
 
 struct chute_infer {
     chute_loader_options o;   /* resolved (the loader's resolver checks them) */
-    uint32_t B, delay_us, cap;
+    uint32_t B, delay_us, cap, slice_us;
     int unordered, pretouch;
     ch_out_spec out;
     size_t sample_bytes, slot_bytes, ids_off, status_off;
@@ -303,7 +318,12 @@ static void *worker_main(void *arg)
 {
     iworker *w = arg;
     chute_infer *s = w->s;
+    /* Threads inherit their creator's slice: without worker_slice_us the
+     * workers go back to the kernel's default, so a caller that gave its
+     * own (polling) thread a short slice does not pass it on to them. */
+    uint32_t slice = s->slice_us ? ch_thread_slice(s->slice_us) : ch_thread_slice_default();
     pthread_mutex_lock(&s->mu);
+    w->slice_us = slice;
     for (;;) {
         while (!s->shutdown && s->tq_len == 0)
             pthread_cond_wait(&s->work_cv, &s->mu);
@@ -348,6 +368,10 @@ static int resolve(const chute_infer_options *in, chute_infer *s, chute_error *e
                       MAX_QUEUE);
     s->unordered = d.unordered != 0;
     s->pretouch = d.pretouch != 0;
+    s->slice_us = d.worker_slice_us;
+    if (s->slice_us && (s->slice_us < MIN_SLICE_US || s->slice_us > MAX_SLICE_US))
+        return ch_err(err, CHUTE_EINVAL, "worker_slice_us %u is out of range (0, or %u..%u)",
+                      s->slice_us, MIN_SLICE_US, MAX_SLICE_US);
     chute_loader_options lo = {0};
     lo.batch_size = s->B;
     lo.size = d.size;
@@ -862,6 +886,11 @@ void chute_infer_get_stats(const chute_infer *cs, chute_infer_stats *out)
     out->closed_by_deadline = s->by_deadline;
     if (h)
         ch_hist_merge(&h[3], &s->total);
+    for (uint32_t i = 0; i < s->nworkers; i++)
+        if (s->workers[i].slice_us) {
+            out->worker_slice_us = s->workers[i].slice_us;
+            break;
+        }
     pthread_mutex_unlock(&s->mu);
     out->workers = s->nworkers;
     out->slots = s->nslots;

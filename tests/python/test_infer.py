@@ -8,7 +8,9 @@
 - a corrupt request comes back as its ChuteError, the others as arrays;
 - a full queue raises BusyError, a closed session InvalidArgumentError, and
   poll() returns None once everything admitted was handed out;
-- stats() has the latency histograms.
+- stats() has the latency histograms;
+- worker_slice_us gives the workers (and only them) that scheduler slice, as
+  the kernel reports each thread in /proc (Linux 6.12+; skips elsewhere).
 """
 import glob
 import os
@@ -142,3 +144,35 @@ def test_bad_options():
         chute.Infer(transform="train")
     with pytest.raises(chute.InvalidArgumentError, match="max_batch"):
         chute.Infer(max_batch=100000)
+
+
+def _slices():
+    """se.slice (ns) of every thread of this process, from the kernel."""
+    out = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/sched" % tid) as f:
+                for line in f:
+                    if line.startswith("se.slice"):
+                        out.append(int(line.split(":")[1]))
+        except OSError:
+            pass
+    return out
+
+
+def test_worker_slice():
+    with pytest.raises(chute.InvalidArgumentError, match="worker_slice_us 50"):
+        chute.Infer(worker_slice_us=50)
+    before = _slices()
+    if not before:
+        pytest.skip("/proc/self/task/*/sched shows no se.slice here")
+    with chute.Infer(size=16, workers=2, worker_slice_us=3000) as inf:
+        for _ in range(500):
+            if _slices().count(3000000) >= 2:
+                break
+            threading.Event().wait(0.01)
+        got = _slices().count(3000000) - before.count(3000000)
+        if got == 0 and inf.stats()["worker_slice_us"] != 3000:
+            pytest.skip("this kernel gives no per-thread slice (Linux < 6.12)")
+        assert got == 2, "%d threads took the 3 ms slice, want the 2 workers" % got
+        assert inf.stats()["worker_slice_us"] == 3000
