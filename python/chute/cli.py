@@ -140,6 +140,8 @@ def _parse(cmd: str, argv: Sequence[str]) -> Tuple[str, Dict[str, Any], Dict[str
 
 
 _KINDS = {1: "int64", 2: "float32", 3: "tensor", 4: "bytes"}
+# chute_image_header's format ids (include/chute.h)
+_IMAGE_FORMATS = {1: "jpeg", 2: "png", 3: "bmp", 4: "raw"}
 
 
 def _dataset(src: str, kw: Dict[str, Any], own: Dict[str, Any]) -> Any:
@@ -162,12 +164,28 @@ def _inspect_cmd(src: str, kw: Dict[str, Any], own: Dict[str, Any]) -> int:
         b = z.bit_length() - 1 if z else 0
         bins[b] = bins.get(b, 0) + 1
     bad: List[str] = []
-    if own.get("verify") and ds.has_images:
+    # Images: every cell's header is parsed (as the C command does for its
+    # formats) for formats and dimensions; --verify decodes it whole instead.
+    fmts: Dict[str, int] = {}
+    dims: Dict[Tuple[int, int], int] = {}
+    sum_w = sum_h = 0
+    if ds.has_images:
         for i in range(n):
             try:
-                _chute.probe_image(ds.read(i))
+                data = ds.read(i)
+                w, h, _, f = _chute.image_header(data)
+                if own.get("verify"):
+                    _chute.probe_image(data)
             except Exception as e:  # a damaged image or a null cell
                 bad.append("%s: %s" % (ds.describe(i), e))
+                continue
+            name = _IMAGE_FORMATS.get(f, "other")
+            fmts[name] = fmts.get(name, 0) + 1
+            dims[(w, h)] = dims.get((w, h), 0) + 1
+            sum_w += w
+            sum_h += h
+    good = n - len(bad)
+    top = sorted(dims.items(), key=lambda kv: (-kv[1], kv[0]))
     fields = ds.fields()
     fmt = "parquet"
     if own.get("json"):
@@ -177,6 +195,14 @@ def _inspect_cmd(src: str, kw: Dict[str, Any], own: Dict[str, Any]) -> int:
                            "shape": list(f["shape"])} for f in fields],
                "size_histogram": {str(1 << b): c for b, c in sorted(bins.items())},
                "seconds": round(time.monotonic() - t0, 3)}
+        if ds.has_images:
+            out["formats"] = dict(fmts, undecodable=len(bad))
+            out["top_dimensions"] = [{"width": w, "height": h, "count": c}
+                                     for (w, h), c in top[:10]]
+            out["mean_width"] = round(sum_w / good, 1) if good else 0
+            out["mean_height"] = round(sum_h / good, 1) if good else 0
+            out["undecodable"] = len(bad)
+            out["undecodable_samples"] = bad[:20]
         if own.get("verify"):
             out["undecodable"] = len(bad)
             out["undecodable_samples"] = bad[:20]
@@ -193,8 +219,20 @@ def _inspect_cmd(src: str, kw: Dict[str, Any], own: Dict[str, Any]) -> int:
         print("sample sizes:" if not ds.has_images else "image sizes (encoded):")
         for b, c in sorted(bins.items()):
             print("  >= %-12d %8d %5.1f%%" % (1 << b, c, 100.0 * c / (n or 1)))
+        if ds.has_images:
+            print("formats: %s, %d undecodable"
+                  % (", ".join("%d %s" % (c, k.upper()) for k, c in sorted(fmts.items()))
+                     or "none", len(bad)))
+            if good:
+                print("most common dimensions:%s" % "".join(
+                    "  %dx%d (%.1f%%)" % (w, h, 100.0 * c / good) for (w, h), c in top[:5]))
+                print("mean dimensions: %.1fx%.1f" % (sum_w / good, sum_h / good))
         cl = ds.classes
         print("classes: %s%s" % (" ".join(cl[:10]), " ..." if len(cl) > 10 else ""))
+        if bad and not own.get("verify"):
+            print("undecodable (%d):" % len(bad))
+            for m in bad[:20]:
+                print("  " + m)
         if own.get("verify"):
             if bad:
                 print("undecodable (%d):" % len(bad))

@@ -2085,6 +2085,23 @@ static PyObject *mod_probe_image(PyObject *m, PyObject *args, PyObject *kw)
     return Py_BuildValue("(III)", w, h, ch);
 }
 
+static PyObject *mod_image_header(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"data", NULL};
+    Py_buffer buf;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*:image_header", kwlist, &buf))
+        return NULL;
+    uint32_t w = 0, h = 0, ch = 0;
+    int fmt = 0;
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    int rc = chute_image_header(buf.buf, (size_t)buf.len, &w, &h, &ch, &fmt, &err);
+    PyBuffer_Release(&buf);
+    if (rc != CHUTE_OK)
+        return raise_status(rc, err.message);
+    return Py_BuildValue("(IIIi)", w, h, ch, fmt);
+}
+
 static PyObject *mod_version(PyObject *m, PyObject *unused) { return PyUnicode_FromString(chute_version()); }
 
 static PyObject *mod_default_workers(PyObject *m, PyObject *unused)
@@ -2676,6 +2693,9 @@ static PyMethodDef module_methods[] = {
      "pack(root, out_dir, *, shard_size=0, threads=0, strict=False, validate=True, align=0,\n"
      "     max_pixels=0, progress=None, max_sample_bytes=0, wait=True, max_side=0, quality=0, raw=False)\n--\n\n"
      "Low-level chute_pack; see chute.pack."},
+    {"image_header", (PyCFunction)(void (*)(void))mod_image_header, METH_VARARGS | METH_KEYWORDS,
+     "Header-only look at an encoded image: (width, height, channels, format), format 1 = JPEG, "
+     "2 = PNG, 3 = BMP, 4 = CHRAW; no pixels decoded."},
     {"probe_image", (PyCFunction)(void (*)(void))mod_probe_image, METH_VARARGS | METH_KEYWORDS,
      "probe_image(data, max_pixels=0)\n--\n\n"
      "Decode-check an encoded image; returns (width, height, channels)."},

@@ -466,6 +466,49 @@ def test_cli_inspect_and_bench_parquet(tmp_path):
     assert r.returncode == 2 and b"--scale-min-pct is not supported for Parquet" in r.stderr
 
 
+def test_cli_inspect_parquet_image_dimensions(tmp_path):
+    """inspect of a Hugging Face-style image column reads each image's header:
+    formats, dimensions and undecodable cells, against the sizes PIL wrote."""
+    import json
+    from PIL import Image
+    exe = _cli()
+    sizes = [("JPEG", 40, 30)] * 3 + [("PNG", 17, 23)] * 2
+
+    def enc(fmt, w, h):
+        b = io.BytesIO()
+        Image.new("RGB", (w, h), (w, h, 99)).save(b, format=fmt)
+        return b.getvalue()
+
+    cells = [{"bytes": enc(*z), "path": "%d.img" % k} for k, z in enumerate(sizes)]
+    cells.append({"bytes": b"not an image at all", "path": "bad.img"})
+    img = pa.array(cells, pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    t = pa.table({"image": img, "label": pa.array([0, 1, 0, 1, 0, 1], pa.int64())})
+    pq.write_table(t, tmp_path / "hf.parquet", row_group_size=4)
+    r = subprocess.run([exe, "inspect", str(tmp_path / "hf.parquet"), "--json"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_cli_env(),
+                       timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    j = json.loads(r.stdout)
+    assert j["images"] and j["samples"] == 6
+    assert j["formats"] == {"jpeg": 3, "png": 2, "undecodable": 1}
+    assert j["top_dimensions"] == [{"width": 40, "height": 30, "count": 3},
+                                   {"width": 17, "height": 23, "count": 2}]
+    assert j["mean_width"] == round((3 * 40 + 2 * 17) / 5, 1)
+    assert j["mean_height"] == round((3 * 30 + 2 * 23) / 5, 1)
+    assert j["undecodable"] == 1 and len(j["undecodable_samples"]) == 1
+    assert "row group 1 row 1 (sample 5)" in j["undecodable_samples"][0]
+    r = subprocess.run([exe, "inspect", str(tmp_path / "hf.parquet")], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=_cli_env(), timeout=300)
+    out = r.stdout.decode()
+    assert r.returncode == 0 and "3 JPEG, 2 PNG, 1 undecodable" in out, out
+    assert "40x30 (60.0%)  17x23 (40.0%)" in out, out
+    # --verify decodes every image and fails on the bad cell
+    r = subprocess.run([exe, "inspect", str(tmp_path / "hf.parquet"), "--verify"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_cli_env(),
+                       timeout=300)
+    assert r.returncode == 1 and b"verify FAILED: 1 of 6" in r.stderr
+
+
 def test_cli_parquet_without_pyarrow_says_so(tmp_path):
     exe = _cli()
     pq.write_table(pa.table({"x": pa.array([1, 2])}), tmp_path / "t.parquet")
