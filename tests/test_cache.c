@@ -215,36 +215,54 @@ TEST(identical_then_served_from_cache)
     return 0;
 }
 
-/* Damage the `which`-th block file in directory order. */
-static int corrupt_one(const char *cdir, int truncate_it, int which)
+/* Opens the `which`-th block file of cdir in directory order for writing
+ * and gives its size: the one walk the damaging helpers below share.  -1
+ * when there is no such file (or it cannot be opened). */
+static int blk_open(const char *cdir, int which, off_t *out_size)
 {
     DIR *d = opendir(cdir);
     if (!d)
         return -1;
     struct dirent *de;
-    int done = -1;
-    while ((de = readdir(d)) && done) {
+    int fd = -1;
+    while ((de = readdir(d))) {
         if (!strstr(de->d_name, ".blk") || which-- > 0)
             continue;
         char p[4400];
         snprintf(p, sizeof p, "%s/%s", cdir, de->d_name);
-        int fd = open(p, O_RDWR);
+        fd = open(p, O_RDWR);
         struct stat st;
-        if (fd < 0 || fstat(fd, &st) != 0)
-            break;
-        if (truncate_it) {
-            done = ftruncate(fd, st.st_size - 1);
-        } else {
-            uint8_t b;
-            off_t at = st.st_size - 100; /* inside the data */
-            if (pread(fd, &b, 1, at) == 1) {
-                b ^= 0x40;
-                done = pwrite(fd, &b, 1, at) == 1 ? 0 : -1;
-            }
+        if (fd >= 0 && fstat(fd, &st) != 0) {
+            close(fd);
+            fd = -1;
         }
-        close(fd);
+        if (fd >= 0)
+            *out_size = st.st_size;
+        break;
     }
     closedir(d);
+    return fd;
+}
+
+/* Flips one bit of the byte at `at`; 0 when done. */
+static int flip_byte(int fd, off_t at)
+{
+    uint8_t b;
+    if (pread(fd, &b, 1, at) != 1)
+        return -1;
+    b ^= 0x40;
+    return pwrite(fd, &b, 1, at) == 1 ? 0 : -1;
+}
+
+/* Damage the `which`-th block file in directory order. */
+static int corrupt_one(const char *cdir, int truncate_it, int which)
+{
+    off_t size;
+    int fd = blk_open(cdir, which, &size);
+    if (fd < 0)
+        return -1;
+    int done = truncate_it ? ftruncate(fd, size - 1) : flip_byte(fd, size - 100); /* inside the data */
+    close(fd);
     return done;
 }
 
@@ -303,27 +321,12 @@ TEST(corrupt_file_detected_and_refetched)
  * last chunk of each block's data.  How many were damaged. */
 static int corrupt_all(const char *cdir, off_t back)
 {
-    DIR *d = opendir(cdir);
-    if (!d)
-        return -1;
-    struct dirent *de;
-    int n = 0;
-    while ((de = readdir(d))) {
-        if (!strstr(de->d_name, ".blk"))
-            continue;
-        char p[4400];
-        snprintf(p, sizeof p, "%s/%s", cdir, de->d_name);
-        int fd = open(p, O_RDWR);
-        struct stat st;
-        uint8_t b;
-        if (fd >= 0 && fstat(fd, &st) == 0 && pread(fd, &b, 1, st.st_size - back) == 1) {
-            b ^= 0x40;
-            n += pwrite(fd, &b, 1, st.st_size - back) == 1;
-        }
-        if (fd >= 0)
-            close(fd);
+    int n = 0, fd;
+    off_t size;
+    for (int k = 0; (fd = blk_open(cdir, k, &size)) >= 0; k++) {
+        n += flip_byte(fd, size - back) == 0;
+        close(fd);
     }
-    closedir(d);
     return n;
 }
 
@@ -397,23 +400,12 @@ TEST(damaged_after_verified_never_served)
  * v.  How many were changed. */
 static int set_version(const char *cdir, char v)
 {
-    DIR *d = opendir(cdir);
-    if (!d)
-        return -1;
-    struct dirent *de;
-    int n = 0;
-    while ((de = readdir(d))) {
-        if (!strstr(de->d_name, ".blk"))
-            continue;
-        char p[4400];
-        snprintf(p, sizeof p, "%s/%s", cdir, de->d_name);
-        int fd = open(p, O_RDWR);
-        if (fd >= 0) {
-            n += pwrite(fd, &v, 1, 6) == 1;
-            close(fd);
-        }
+    int n = 0, fd;
+    off_t size;
+    for (int k = 0; (fd = blk_open(cdir, k, &size)) >= 0; k++) {
+        n += pwrite(fd, &v, 1, 6) == 1;
+        close(fd);
     }
-    closedir(d);
     return n;
 }
 
