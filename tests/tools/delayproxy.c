@@ -395,6 +395,22 @@ static int on_client_read(struct conn *c)
     return 0;
 }
 
+/* Sends buf[*off, len) on a non-blocking socket, advancing *off: 1 when
+ * all of it went, 0 when the socket is full (EAGAIN), -1 on an error. */
+static int send_from(int fd, const unsigned char *buf, size_t len, size_t *off)
+{
+    while (*off < len) {
+        ssize_t n = send(fd, buf + *off, len - *off, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN ? 0 : -1;
+        }
+        *off += (size_t)n;
+    }
+    return 1;
+}
+
 /* Writes the released head of the queue upstream.  -1: freed. */
 static int flush_up(struct conn *c)
 {
@@ -409,19 +425,15 @@ static int flush_up(struct conn *c)
             }
             c->up_shut = 1;
         } else {
-            ssize_t n = send(c->up.fd, k->data + k->off, k->len - k->off, MSG_NOSIGNAL);
-            if (n < 0) {
-                if (errno == EINTR)
-                    continue;
-                if (errno == EAGAIN)
-                    return 0;
+            size_t was = k->off;
+            int r = send_from(c->up.fd, k->data, k->len, &k->off);
+            c->pending -= k->off - was;
+            if (r < 0) {
                 conn_free(c, 1);
                 return -1;
             }
-            k->off += (size_t)n;
-            c->pending -= (size_t)n;
-            if (k->off < k->len)
-                continue;
+            if (r == 0)
+                return 0;
         }
         c->qhead = k->next;
         if (!c->qhead)
@@ -438,18 +450,13 @@ static int flush_up(struct conn *c)
 /* Moves what the upstream sent to the client now.  -1: freed. */
 static int flush_down(struct conn *c)
 {
-    while (c->s2c_off < c->s2c_len) {
-        ssize_t n = send(c->cli.fd, c->s2c + c->s2c_off, c->s2c_len - c->s2c_off, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN)
-                return 0;
-            conn_free(c, 1);
-            return -1;
-        }
-        c->s2c_off += (size_t)n;
+    int r = send_from(c->cli.fd, c->s2c, c->s2c_len, &c->s2c_off);
+    if (r < 0) {
+        conn_free(c, 1);
+        return -1;
     }
+    if (r == 0)
+        return 0;
     c->s2c_off = c->s2c_len = 0;
     if (c->up_eof && !c->cli_shut) {
         if (shutdown(c->cli.fd, SHUT_WR) != 0 && errno != ENOTCONN) {
