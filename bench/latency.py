@@ -299,6 +299,31 @@ def rows_of(rep, args):
     return rows
 
 
+def floor_by_cores(each_ms, cores=(1, 2, 3, 4, 8, 16), seeds=(1, 2, 3), duration=20.0):
+    """What queueing alone sets as the target's ratio on c cores: the ideal
+    FIFO queue (no overhead) with the measured per-image idle times, at
+    exactly half of c servers' capacity (rate = c / (2 x mean)), median over
+    a few arrival seeds.  This is the floor any FIFO server reaches on c
+    cores with these images; chute's own overhead is what its row adds to
+    the model row at the same rate."""
+    mean = statistics.fmean(each_ms)
+    out = []
+    for c in cores:
+        rate = 0.5 * c / (mean / 1e3)
+        r = [ideal_queue(rate, duration, sd, each_ms, c)["added_p99_ms"] / mean for sd in seeds]
+        out.append({"cores": c, "rate": rate, "ratio": statistics.median(r)})
+    return out
+
+
+def print_floor(floor):
+    print("\n### queueing floor by core count (ideal FIFO, no overhead, 50% of capacity)\n")
+    print("| cores | rate req/s | p99 added / single | target <= %.0f |" % TARGET)
+    print("|---:|---:|---:|---|")
+    for f in floor:
+        print("| %d | %.0f | %.2f | %s |" % (f["cores"], f["rate"], f["ratio"],
+                                             "met" if f["ratio"] <= TARGET else "missed"))
+
+
 def print_table(rows, title):
     print("\n### %s\n" % title)
     print("| system | single ms | max req/s (p99<=budget) | rate req/s | requests | p50 ms | p99 ms | "
@@ -365,12 +390,18 @@ def main():
     if args.repeat > 1:
         print_table(med, "median of %d alternating repeats" % args.repeat)
     c0 = reps[0]["chute_" + args.presets[0]]
+    floor = None
+    if c0.get("single_image_each_ms"):
+        floor = floor_by_cores(c0["single_image_each_ms"], duration=max(args.duration, 2.0))
+        print_floor(floor)
     print("\nDefinitions: latency = tensor handed to the caller - scheduled Poisson arrival; "
           "single = mean over the images of each image's idle decode+transform (median of 3, "
           "same run); added = latency - the single-image time of the same image; target: "
           "p99 added at half the max rate <= %.0f x single. Max rate: highest Poisson rate with "
           "p99 latency <= %.0f ms. The model row: the same arrivals and per-image idle times "
-          "through c ideal servers (no overhead): the floor queueing alone sets. %d images, size %d, %d chute workers, Python threads = chute "
+          "through c ideal servers (no overhead): the floor queueing alone sets; the floor table "
+          "puts the same images through c ideal servers at exactly half their capacity "
+          "(repeat 1's idle times, seeds 1-3, median). %d images, size %d, %d chute workers, Python threads = chute "
           "workers, %.1f s per measured run, seed %d." % (
               TARGET, args.budget_ms, c0["images"], args.size, c0["workers"], args.duration,
               args.seed))
@@ -378,7 +409,8 @@ def main():
         print("chute (%s): %s" % (p, reps[0]["chute_cmd_" + p]))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"repeats": reps, "median_rows": med, "args": vars(args)}, f, indent=1)
+            json.dump({"repeats": reps, "median_rows": med, "floor_by_cores": floor,
+                       "args": vars(args)}, f, indent=1)
 
 
 if __name__ == "__main__":

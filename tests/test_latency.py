@@ -23,6 +23,10 @@ preset:   --preset latency runs max batch 1 unordered (one batch per
           --worker-slice-us 4000 gives them 4 ms (Linux 6.12+).
 schedule: bench/latency.py's Python peer draws the same Poisson arrivals as
           chute (same count at the same rate, duration and seed).
+model:    bench/latency.py's ideal queue (the model rows and the floor-by-cores
+          table) against queueing theory: with exponential service times
+          its p99 wait equals Erlang C's (M/M/1 and M/M/2 at 50% load:
+          P(wait > t) = C e^-(c mu - lambda) t) within a few percent.
 peer:     bench/latency.py --tiny runs chute and the PIL + torchvision peer
           and prints the table with the added-latency ratio and target
           (Python at a fixed --py-rate, so the row never depends on timing).
@@ -169,6 +173,28 @@ def schedule(ctx):
         ctx.check(all(0 < a < b for a, b in zip(py, py[1:])), "arrivals not increasing")
 
 
+def model(ctx):
+    import random
+    L = _bench_latency_module()
+    rng = random.Random(5)
+    mean_ms = 1.0
+    svc = [rng.expovariate(1 / mean_ms) for _ in range(20000)]
+    mean_ms = sum(svc) / len(svc)
+    mu = 1 / mean_ms                                   # per ms
+    for c in (1, 2):
+        lam = 0.5 * c * mu                             # per ms: 50% load
+        a = lam / mu
+        top = a ** c / math.factorial(c) / (1 - a / c)
+        erlang_c = top / (sum(a ** k / math.factorial(k) for k in range(c)) + top)
+        want = math.log(erlang_c / 0.01) / (c * mu - lam)
+        got = L.ideal_queue(lam * 1e3, 400.0, 3, svc, c)["added_p99_ms"]
+        ctx.check(abs(got - want) <= 0.05 * want,
+                  "c=%d: the model's p99 wait %.3f ms, Erlang C says %.3f ms" % (c, got, want))
+    f = L.floor_by_cores(svc, cores=(1, 2, 4), seeds=(1,), duration=100.0)
+    ctx.check([x["cores"] for x in f] == [1, 2, 4] and f[0]["ratio"] > f[1]["ratio"] > f[2]["ratio"],
+              "floor by cores does not fall with cores: %r" % f)
+
+
 def peer(ctx):
     ctx.need_data()
     ctx.need_modules("PIL", "torch", "torchvision")
@@ -183,10 +209,11 @@ def peer(ctx):
     # the budget on a loaded (sanitized) machine.
     ctx.check("| Python PIL+torchvision, at --py-rate (1 threads) | " in p.out,
               "no Python row: %r" % p.out[-1500:])
+    ctx.check("queueing floor by core count" in p.out, "no floor table: %r" % p.out[-1500:])
     ctx.check("p99 added / single" in p.out and "added = latency - the single-image time" in p.out,
               "no definition/ratio: %r" % p.out[-1500:])
 
 
 if __name__ == "__main__":
     sys.exit(T.main({"rate": rate, "find_max": find_max, "args": args, "preset": preset,
-                     "schedule": schedule, "peer": peer}))
+                     "schedule": schedule, "model": model, "peer": peer}))
