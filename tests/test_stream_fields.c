@@ -20,9 +20,13 @@
 
 #include "chute.h"
 #include "format/fields.h"
+#include "format/parse.h"
+#include "format/tfr_saved.h"
+#include "pipeline/stream.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +34,10 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <time.h>
+#endif
+
+#ifndef CHUTE_PYTHON
+#define CHUTE_PYTHON "/usr/bin/python3"
 #endif
 
 #define TFR CHUTE_FIXTURES "/fields/tfr/fields.tfrecord"
@@ -512,6 +520,406 @@ TEST(records_that_disagree_with_the_declaration_name_the_field)
               strstr(e.message, "format \"csv\""),
           "%s", e.message);
     CHECK(no_children(), "a child is left");
+    return 0;
+}
+
+/* ---- GZIP/ZLIB TFRecord streams ------------------------------------------
+ * Compressed by real tools: the gzip command (-n: no name in the header,
+ * so the first deflate byte is at offset 10) and Python's zlib module. */
+
+#define ZLIB_CMD CHUTE_PYTHON " -c 'import sys,zlib; sys.stdout.buffer.write(zlib.compress(" \
+                 "open(sys.argv[1],\"rb\").read()))' "
+
+static long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Every sample of g is record i of the file, in order, TensorFlow's values. */
+static int all_in_order(const got *g)
+{
+    CHECK(g->end_rc == CHUTE_END && g->n == NS, "%u samples, rc %d: %s", g->n, g->end_rc, g->msg);
+    for (uint32_t i = 0; i < g->n; i++) {
+        CHECK(g->s[i].idx == i, "sample %u has input position %lld", i, (long long)g->s[i].idx);
+        CHECK_OK(check_sample(&g->s[i], i, ref_px[i]));
+    }
+    return 0;
+}
+
+/* The number after the first "@" in msg (the stream's byte offset). */
+static long long at_offset(const char *msg)
+{
+    const char *a = strchr(msg, '@');
+    return a ? strtoll(a + 1, NULL, 10) : -1;
+}
+
+TEST(gzip_and_zlib_streams_give_the_plain_streams_samples)
+{
+    CHECK(load_reference() == 0, "reference");
+    CHECK(access(CHUTE_PYTHON, X_OK) == 0, "%s is needed to write ZLIB data", CHUTE_PYTHON);
+    int fds = count_fds();
+    uint64_t off[16];
+    int nrec = 0;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    CHECK(record_offsets(TFR, off, 15, &nrec, &bytes, &len) == 0 && nrec == NS, "framing");
+    free(bytes);
+    chute_loader_options o;
+    opts_base(&o);
+    static got g;
+    char cmd[1024];
+    collect("pipe:gzip -nc " TFR, "tfrecord", DECL, &o, &g);
+    CHECK_OK(all_in_order(&g));
+    collect("pipe:" ZLIB_CMD TFR, "tfrecord", DECL, &o, &g);
+    CHECK_OK(all_in_order(&g));
+    /* Three gzip members, cut inside records 1 and 3 (gzip -c's
+     * concatenation is one stream), shuffled through the buffer. */
+    snprintf(cmd, sizeof cmd,
+             "pipe:head -c %llu %s | gzip -c; head -c %llu %s | tail -c +%llu | gzip -1c; "
+             "tail -c +%llu %s | gzip -9c",
+             (unsigned long long)(off[1] + 7), TFR, (unsigned long long)(off[3] + 20), TFR,
+             (unsigned long long)(off[1] + 8), (unsigned long long)(off[3] + 21), TFR);
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    CHECK_OK(all_in_order(&g));
+    o.no_shuffle = 0;
+    o.shuffle_buffer = 4;
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    CHECK(g.end_rc == CHUTE_END && g.n == NS, "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    unsigned seen = 0;
+    for (uint32_t i = 0; i < g.n; i++) {
+        CHECK_OK(check_sample(&g.s[i], g.s[i].idx, ref_px[g.s[i].idx]));
+        seen |= 1u << g.s[i].idx;
+    }
+    CHECK(seen == (1u << NS) - 1, "records seen: %x", seen);
+    /* Two ZLIB streams back to back are one stream too. */
+    snprintf(cmd, sizeof cmd,
+             "pipe:head -c %llu %s | " ZLIB_CMD "/dev/stdin; tail -c +%llu %s | " ZLIB_CMD
+             "/dev/stdin",
+             (unsigned long long)(off[2] + 3), TFR, (unsigned long long)(off[2] + 4), TFR);
+    opts_base(&o);
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    CHECK_OK(all_in_order(&g));
+
+    /* stdin: a .gz file. */
+    char dir[] = "/tmp/chute-stream-gz-XXXXXX", gz[256];
+    CHECK(mkdtemp(dir), "mkdtemp");
+    snprintf(gz, sizeof gz, "%s/x.tfrecord.gz", dir);
+    snprintf(cmd, sizeof cmd, "gzip -nc %s > %s", TFR, gz);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        FILE *f = fopen(gz, "rb");
+        if (!f || dup2(fileno(f), 0) < 0)
+            _exit(2);
+        chute_loader_options oc;
+        opts_base(&oc);
+        static got gc;
+        collect("-", "tfrecord", DECL, &oc, &gc);
+        _exit(all_in_order(&gc) ? 3 : 0);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the stdin driver failed (status %d)", st);
+    unlink(gz);
+    rmdir(dir);
+    CHECK(no_children(), "a child is left");
+    CHECK(count_fds() == fds, "fds %d -> %d", fds, count_fds());
+    return 0;
+}
+
+/* TensorFlow's own GZIP and ZLIB files (TFRecordOptions), piped: the same
+ * records, byte for byte and at the same (uncompressed) offsets, as its
+ * plain file through the pipe reader. */
+TEST(tensorflows_gzip_and_zlib_files_through_a_pipe_are_its_plain_records)
+{
+    int fds = count_fds();
+    uint64_t off[64];
+    int nrec = 0;
+    uint8_t *plain = NULL;
+    size_t len = 0;
+    CHECK(record_offsets(CHUTE_FIXTURES "/plain.tfrecord", off, 63, &nrec, &plain, &len) == 0 &&
+              nrec > 1,
+          "plain.tfrecord framing");
+    static const char *const srcs[] = {"cat " CHUTE_FIXTURES "/plain.tfrecord",
+                                       "cat " CHUTE_FIXTURES "/gzip.tfrecord.gz",
+                                       "cat " CHUTE_FIXTURES "/zlib.tfrecord.zz"};
+    uint64_t bad_mask[3] = {0};
+    for (size_t k = 0; k < sizeof srcs / sizeof *srcs; k++) {
+        ch_stream_spec spec;
+        memset(&spec, 0, sizeof spec);
+        spec.cmd = (char *)srcs[k];
+        spec.name = (char *)srcs[k];
+        spec.tfr = 1;
+        spec.keys[0] = "image";
+        spec.keys[1] = "label";
+        void *r = NULL;
+        chute_error e = {0};
+        CHECK(ch_stream_tfr_ops.open(&spec, 0, 10000, 1u << 20, &r, &e) == CHUTE_OK, "%s: %s",
+              srcs[k], e.message);
+        ch_stream_rec rec;
+        memset(&rec, 0, sizeof rec);
+        int n = 0, rc;
+        while ((rc = ch_stream_tfr_ops.next(r, &rec, &e)) == CHUTE_OK) {
+            CHECK(n < nrec, "%s: more records than plain.tfrecord's %d", srcs[k], nrec);
+            size_t whole = (size_t)(off[n + 1] - off[n]);
+            CHECK(rec.offset == off[n] && rec.ordinal == (uint64_t)n, "%s: record %d at %llu",
+                  srcs[k], n, (unsigned long long)rec.offset);
+            /* The framed record is data[0, whole) (rec.len is the
+             * image's once checked; some of TF's records have labels
+             * out of range, marked bad, as from the plain file). */
+            CHECK(rec.data.cap >= whole && !memcmp(rec.data.data, plain + off[n], whole) &&
+                      (rec.bad || rec.ex_off + rec.ex_len + 4 == whole),
+                  "%s: record %d differs from plain.tfrecord's (%s)", srcs[k], n, rec.why);
+            bad_mask[k] |= (uint64_t)(rec.bad != 0) << n;
+            n++;
+        }
+        CHECK(rc == CHUTE_END && n == nrec, "%s: %d records, rc %d: %s", srcs[k], n, rc,
+              e.message);
+        ch_stream_tfr_ops.close(r);
+        ch_buf_free(&rec.data);
+        CHECK(bad_mask[k] == bad_mask[0], "%s: bad records %llx, plain %llx", srcs[k],
+              (unsigned long long)bad_mask[k], (unsigned long long)bad_mask[0]);
+    }
+    free(plain);
+    CHECK(no_children(), "a child is left");
+    CHECK(count_fds() == fds, "fds %d -> %d", fds, count_fds());
+    return 0;
+}
+
+/* ---- a plain record whose length looks like gzip/zlib magic ---------- */
+
+static size_t put_varint(uint8_t *p, uint64_t v)
+{
+    size_t n = 0;
+    do {
+        p[n++] = (uint8_t)(v & 0x7f) | (v >= 0x80 ? 0x80 : 0);
+        v >>= 7;
+    } while (v);
+    return n;
+}
+
+/* A field (tag, length, bytes) of a protobuf message into p. */
+static size_t put_field(uint8_t *p, int tag, const uint8_t *v, size_t n)
+{
+    size_t k = 0;
+    p[k++] = (uint8_t)(tag << 3 | 2);
+    k += put_varint(p + k, n);
+    memmove(p + k, v, n);
+    return k + n;
+}
+
+/* A framed TFRecord record of exactly `length` data bytes: an Example
+ * with one bytes feature "image" of filler. */
+static size_t framed_of_length(uint8_t *out, size_t length)
+{
+    static uint8_t a[1 << 17], b[1 << 17];
+    for (size_t img = length > 64 ? length - 64 : 1;; img++) {
+        memset(a, 0x5a, img);
+        size_t n = put_field(b, 1, a, img);              /* BytesList.value */
+        n = put_field(a, 1, b, n);                       /* Feature.bytes_list */
+        size_t e = put_field(b, 1, (const uint8_t *)"image", 5);
+        e += put_field(b + e, 2, a, n);                  /* map entry */
+        n = put_field(a, 1, b, e);                       /* Features.feature */
+        n = put_field(b, 1, a, n);                       /* Example.features */
+        if (n < length)
+            continue;
+        if (n > length)
+            return 0;
+        for (int i = 0; i < 8; i++)
+            out[i] = (uint8_t)((uint64_t)length >> (8 * i));
+        uint32_t c = fmt_crc32c_mask(fmt_crc32c(0, out, 8));
+        memcpy(out + 12, b, n);
+        uint32_t d = fmt_crc32c_mask(fmt_crc32c(0, b, n));
+        for (int i = 0; i < 4; i++) {
+            out[8 + i] = (uint8_t)(c >> (8 * i));
+            out[12 + n + (size_t)i] = (uint8_t)(d >> (8 * i));
+        }
+        return n + 16;
+    }
+}
+
+/* A plain stream whose first length starts 1f 8b (gzip) or 78 9c (zlib):
+ * its length CRC holds, so it is plain, as a file would be. */
+TEST(a_plain_stream_that_starts_like_gzip_magic_is_plain)
+{
+    static const size_t lengths[] = {0x8b1f, 0x9c78};
+    static uint8_t rec_bytes[1 << 17];
+    char dir[] = "/tmp/chute-stream-gz-XXXXXX", path[256], cmd[400];
+    CHECK(mkdtemp(dir), "mkdtemp");
+    snprintf(path, sizeof path, "%s/magic.tfrecord", dir);
+    for (size_t k = 0; k < 2; k++) {
+        size_t n = framed_of_length(rec_bytes, lengths[k]);
+        CHECK(n == lengths[k] + 16, "record of %zu bytes: %zu", lengths[k], n);
+        CHECK(ch_tfx_compression(rec_bytes, 12) != 0, "the first bytes look compressed");
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(rec_bytes, 1, n, f) == n && fwrite(rec_bytes, 1, n, f) == n, "write");
+        fclose(f);
+        snprintf(cmd, sizeof cmd, "cat %s", path);
+        ch_stream_spec spec;
+        memset(&spec, 0, sizeof spec);
+        spec.cmd = cmd;
+        spec.name = cmd;
+        spec.tfr = 1;
+        spec.keys[0] = "image";
+        spec.keys[1] = "label";
+        void *r = NULL;
+        chute_error e = {0};
+        CHECK(ch_stream_tfr_ops.open(&spec, 0, 10000, 1u << 20, &r, &e) == CHUTE_OK, "%s",
+              e.message);
+        ch_stream_rec rec;
+        memset(&rec, 0, sizeof rec);
+        int got = 0, rc;
+        while ((rc = ch_stream_tfr_ops.next(r, &rec, &e)) == CHUTE_OK) {
+            CHECK(!rec.bad && rec.offset == got * n && !memcmp(rec.data.data, rec_bytes, n) &&
+                      !strstr(rec.key, "uncompressed"),
+                  "record %d: %s", got, rec.why);
+            got++;
+        }
+        CHECK(rc == CHUTE_END && got == 2, "%d records, rc %d: %s", got, rc, e.message);
+        ch_stream_tfr_ops.close(r);
+        ch_buf_free(&rec.data);
+    }
+    unlink(path);
+    rmdir(dir);
+    return 0;
+}
+
+TEST(damaged_gzip_streams_fail_naming_the_compressed_offset)
+{
+    CHECK(load_reference() == 0, "reference");
+    int fds = count_fds();
+    uint64_t off[16];
+    int nrec = 0;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    CHECK(record_offsets(TFR, off, 15, &nrec, &bytes, &len) == 0 && nrec == NS, "framing");
+    char dir[] = "/tmp/chute-stream-gz-XXXXXX", a[256], b[256], ab[256], cmd[1024];
+    CHECK(mkdtemp(dir), "mkdtemp");
+    snprintf(a, sizeof a, "%s/a.gz", dir);
+    snprintf(b, sizeof b, "%s/b.gz", dir);
+    snprintf(ab, sizeof ab, "%s/ab.gz", dir);
+    /* Member a: records 0-1, member b: records 2-4. */
+    snprintf(cmd, sizeof cmd, "head -c %llu %s | gzip -nc > %s && tail -c +%llu %s | gzip -nc > %s",
+             (unsigned long long)off[2], TFR, a, (unsigned long long)(off[2] + 1), TFR, b);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    long la = file_size(a), lb = file_size(b);
+    CHECK(la > 18 && lb > 18, "gzip sizes %ld %ld", la, lb);
+    uint8_t *cp = malloc((size_t)(la + lb) + len); /* room for the plain bytes too */
+    CHECK(cp, "malloc");
+    FILE *f = fopen(a, "rb");
+    CHECK(f && fread(cp, 1, (size_t)la, f) == (size_t)la, "read a");
+    fclose(f);
+    f = fopen(b, "rb");
+    CHECK(f && fread(cp + la, 1, (size_t)lb, f) == (size_t)lb, "read b");
+    fclose(f);
+    chute_loader_options o;
+    opts_base(&o);
+    o.batch_size = 1;
+    o.workers = 1;
+    static got g;
+    long long at;
+
+    /* Member b's first deflate byte made an invalid block type (BTYPE 3):
+     * records 0-1, then ECORRUPT at b's offset with zlib's message. */
+    cp[la + 10] |= 0x06;
+    CHECK(write_file(ab, cp, (size_t)(la + lb)) == 0, "write");
+    snprintf(cmd, sizeof cmd, "pipe:cat %s", ab);
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    at = at_offset(g.msg);
+    CHECK(g.n == 2 && g.end_rc == CHUTE_ECORRUPT &&
+              strstr(g.msg, "(compressed): damaged GZIP data: invalid block type") &&
+              at >= la + 10 && at <= la + 12,
+          "%u samples, rc %d: %s (corrupt byte at %ld)", g.n, g.end_rc, g.msg, la + 10);
+    /* Under skip the stream is still lost: deflate cannot resynchronise. */
+    o.on_corrupt = CHUTE_CORRUPT_SKIP;
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    CHECK(g.n == 2 && g.end_rc == CHUTE_ECORRUPT && strstr(g.msg, "invalid block type"),
+          "skip: %u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    o.on_corrupt = CHUTE_CORRUPT_FAIL;
+    f = fopen(b, "rb"); /* member b as gzip wrote it */
+    CHECK(f && fread(cp + la, 1, 16, f) == 16, "reread b");
+    fclose(f);
+
+    /* Member a's CRC-32 (its trailer) damaged: the data inflates, and
+     * zlib's check fails at the member's end, before b (in the inflate
+     * call that gives record 1's last bytes, so record 1 may go too). */
+    cp[la - 8] ^= 0x01;
+    CHECK(write_file(ab, cp, (size_t)(la + lb)) == 0, "write");
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    at = at_offset(g.msg);
+    CHECK(g.n >= 1 && g.n <= 2 && g.end_rc == CHUTE_ECORRUPT &&
+              strstr(g.msg, "incorrect data check") &&
+              at > la - 8 && at <= la,
+          "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    cp[la - 8] ^= 0x01;
+
+    /* Cut inside member b: records 0-1 (and any b inflated whole), then
+     * the truncation, not a clean end; from a failing command, its status. */
+    snprintf(cmd, sizeof cmd, "pipe:head -c %ld %s", la + lb - 30, ab);
+    CHECK(write_file(ab, cp, (size_t)(la + lb)) == 0, "write");
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    snprintf(a, sizeof a, "@%ld (compressed): the GZIP stream ends early (truncated)",
+             la + lb - 30);
+    CHECK(g.n >= 2 && g.n < NS && g.end_rc == CHUTE_ECORRUPT && strstr(g.msg, a),
+          "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    snprintf(cmd, sizeof cmd, "pipe:head -c %ld %s; echo 'gsutil: 503' >&2; exit 4", la + lb - 30,
+             ab);
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    CHECK(g.n >= 2 && g.n < NS && g.end_rc == CHUTE_EIO && strstr(g.msg, "exited with status 4") &&
+              strstr(g.msg, "gsutil: 503"),
+          "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    /* A cut inside a header byte of member b (1 byte of it). */
+    snprintf(cmd, sizeof cmd, "pipe:head -c %ld %s", la + 1, ab);
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    CHECK(g.n == 2 && g.end_rc == CHUTE_ECORRUPT && strstr(g.msg, "ends early (truncated)"),
+          "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+
+    /* Trailing garbage after the last member. */
+    snprintf(cmd, sizeof cmd, "pipe:cat %s; echo trailing garbage", ab);
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    CHECK(g.n == NS && g.end_rc == CHUTE_ECORRUPT && at_offset(g.msg) >= la + lb &&
+              strstr(g.msg, "damaged GZIP data"),
+          "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+
+    /* Inflated bytes that are not TFRecord: EFORMAT at (uncompressed) 0. */
+    collect("pipe:echo 'this is not a TFRecord stream, not at all' | gzip -c", "tfrecord", DECL,
+            &o, &g);
+    CHECK(g.n == 0 && g.end_rc == CHUTE_EFORMAT &&
+              strstr(g.msg, "@0 (uncompressed): TFRecord length CRC mismatch (not a TFRecord"),
+          "rc %d: %s", g.end_rc, g.msg);
+
+    /* Record-level checks apply to the inflated bytes, at their offsets:
+     * a data byte of record 2 flipped before compressing. */
+    memcpy(cp, bytes, len);
+    cp[off[2] + 20] ^= 0x40;
+    CHECK(write_file(ab, cp, len) == 0, "write");
+    snprintf(cmd, sizeof cmd, "pipe:gzip -c %s", ab);
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    snprintf(a, sizeof a,
+             "@%llu (sample 'record 2, uncompressed offset'): TFRecord data CRC mismatch",
+             (unsigned long long)off[2]);
+    CHECK(g.n == 2 && g.end_rc == CHUTE_ECORRUPT && strstr(g.msg, a), "%u samples, rc %d: %s",
+          g.n, g.end_rc, g.msg);
+    /* ... and a truncated TFRecord inside a complete gzip stream. */
+    snprintf(cmd, sizeof cmd, "pipe:head -c %llu %s | gzip -c", (unsigned long long)(off[3] + 30),
+             TFR);
+    collect(cmd, "tfrecord", DECL, &o, &g);
+    snprintf(a, sizeof a, "@%llu (uncompressed): truncated TFRecord record",
+             (unsigned long long)off[3]);
+    CHECK(g.n == 3 && g.end_rc == CHUTE_ECORRUPT && strstr(g.msg, a), "%u samples, rc %d: %s",
+          g.n, g.end_rc, g.msg);
+
+    free(cp);
+    free(bytes);
+    unlink(ab);
+    snprintf(a, sizeof a, "%s/a.gz", dir);
+    unlink(a);
+    unlink(b);
+    rmdir(dir);
+    CHECK(no_children(), "a child is left");
+    CHECK(count_fds() == fds, "fds %d -> %d", fds, count_fds());
     return 0;
 }
 

@@ -156,6 +156,31 @@ extern const ch_stream_reader_ops ch_stream_tar_ops;
 /* The pipe/stdin reader of TFRecord files (stream_tfr.c; spec->tfr). */
 extern const ch_stream_reader_ops ch_stream_tfr_ops;
 
+/* TFRecord records read front to back from any byte source: the core of
+ * the pipe/stdin reader, fed by the fuzz target from memory.  read is
+ * ch_proc_read's shape (*got = 0 at the end).  The first bytes say plain,
+ * GZIP or ZLIB (as for a file: a valid plain header wins); compressed
+ * bytes are inflated on the fly through one input buffer per stream. */
+typedef int (*ch_stream_read_fn)(void *ctx, uint8_t *buf, size_t n, size_t *got,
+                                 chute_error *err);
+struct ch_tfr_inflater;
+typedef struct ch_tfr_in {
+    ch_stream_read_fn read;
+    void *ctx;
+    const char *name;         /* for messages */
+    uint64_t max_bytes;       /* a longer record is read past, marked bad */
+    uint64_t ordinal;
+    uint64_t pos;             /* TFRecord bytes consumed (inflated ones if compressed) */
+    int started;              /* the first bytes were looked at */
+    struct ch_tfr_inflater *z;/* GZIP/ZLIB: zlib's state and the input buffer */
+} ch_tfr_in;
+/* The next record into rec (rec->bad for a content error): CHUTE_OK,
+ * CHUTE_END at a clean end of the bytes, or an error that ends them. */
+int ch_tfr_in_next(ch_tfr_in *in, const ch_stream_spec *spec, ch_stream_rec *rec,
+                   chute_error *err);
+/* Free the inflater (if any); in may be read again only after zeroing. */
+void ch_tfr_in_free(ch_tfr_in *in);
+
 /* spec->tfr: check the framed record in rec->data[0, rec->len) (exactly
  * one record: length CRC, length, data CRC) and find its image and label
  * (stream_tfr.c); sets img_off/len, ex_off/ex_len and the label, or marks

@@ -32,18 +32,37 @@
  * As for tar streams, a command that exits nonzero is CHUTE_EIO naming
  * its status and the tail of its stderr.
  *
+ * GZIP/ZLIB streams.  A pipe may carry what TFRecordWriter writes with
+ * compression_type GZIP or ZLIB.  The first 12 bytes decide, as for a file
+ * (fmt_tfrecord.c): a plain header whose length CRC holds is plain (the
+ * fast path, unchanged), else gzip/zlib magic (ch_tfx_compression) starts
+ * an inflater and those bytes are its first input.  zlib inflates straight
+ * into the record's buffer (libdeflate has no streaming API); concatenated
+ * members are one stream (inflateReset after each, as the file format's
+ * inflater does).  Damaged deflate data, a cut inside a member or bytes
+ * after the last member end the stream with ECORRUPT at the compressed
+ * offset and zlib's message: deflate cannot be resynchronised.  Record
+ * checks are unchanged on the inflated bytes; their offsets are inflated
+ * ones, and messages say "(uncompressed)".  Kafka values are single
+ * uncompressed records.
+ *
  * Memory: the record is read straight into the pump's reused buffer; a
- * record read past uses a 64 KiB stack buffer; nothing per record.
+ * record read past uses a 64 KiB stack buffer; a compressed stream has one
+ * inflater with a 64 KiB input buffer, allocated at its first bytes;
+ * nothing per record.
  */
 #define _GNU_SOURCE
 #include "stream.h"
 #include "../format/fields.h"
 #include "../format/parse.h"
+#include "../format/tfr_saved.h"
 #include "../io/proc.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <zlib.h>
 
 static uint64_t le64(const uint8_t *p)
 {
@@ -137,16 +156,222 @@ int ch_stream_tfr_fields(const ch_stream_spec *spec, const ch_field *fields,
     return fmt_tfr_fields_decode(fields, f, req, nreq, where, where, 0, err);
 }
 
+/* ---- records from bytes: plain, or inflated on the fly --------------- */
+
+/* Compressed input is read through one buffer of this size, allocated
+ * with zlib's state when the first bytes say GZIP or ZLIB. */
+#define TFR_ZIN (64u << 10)
+
+struct ch_tfr_inflater {
+    z_stream z;
+    int comp;                 /* FMT_TFR_GZIP or FMT_TFR_ZLIB */
+    int member_start;         /* no byte of the current member consumed yet */
+    int eof;                  /* the source ended */
+    uint64_t in_off;          /* compressed bytes read from the source */
+    uint8_t in[TFR_ZIN];
+};
+
+/* Start inflating: the first n bytes (already read, at hdr) are the
+ * compressed stream's first bytes. */
+static int z_start(ch_tfr_in *in, int comp, const uint8_t *hdr, size_t n, chute_error *err)
+{
+    struct ch_tfr_inflater *zi = calloc(1, sizeof *zi);
+    if (!zi)
+        return ch_err(err, CHUTE_ENOMEM, "%s: no memory for an inflater", in->name);
+    if (inflateInit2(&zi->z, comp == FMT_TFR_GZIP ? 16 + MAX_WBITS : MAX_WBITS) != Z_OK) {
+        free(zi);
+        return ch_err(err, CHUTE_ENOMEM, "%s: inflateInit2 failed", in->name);
+    }
+    zi->comp = comp;
+    zi->member_start = 1;
+    memcpy(zi->in, hdr, n);
+    zi->z.next_in = zi->in;
+    zi->z.avail_in = (uInt)n;
+    zi->in_off = n;
+    in->z = zi;
+    return CHUTE_OK;
+}
+
+/* Up to n inflated bytes into buf; *got < n only at a clean end (the
+ * source ended between members).  Concatenated members are one stream
+ * (gzip -c's, and what the TFRecord format's inflater accepts). */
+static int z_read(ch_tfr_in *in, uint8_t *buf, size_t n, size_t *got, chute_error *err)
+{
+    struct ch_tfr_inflater *zi = in->z;
+    z_stream *z = &zi->z;
+    const char *kind = zi->comp == FMT_TFR_GZIP ? "GZIP" : "ZLIB";
+    *got = 0;
+    while (*got < n) {
+        if (z->avail_in == 0) {
+            if (zi->eof) {
+                if (zi->member_start)
+                    return CHUTE_OK;
+                return ch_err(err, CHUTE_ECORRUPT,
+                              "%s@%llu (compressed): the %s stream ends early (truncated)",
+                              in->name, (unsigned long long)zi->in_off, kind);
+            }
+            size_t g = 0;
+            int rc = in->read(in->ctx, zi->in, sizeof zi->in, &g, err);
+            if (rc != CHUTE_OK)
+                return rc;
+            zi->eof = g == 0;
+            zi->in_off += g;
+            z->next_in = zi->in;
+            z->avail_in = (uInt)g;
+            continue;
+        }
+        uInt in0 = z->avail_in, out0 = (uInt)CH_MIN(n - *got, (size_t)UINT_MAX);
+        z->next_out = buf + *got;
+        z->avail_out = out0;
+        int zr = inflate(z, Z_NO_FLUSH);
+        *got += out0 - z->avail_out;
+        if (zr == Z_MEM_ERROR)
+            return ch_err(err, CHUTE_ENOMEM, "%s: inflate out of memory", in->name);
+        if (zr == Z_DATA_ERROR || zr == Z_NEED_DICT || zr == Z_STREAM_ERROR ||
+            (zr == Z_BUF_ERROR && z->avail_in == in0 && z->avail_out == out0))
+            /* Deflate cannot be resynchronised: the stream ends here. */
+            return ch_err(err, CHUTE_ECORRUPT, "%s@%llu (compressed): damaged %s data: %s",
+                          in->name, (unsigned long long)(zi->in_off - z->avail_in), kind,
+                          z->msg ? z->msg : zr == Z_NEED_DICT ? "needs a dictionary"
+                                                              : "inflate failed");
+        if (z->avail_in != in0 || z->avail_out != out0)
+            zi->member_start = 0;
+        if (zr == Z_STREAM_END) { /* another member may follow */
+            if (inflateReset(z) != Z_OK)
+                return ch_err(err, CHUTE_ENOMEM, "%s: inflateReset failed", in->name);
+            zi->member_start = 1;
+        }
+    }
+    return CHUTE_OK;
+}
+
+/* Read exactly n bytes (buf NULL: read past them); *got < n only at the
+ * end (of the source, or of the last compressed member). */
+static int read_full(ch_tfr_in *in, uint8_t *buf, uint64_t n, uint64_t *got, chute_error *err)
+{
+    uint8_t sink[65536];
+    *got = 0;
+    while (*got < n) {
+        size_t want = (size_t)CH_MIN(n - *got, buf ? (uint64_t)SIZE_MAX : sizeof sink);
+        uint8_t *to = buf ? buf + *got : sink;
+        size_t g = 0;
+        int rc = in->z ? z_read(in, to, want, &g, err) : in->read(in->ctx, to, want, &g, err);
+        if (rc != CHUTE_OK)
+            return rc;
+        if (g == 0)
+            break;
+        *got += g;
+        in->pos += g;
+    }
+    return CHUTE_OK;
+}
+
+static int header_crc_ok(const uint8_t *hdr)
+{
+    return fmt_crc32c_mask(fmt_crc32c(0, hdr, 8)) == le32(hdr + 8);
+}
+
+/* The stream's first header: plain, or the first bytes of a GZIP/ZLIB
+ * stream (told as the TFRecord format tells a file: a plain header whose
+ * length CRC holds wins over a look-alike magic number), then the first
+ * inflated header. */
+static int first_header(ch_tfr_in *in, uint8_t *hdr, uint64_t *got, chute_error *err)
+{
+    in->started = 1;
+    int rc = read_full(in, hdr, FMT_TFR_HEADER, got, err);
+    if (rc != CHUTE_OK || *got < FMT_TFR_HEADER || header_crc_ok(hdr))
+        return rc;
+    int comp = ch_tfx_compression(hdr, FMT_TFR_HEADER);
+    if (comp == FMT_TFR_NONE)
+        return CHUTE_OK; /* the caller says: not a TFRecord stream */
+    if ((rc = z_start(in, comp, hdr, FMT_TFR_HEADER, err)) != CHUTE_OK)
+        return rc;
+    in->pos = 0;
+    return read_full(in, hdr, FMT_TFR_HEADER, got, err);
+}
+
+int ch_tfr_in_next(ch_tfr_in *in, const ch_stream_spec *spec, ch_stream_rec *rec,
+                   chute_error *err)
+{
+    uint64_t at = in->pos, got = 0;
+    uint8_t hdr[FMT_TFR_HEADER];
+    int rc = in->started ? read_full(in, hdr, sizeof hdr, &got, err)
+                         : first_header(in, hdr, &got, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    if (got == 0)
+        return CHUTE_END; /* a clean end between records */
+    /* Offsets in a compressed stream's messages are in its inflated bytes. */
+    const char *unc = in->z ? " (uncompressed)" : "";
+    if (got < sizeof hdr)
+        return ch_err(err, CHUTE_ECORRUPT, "%s@%llu%s: truncated TFRecord header", in->name,
+                      (unsigned long long)at, unc);
+    if (!header_crc_ok(hdr))
+        return ch_err(err, at == 0 ? CHUTE_EFORMAT : CHUTE_ECORRUPT,
+                      "%s@%llu%s: TFRecord length CRC mismatch%s", in->name,
+                      (unsigned long long)at, unc,
+                      at == 0 ? " (not a TFRecord stream)" : " (framing lost)");
+    uint64_t length = le64(hdr), whole;
+    rec->offset = at;
+    rec->ordinal = in->ordinal++;
+    rec->token = rec->ordinal;
+    rec->label = -1;
+    rec->bad = 0;
+    rec->why[0] = '\0';
+    snprintf(rec->key, sizeof rec->key, "record %llu%s", (unsigned long long)rec->ordinal,
+             in->z ? ", uncompressed offset" : "");
+    if (__builtin_add_overflow(length, (uint64_t)FMT_TFR_OVERHEAD, &whole) ||
+        whole > in->max_bytes || whole > SIZE_MAX) {
+        rec->len = 0;
+        rec->bad = 1;
+        snprintf(rec->why, sizeof rec->why, "record of %llu bytes is over max_sample_bytes %llu",
+                 (unsigned long long)length, (unsigned long long)in->max_bytes);
+        uint64_t rest = length + 4 < length ? UINT64_MAX : length + 4;
+        rc = read_full(in, NULL, rest, &got, err);
+        if (rc == CHUTE_OK && got < rest)
+            rc = ch_err(err, CHUTE_ECORRUPT, "%s@%llu%s: truncated TFRecord record", in->name,
+                        (unsigned long long)at, unc);
+        return rc;
+    }
+    if (ch_buf_reserve(&rec->data, (size_t)whole) != CHUTE_OK)
+        return ch_err(err, CHUTE_ENOMEM, "%s: no memory for a %llu-byte record", in->name,
+                      (unsigned long long)whole);
+    memcpy(rec->data.data, hdr, sizeof hdr);
+    rc = read_full(in, rec->data.data + FMT_TFR_HEADER, whole - FMT_TFR_HEADER, &got, err);
+    if (rc == CHUTE_OK && got < whole - FMT_TFR_HEADER)
+        rc = ch_err(err, CHUTE_ECORRUPT,
+                    "%s@%llu%s: truncated TFRecord record (%llu of %llu bytes)", in->name,
+                    (unsigned long long)at, unc, (unsigned long long)(got + FMT_TFR_HEADER),
+                    (unsigned long long)whole);
+    if (rc != CHUTE_OK)
+        return rc;
+    rec->len = (size_t)whole;
+    ch_stream_tfr_fill(spec, rec, "");
+    return CHUTE_OK;
+}
+
+void ch_tfr_in_free(ch_tfr_in *in)
+{
+    if (in->z) {
+        inflateEnd(&in->z->z);
+        free(in->z);
+        in->z = NULL;
+    }
+}
+
 /* ---- the pipe/stdin reader ------------------------------------------ */
 
 typedef struct tfr_reader {
     ch_proc p;
     const ch_stream_spec *spec;
-    uint64_t max_bytes;
-    uint64_t ordinal;
-    uint64_t pos;             /* bytes of the stream consumed */
+    ch_tfr_in in;
     int ended;
 } tfr_reader;
+
+static int proc_read(void *p, uint8_t *buf, size_t n, size_t *got, chute_error *err)
+{
+    return ch_proc_read(p, buf, n, got, err);
+}
 
 static int tf_open(const void *spec_, uint64_t epoch, int timeout_ms, uint64_t max_bytes,
                    void **out, chute_error *err)
@@ -165,27 +390,11 @@ static int tf_open(const void *spec_, uint64_t epoch, int timeout_ms, uint64_t m
         return rc;
     }
     r->spec = spec;
-    r->max_bytes = max_bytes;
+    r->in.read = proc_read;
+    r->in.ctx = &r->p;
+    r->in.name = r->p.name;
+    r->in.max_bytes = max_bytes;
     *out = r;
-    return CHUTE_OK;
-}
-
-/* Read exactly n bytes (buf NULL: read past them); *got < n only at EOF. */
-static int read_full(tfr_reader *r, uint8_t *buf, uint64_t n, uint64_t *got, chute_error *err)
-{
-    uint8_t sink[65536];
-    *got = 0;
-    while (*got < n) {
-        size_t want = (size_t)CH_MIN(n - *got, buf ? (uint64_t)SIZE_MAX : sizeof sink);
-        size_t g = 0;
-        int rc = ch_proc_read(&r->p, buf ? buf + *got : sink, want, &g, err);
-        if (rc != CHUTE_OK)
-            return rc;
-        if (g == 0)
-            break;
-        *got += g;
-        r->pos += g;
-    }
     return CHUTE_OK;
 }
 
@@ -208,12 +417,8 @@ static int tf_next(void *r_, ch_stream_rec *rec, chute_error *err)
     tfr_reader *r = r_;
     if (r->ended)
         return ch_err(err, CHUTE_EINVAL, "%s: read after the end", r->p.name);
-    uint64_t at = r->pos, got = 0;
-    uint8_t hdr[FMT_TFR_HEADER];
-    int rc = read_full(r, hdr, sizeof hdr, &got, err);
-    if (rc != CHUTE_OK)
-        return broke(r, rc, err);
-    if (got == 0) { /* a clean end between records */
+    int rc = ch_tfr_in_next(&r->in, r->spec, rec, err);
+    if (rc == CHUTE_END) {
         r->ended = 1;
         rc = ch_proc_finish(&r->p, err);
         if (rc != CHUTE_OK) {
@@ -222,50 +427,7 @@ static int tf_next(void *r_, ch_stream_rec *rec, chute_error *err)
         }
         return CHUTE_END;
     }
-    if (got < sizeof hdr)
-        return broke(r, ch_err(err, CHUTE_ECORRUPT, "%s@%llu: truncated TFRecord header",
-                               r->p.name, (unsigned long long)at), err);
-    if (fmt_crc32c_mask(fmt_crc32c(0, hdr, 8)) != le32(hdr + 8))
-        return broke(r, ch_err(err, at == 0 ? CHUTE_EFORMAT : CHUTE_ECORRUPT,
-                               "%s@%llu: TFRecord length CRC mismatch%s", r->p.name,
-                               (unsigned long long)at,
-                               at == 0 ? " (not a TFRecord stream)" : " (framing lost)"),
-                     err);
-    uint64_t length = le64(hdr), whole;
-    rec->offset = at;
-    rec->ordinal = r->ordinal++;
-    rec->token = rec->ordinal;
-    rec->label = -1;
-    rec->bad = 0;
-    rec->why[0] = '\0';
-    snprintf(rec->key, sizeof rec->key, "record %llu", (unsigned long long)rec->ordinal);
-    if (__builtin_add_overflow(length, (uint64_t)FMT_TFR_OVERHEAD, &whole) || whole > r->max_bytes ||
-        whole > SIZE_MAX) {
-        rec->len = 0;
-        rec->bad = 1;
-        snprintf(rec->why, sizeof rec->why, "record of %llu bytes is over max_sample_bytes %llu",
-                 (unsigned long long)length, (unsigned long long)r->max_bytes);
-        uint64_t rest = length + 4 < length ? UINT64_MAX : length + 4;
-        rc = read_full(r, NULL, rest, &got, err);
-        if (rc == CHUTE_OK && got < rest)
-            rc = ch_err(err, CHUTE_ECORRUPT, "%s@%llu: truncated TFRecord record", r->p.name,
-                        (unsigned long long)at);
-        return rc == CHUTE_OK ? CHUTE_OK : broke(r, rc, err);
-    }
-    if (ch_buf_reserve(&rec->data, (size_t)whole) != CHUTE_OK)
-        return broke(r, ch_err(err, CHUTE_ENOMEM, "%s: no memory for a %llu-byte record",
-                               r->p.name, (unsigned long long)whole), err);
-    memcpy(rec->data.data, hdr, sizeof hdr);
-    rc = read_full(r, rec->data.data + FMT_TFR_HEADER, whole - FMT_TFR_HEADER, &got, err);
-    if (rc == CHUTE_OK && got < whole - FMT_TFR_HEADER)
-        rc = ch_err(err, CHUTE_ECORRUPT, "%s@%llu: truncated TFRecord record (%llu of %llu bytes)",
-                    r->p.name, (unsigned long long)at,
-                    (unsigned long long)(got + FMT_TFR_HEADER), (unsigned long long)whole);
-    if (rc != CHUTE_OK)
-        return broke(r, rc, err);
-    rec->len = (size_t)whole;
-    ch_stream_tfr_fill(r->spec, rec, "");
-    return CHUTE_OK;
+    return rc == CHUTE_OK ? CHUTE_OK : broke(r, rc, err);
 }
 
 static void tf_cancel(void *r_) { ch_proc_cancel(&((tfr_reader *)r_)->p); }
@@ -276,6 +438,7 @@ static void tf_close(void *r_)
     if (!r)
         return;
     ch_proc_close(&r->p);
+    ch_tfr_in_free(&r->in);
     free(r);
 }
 

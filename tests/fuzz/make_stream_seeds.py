@@ -4,14 +4,18 @@
 stream_tfr: the records of fixtures/fields/tfr/fields.tfrecord and
 tfr_bad/bad.tfrecord (written by TensorFlow's TFRecordWriter, see
 fixtures/make_fixtures.py) as values as-is (mode byte 2) and as bare
-Examples for the harness to frame (mode 1), plus declarations (mode 0).
+Examples for the harness to frame (mode 1), plus declarations (mode 0),
+and whole streams (mode 3): fields.tfrecord plain, gzip'd (two members)
+and zlib'd by Python's gzip/zlib, and TensorFlow's own GZIP/ZLIB files.
 kafka_uri: URIs of every query key, escapes and client properties, one
 with state bytes after a NUL.  Plain Python: no TensorFlow needed.
 
     python3 tests/fuzz/make_stream_seeds.py
 """
+import gzip
 import os
 import struct
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "..", "fixtures", "fields")
@@ -42,6 +46,15 @@ def main():
         write("stream_tfr", "example_%d" % i, b"\x01" + r[12:-4])
     write("stream_tfr", "framed_bad_bbox", b"\x02" + bad[1])
     write("stream_tfr", "example_bad_mask", b"\x01" + bad[2][12:-4])
+    whole = open(os.path.join(FIX, "tfr", "fields.tfrecord"), "rb").read()
+    cut = len(good[0]) + 5  # the second member starts inside record 1
+    write("stream_tfr", "stream_plain", b"\x03" + whole)
+    write("stream_tfr", "stream_gzip_2members", b"\x03" + gzip.compress(whole[:cut], mtime=0) +
+          gzip.compress(whole[cut:], mtime=0))
+    write("stream_tfr", "stream_zlib", b"\x03" + zlib.compress(whole))
+    for name in ("gzip.tfrecord.gz", "zlib.tfrecord.zz"):
+        tf = open(os.path.join(FIX, "..", name), "rb").read()
+        write("stream_tfr", "stream_tf_" + name.split(".")[0], b"\x03" + tf)
     write("stream_tfr", "decl", b"\x00bbox:float32[4], ids:int64[3],weight:float32,meta:bytes,"
           b"mask.npy:uint8[4x4],t.npy:float64[]")
     write("stream_tfr", "decl_bad", b"\x00a.npy:uint8[3,4],b:int32")
