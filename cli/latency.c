@@ -663,11 +663,12 @@ int cmd_bench_latency(int argc, char **argv)
                "\"single_image_p99_ms\": %.4f, \"create_ms\": %.4f, "
                "\"first_request_ms\": %.4f, \"create_ms_pretouch\": %.4f, "
                "\"first_request_ms_pretouch\": %.4f, \"budget_ms\": %.3f, "
-               "\"worker_slice_us\": %u",
+               "\"worker_slice_us\": %u, \"transform\": \"%s\"",
                c.nimg, workers, preset ? "latency" : "batch", rio.max_batch,
                rio.max_delay_us, c.io.unordered,
                c.io.queue_capacity, single_ms, single_p50, single_p99, create_ms[0], first_ms[0],
-               create_ms[1], first_ms[1], budget, c.io.worker_slice_us);
+               create_ms[1], first_ms[1], budget, c.io.worker_slice_us,
+               rio.transform == CHUTE_TRANSFORM_NONE ? "none" : "eval");
         if (have_rate) {
             printf(", ");
             print_result(stdout, "at_rate", &at_rate, 1);
