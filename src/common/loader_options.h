@@ -25,7 +25,7 @@ typedef enum ch_opt_kind {
 } ch_opt_kind;
 
 enum {
-    CH_OPT_CLI = 1,  /* `chute bench` and `chute doctor` take --name */
+    CH_OPT_CLI = 1,  /* the CLI takes --name (bench and doctor; infer rows: bench --latency) */
     CH_OPT_PY = 2,   /* chute.Loader takes name= */
     CH_OPT_AUTO = 4, /* default 0: computed when the loader is created */
 };
@@ -57,7 +57,8 @@ enum {
 #undef CH_LOADER_STR
 
 /* The rows of the other kinds (enum, float, negated flag, string) of
- * loader_options.def, and every row of dataset_options.def. */
+ * loader_options.def, and every row of dataset_options.def and of
+ * infer_options.def (ch_infer_opts). */
 typedef struct ch_opt_row {
     const char *name;  /* C/Python name; CLI --name ('_' as '-'), --no-name for NEG */
     const char *field; /* the struct member */
