@@ -21,6 +21,7 @@ typedef enum cli_type {
 #define CLI_FORMAT_HELP \
     "the dataset's format: tree, shards, tfrecord or wds (default: found by probing)"
 
+struct ch_opt_row;
 typedef struct cli_opt {
     const char *name;         /* "--batch-size" */
     cli_type type;
@@ -28,6 +29,10 @@ typedef struct cli_opt {
     const char *choices;      /* CLI_CHOICE: "train|eval|none" */
     uint64_t min, max;        /* numeric bounds (inclusive) */
     const char *help;
+    /* The option-table row the flag was made from (NULL for a command's own
+     * flags): a float is checked against its bounds, a choice's index
+     * becomes the row's C value. */
+    const struct ch_opt_row *row;
 } cli_opt;
 
 /* The loader options of src/common/loader_options.def that the CLI exposes
@@ -47,6 +52,11 @@ int cli_loader_opts(chute_loader_options *o, cli_opt *out, cli_opt_text *text, i
  * inspect and doctor, wherever a dataset is opened. */
 #define CLI_DATASET_OPTS_MAX 32
 int cli_dataset_opts(chute_dataset_options *o, cli_opt *out, cli_opt_text *text, int cap);
+/* The same for the inference session's options of
+ * src/common/infer_options.def (`chute bench --latency`): its own rows and
+ * the loader's rows it shares, writing into *o. */
+#define CLI_INFER_OPTS_MAX 32
+int cli_infer_opts(chute_infer_options *o, cli_opt *out, cli_opt_text *text, int cap);
 
 /* Parse argv against the table; positional arguments are collected into
  * pos (up to npos).  Prints a message and returns 2 on error, 1 if --help

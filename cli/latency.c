@@ -26,6 +26,7 @@
 #include "cli.h"
 #include "util.h"
 #include "common/common.h"
+#include "common/loader_options.h"
 
 #include <errno.h>
 #include <math.h>
@@ -492,11 +493,13 @@ static int parse_pos_double(const char *flag, const char *s, double *out)
 int cmd_bench_latency(int argc, char **argv)
 {
     chute_infer_options io = {0};
-    int latency = 0, json = 0, find_max = 0, transform = 0, dtype = 0, preset = 0;
+    int latency = 0, json = 0, find_max = 0, preset = 0;
     const char *rate_s = NULL, *dur_s = "5", *budget_s = "50", *probe_s = "2", *format = NULL;
-    uint32_t nimg = 256, ordered_only = 0, probes = 10;
+    uint32_t nimg = 256, probes = 10;
     uint64_t seed = 1;
-    const cli_opt opts[] = {
+    /* The session's options (--size, --max-batch, --unordered, ...) are the
+     * table's rows (src/common/infer_options.def), after this command's own. */
+    const cli_opt own[] = {
         {"--latency", CLI_FLAG, &latency, NULL, 0, 0, "inference-latency mode (this command)"},
         {"--rate", CLI_STR, &rate_s, NULL, 0, 0, "requests per second, Poisson arrivals (required "
                                                  "unless --find-max)"},
@@ -509,26 +512,20 @@ int cmd_bench_latency(int argc, char **argv)
         {"--probes", CLI_U32, &probes, NULL, 1, 100, "--find-max: bisection steps (default 10)"},
         {"--seed", CLI_U64, &seed, NULL, 0, UINT64_MAX, "arrival-time seed (default 1)"},
         {"--images", CLI_U32, &nimg, NULL, 1, 100000, "images of SOURCE cycled through (default 256)"},
-        {"--size", CLI_U32, &io.size, NULL, 1, 8192, "output height = width (default 224)"},
-        {"--transform", CLI_CHOICE, &transform, "eval|none", 0, 0, "transform (default eval)"},
-        {"--dtype", CLI_CHOICE, &dtype, "float32|uint8|float16", 0, 0, "output type (default float32)"},
-        {"--max-batch", CLI_U32, &io.max_batch, NULL, 1, 1024, "requests per batch (default 8)"},
-        {"--max-delay-us", CLI_U32, &io.max_delay_us, NULL, 1, 10000000,
-         "batching deadline of a batch's oldest request (default 1000)"},
-        {"--workers", CLI_U32, &io.workers, NULL, 1, 1024, "decode threads (default: the CPUs)"},
-        {"--worker-slice-us", CLI_U32, &io.worker_slice_us, NULL, 100, 100000,
-         "scheduler slice the workers ask for (Linux 6.12+; default: the kernel's)"},
-        {"--queue-capacity", CLI_U32, &io.queue_capacity, NULL, 1, 65536,
-         "requests admitted and not yet released (default max(4 x max batch, 64))"},
-        {"--unordered", CLI_FLAG, &ordered_only, NULL, 0, 0, "let finished batches overtake"},
         {"--format", CLI_STR, &format, NULL, 0, 0, CLI_FORMAT_HELP},
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
         {"--preset", CLI_CHOICE, &preset, "batch|latency", 0, 0,
-         "batch: the session's defaults (batches of 8, 1 ms deadline, ordered); latency: "
+         "batch: the session's defaults (--max-batch, --max-delay-us, ordered); latency: "
          "max batch 1 (each request handed out as soon as it is done) and unordered; "
          "explicit --max-batch wins (default batch)"},
-        {NULL, 0, NULL, NULL, 0, 0, NULL},
+        {NULL, 0, NULL, NULL, 0, 0, NULL, NULL},
     };
+    cli_opt opts[sizeof own / sizeof own[0] + CLI_INFER_OPTS_MAX];
+    cli_opt_text text[CLI_INFER_OPTS_MAX];
+    size_t nown = sizeof own / sizeof own[0] - 1;
+    memcpy(opts, own, nown * sizeof *own);
+    int ni = cli_infer_opts(&io, opts + nown, text, CLI_INFER_OPTS_MAX);
+    opts[nown + (size_t)ni] = own[nown]; /* the terminator */
     const char *pos[1];
     int np = 0;
     int rc = cli_parse("bench --latency", "SOURCE --rate R [options]", opts, argc, argv, pos, 1,
@@ -553,14 +550,11 @@ int cmd_bench_latency(int argc, char **argv)
         fprintf(stderr, "chute bench --latency: --rate x --duration over 50 million requests\n");
         return 2;
     }
-    io.transform = transform == 0 ? CHUTE_TRANSFORM_EVAL : CHUTE_TRANSFORM_NONE;
-    io.dtype = dtype == 0 ? CHUTE_DTYPE_FLOAT32 : dtype == 1 ? CHUTE_DTYPE_UINT8 : CHUTE_DTYPE_FLOAT16;
     if (preset == 1) {
         if (!io.max_batch)
             io.max_batch = 1;
-        ordered_only = 1;
+        io.unordered = 1;
     }
-    io.unordered = ordered_only;
 
     chute_error err = {0};
     chute_dataset *ds = NULL;
@@ -659,6 +653,9 @@ int cmd_bench_latency(int argc, char **argv)
     const double TARGET = 2.0;
     double added_ratio = have_half ? at_half.added.p99 / single_ms : NAN;
     double total_ratio = have_half ? (at_half.p99_ms - single_ms) / single_ms : NAN;
+    /* What the sessions ran with: the table's defaults where not given. */
+    chute_infer_options rio = c.io;
+    ch_infer_options_resolve(&c.io, &rio, NULL, NULL);
     if (json) {
         printf("{\"images\": %u, \"workers\": %u, \"preset\": \"%s\", \"max_batch\": %u, "
                "\"max_delay_us\": %u, \"unordered\": %d, \"queue_capacity\": %u, "
@@ -666,11 +663,12 @@ int cmd_bench_latency(int argc, char **argv)
                "\"single_image_p99_ms\": %.4f, \"create_ms\": %.4f, "
                "\"first_request_ms\": %.4f, \"create_ms_pretouch\": %.4f, "
                "\"first_request_ms_pretouch\": %.4f, \"budget_ms\": %.3f, "
-               "\"worker_slice_us\": %u",
-               c.nimg, workers, preset ? "latency" : "batch", c.io.max_batch ? c.io.max_batch : 8,
-               c.io.max_delay_us ? c.io.max_delay_us : 1000, c.io.unordered,
+               "\"worker_slice_us\": %u, \"transform\": \"%s\"",
+               c.nimg, workers, preset ? "latency" : "batch", rio.max_batch,
+               rio.max_delay_us, c.io.unordered,
                c.io.queue_capacity, single_ms, single_p50, single_p99, create_ms[0], first_ms[0],
-               create_ms[1], first_ms[1], budget, c.io.worker_slice_us);
+               create_ms[1], first_ms[1], budget, c.io.worker_slice_us,
+               rio.transform == CHUTE_TRANSFORM_NONE ? "none" : "eval");
         if (have_rate) {
             printf(", ");
             print_result(stdout, "at_rate", &at_rate, 1);
@@ -699,8 +697,8 @@ int cmd_bench_latency(int argc, char **argv)
             snprintf(slice, sizeof slice, "%u us", c.io.worker_slice_us);
         printf("preset %s: max batch %u, deadline %u us, %s, queue capacity %s, %u workers, "
                "worker slice %s\n",
-               preset ? "latency" : "batch", c.io.max_batch ? c.io.max_batch : 8,
-               c.io.max_delay_us ? c.io.max_delay_us : 1000,
+               preset ? "latency" : "batch", rio.max_batch,
+               rio.max_delay_us,
                c.io.unordered ? "unordered" : "ordered",
                c.io.queue_capacity ? "as given" : "default", workers, slice);
         printf("single image decode+transform (idle session, 1 worker, one at a time; median of %d "

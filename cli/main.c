@@ -26,26 +26,6 @@ static void print_help(const char *cmd, const char *usage, const cli_opt *opts)
     printf("  %-28s %s\n", "--help", "show this help");
 }
 
-/* The option-table row (loader_options.def's other kinds, or
- * dataset_options.def) whose CLI flag is name, or NULL. */
-static const ch_opt_row *table_row(const char *name)
-{
-    for (int t = 0; t < 2; t++) {
-        const ch_opt_row *d = t ? ch_dataset_opts() : ch_loader_xopts();
-        int n = t ? ch_dataset_opt_count() : ch_loader_xopt_count();
-        for (int i = 0; i < n; i++) {
-            if (!(d[i].layers & CH_OPT_CLI) || d[i].kind == CH_OPT_NEG || strncmp(name, "--", 2))
-                continue;
-            const char *a = name + 2, *b = d[i].name;
-            while (*a && *b && (*a == *b || (*a == '-' && *b == '_')))
-                a++, b++;
-            if (!*a && !*b)
-                return &d[i];
-        }
-    }
-    return NULL;
-}
-
 int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int argc, char **argv,
               const char **pos, int npos, int *out_npos)
 {
@@ -127,7 +107,8 @@ int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int argc,
                         o->choices, v);
                 return 2;
             }
-            *(int *)o->dst = found;
+            /* the row's C value (choices from a nonzero first value) */
+            *(int *)o->dst = found + (o->row ? (int)o->row->first : 0);
         } else {
             uint64_t x;
             const char *why = NULL;
@@ -156,7 +137,7 @@ int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int argc,
             else
                 *(uint64_t *)o->dst = x;
         }
-        const ch_opt_row *d = o->type == CLI_F32 ? table_row(o->name) : NULL;
+        const ch_opt_row *d = o->type == CLI_F32 ? o->row : NULL;
         if (d) { /* a float row: the table's bounds (CLI_F32 rows come only from it) */
             chute_error e = {0};
             if (ch_opt_rows_check((const char *)o->dst - d->offset, d, 1, &e) != CHUTE_OK) {

@@ -210,16 +210,21 @@ static int cli_rows(void *base, const ch_opt_row *d, int nd, cli_opt *out, cli_o
         if (!(d->layers & CH_OPT_CLI))
             continue;
         cli_opt_text *tx = &text[n];
-        snprintf(tx->name, sizeof tx->name, "--%s%s", d->kind == CH_OPT_NEG ? "no-" : "",
-                 d->name);
-        for (char *c = tx->name; *c; c++)
-            if (*c == '_')
-                *c = '-';
+        if (d->cli) {
+            snprintf(tx->name, sizeof tx->name, "%s", d->cli);
+        } else {
+            snprintf(tx->name, sizeof tx->name, "--%s%s", d->kind == CH_OPT_NEG ? "no-" : "",
+                     d->name);
+            for (char *c = tx->name; *c; c++)
+                if (*c == '_')
+                    *c = '-';
+        }
         cli_opt *r = &out[n++];
         memset(r, 0, sizeof *r);
         r->name = tx->name;
         r->dst = (char *)base + d->offset;
         r->help = tx->help;
+        r->row = d;
         char b[64] = "";
         switch (d->kind) {
         case CH_OPT_ENUM:
@@ -249,6 +254,10 @@ static int cli_rows(void *base, const ch_opt_row *d, int nd, cli_opt *out, cli_o
             r->type = CLI_STR;
             snprintf(tx->help, sizeof tx->help, "%s", d->help);
             break;
+        case CH_OPT_BOOL: /* a flag, off by default */
+            r->type = CLI_FLAG;
+            snprintf(tx->help, sizeof tx->help, "%s", d->help);
+            break;
         case CH_OPT_I32:
             r->type = CLI_I32;
             r->min = d->min;
@@ -260,8 +269,13 @@ static int cli_rows(void *base, const ch_opt_row *d, int nd, cli_opt *out, cli_o
             r->type = d->kind == CH_OPT_U32 ? CLI_U32 : CLI_U64;
             r->min = d->min;
             r->max = d->max;
-            snprintf(tx->help, sizeof tx->help, "%s (default %llu)", d->help,
-                     (unsigned long long)d->def);
+            /* Computed defaults, and a 0 below the bounds, are told in the
+             * help itself. */
+            if ((d->layers & CH_OPT_AUTO) || (d->def == 0 && d->min > 0))
+                snprintf(tx->help, sizeof tx->help, "%s", d->help);
+            else
+                snprintf(tx->help, sizeof tx->help, "%s (default %llu)", d->help,
+                         (unsigned long long)d->def);
             break;
         }
     }
@@ -271,6 +285,11 @@ static int cli_rows(void *base, const ch_opt_row *d, int nd, cli_opt *out, cli_o
 int cli_dataset_opts(chute_dataset_options *o, cli_opt *out, cli_opt_text *text, int cap)
 {
     return cli_rows(o, ch_dataset_opts(), ch_dataset_opt_count(), out, text, cap);
+}
+
+int cli_infer_opts(chute_infer_options *o, cli_opt *out, cli_opt_text *text, int cap)
+{
+    return cli_rows(o, ch_infer_opts(), ch_infer_opt_count(), out, text, cap);
 }
 
 int cli_loader_opts(chute_loader_options *o, cli_opt *out, cli_opt_text *text, int cap)

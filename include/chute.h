@@ -990,7 +990,10 @@ CHUTE_API int chute_convert(const char *src, const char *dst, const chute_conver
 typedef struct chute_infer chute_infer;
 typedef struct chute_infer_batch chute_infer_batch;
 
-/* Zero means default for every field. */
+/* Zero means default for every field.  The defaults and bounds are one
+ * table (src/common/infer_options.def, listed in docs/OPTIONS.md) shared
+ * by C, `chute bench --latency` and chute.Infer; the fields shared with
+ * chute_loader_options are that table's rows.                          */
 typedef struct chute_infer_options {
     uint32_t size;            /* output height = width; default 224 */
     chute_transform transform;/* EVAL or NONE; 0 (TRAIN, random: meaningless here) = EVAL */

@@ -9,7 +9,9 @@ rate:     a run at a fixed rate reports every scheduled request (their count
 find_max: --find-max with a generous budget finds a positive rate and runs
           at half of it (the figure bench/latency.py reports).
 args:     a missing or non-positive --rate, and a --worker-slice-us out of
-          100..100000, are refused with a message.
+          100..100000, are refused with a message; --transform none reaches the
+          session as CHUTE_TRANSFORM_NONE, and the JSON reports the table's
+          defaults (max batch 8, deadline 1000 us) when no flag is given.
 preset:   --preset latency runs max batch 1 unordered (one batch per
           request), with the default admission queue (no refusals at a
           rate a batch-sized queue of 4 refused); per request, added
@@ -84,6 +86,16 @@ def args(ctx):
     p = ctx.run([ctx.chute, "bench", "--latency", ctx.tree, "--rate", "10",
                  "--worker-slice-us", "50"], expect=2)
     ctx.check("--worker-slice-us" in p.err, "--worker-slice-us 50: %r" % p.err)
+    # The session's flags are its option table's rows (infer_options.def):
+    # a choice reaches the session as its C value (--transform none is
+    # CHUTE_TRANSFORM_NONE, 2, not its index 1, which is EVAL), the
+    # defaults are the table's.
+    for flags, want in (([], ("eval", 8, 1000, 0)),
+                        (["--transform", "none", "--max-batch", "3", "--max-delay-us", "700",
+                          "--unordered"], ("none", 3, 700, 1))):
+        r = run_json(ctx, "--rate", "50", "--duration", "0.2", *flags)
+        ctx.check((r.get("transform"), r.get("max_batch"), r.get("max_delay_us"),
+                   r.get("unordered")) == want, "%r: %r" % (flags, r))
 
 
 def preset(ctx):

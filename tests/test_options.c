@@ -3,7 +3,10 @@
  * option table (src/common/loader_options.def) becomes defaults and
  * bounds: zero fields take the defaults chute.h documents, every value
  * past a bound is refused with a message naming the option, every bound
- * itself is accepted, and the checks that span options still hold.
+ * itself is accepted, and the checks that span options still hold.  The
+ * same for the inference session's table (src/common/infer_options.def,
+ * ch_infer_options_resolve): chute.h's documented defaults, its own rows'
+ * bounds, and its shared rows being the loader's rows.
  */
 #include "unit.h"
 
@@ -258,6 +261,179 @@ TEST(dataset_rows_checked)
     d.inject_fail_status = 1;
     CHECK(ch_dataset_options_check(&d, &err) == CHUTE_EINVAL &&
               strstr(err.message, "inject_fail_status"), "%s", err.message);
+    return 0;
+}
+
+/* ---- the inference session's table (infer_options.def) ---- */
+
+/* Zero options resolve to what include/chute.h promises for
+ * chute_infer_options (literals from its comments), and the shared fields
+ * to the loader's defaults. */
+TEST(infer_zero_means_documented_default)
+{
+    chute_infer_options o;
+    chute_loader_options lo;
+    chute_error err = {0};
+    CHECK(ch_infer_options_resolve(NULL, &o, &lo, &err) == CHUTE_OK, "%s", err.message);
+    CHECK(o.max_batch == 8 && o.max_delay_us == 1000 && o.queue_capacity == 64,
+          "max_batch %u max_delay_us %u queue_capacity %u", o.max_batch, o.max_delay_us,
+          o.queue_capacity);
+    CHECK(o.worker_slice_us == 0 && o.unordered == 0 && o.pretouch == 0, "slice %u",
+          o.worker_slice_us);
+    CHECK(o.transform == CHUTE_TRANSFORM_EVAL, "transform %d: 0 (TRAIN) is EVAL",
+          (int)o.transform);
+    CHECK(o.size == 224 && o.dtype == CHUTE_DTYPE_FLOAT32 && o.layout == CHUTE_LAYOUT_NCHW,
+          "size %u dtype %d layout %d", o.size, (int)o.dtype, (int)o.layout);
+    CHECK(o.max_pixels == CHUTE_DEFAULT_MAX_PIXELS &&
+              o.max_sample_bytes == CHUTE_DEFAULT_MAX_SAMPLE_BYTES, "limits");
+    CHECK(o.resize_size == 256 && o.crop_pct == 0.875f && o.mean[0] == 0.485f &&
+              o.std[2] == 0.225f, "eval resize %u crop %g", o.resize_size, (double)o.crop_pct);
+    CHECK(o.workers == chute_default_workers(NULL, 0), "workers %u", o.workers);
+    CHECK(lo.batch_size == 8 && lo.transform == CHUTE_TRANSFORM_EVAL && lo.size == 224,
+          "loader options batch %u", lo.batch_size);
+    /* The computed queue: max(4 x max_batch, 64). */
+    static const uint32_t batch[] = {1, 16, 17, 32, 1024}, want[] = {64, 64, 68, 128, 4096};
+    for (int i = 0; i < 5; i++) {
+        chute_infer_options in = {0};
+        in.max_batch = batch[i];
+        CHECK_OK(ch_infer_options_resolve(&in, &o, NULL, &err));
+        CHECK(o.queue_capacity == want[i], "max_batch %u: queue %u, want %u", batch[i],
+              o.queue_capacity, want[i]);
+        in.queue_capacity = 3; /* given: kept */
+        CHECK_OK(ch_infer_options_resolve(&in, &o, NULL, &err));
+        CHECK(o.queue_capacity == 3, "given queue %u", o.queue_capacity);
+    }
+    return 0;
+}
+
+/* Every row has a name; each shared row is the loader table's row for
+ * the same field (same kind, default, bounds, help), at the session's
+ * offset; the session's own rows are the ones chute.h gives it. */
+TEST(infer_rows_shared_are_the_loader_rows)
+{
+    const ch_opt_row *t = ch_infer_opts();
+    const ch_loader_opt *l = ch_loader_opts();
+    const ch_opt_row *x = ch_loader_xopts();
+    int shared = 0, own = 0;
+    for (int i = 0; i < ch_infer_opt_count(); i++) {
+        CHECK(t[i].name && t[i].field && t[i].help, "row %d has no name", i);
+        if (!t[i].from_loader) {
+            own++;
+            continue;
+        }
+        shared++;
+        int found = 0;
+        for (int k = 0; k < CH_LOPT_COUNT; k++)
+            if (l[k].offset == t[i].loader_offset) {
+                found = 1;
+                CHECK(t[i].kind == l[k].kind && t[i].def == l[k].def && t[i].min == l[k].min &&
+                          t[i].max == l[k].max && t[i].help == l[k].help &&
+                          !strcmp(t[i].name, l[k].name),
+                      "%s differs from the loader's row", t[i].name);
+            }
+        for (int k = 0; k < ch_loader_xopt_count(); k++)
+            if (x[k].offset == t[i].loader_offset) {
+                found = 1;
+                CHECK(t[i].kind == x[k].kind && t[i].n == x[k].n && t[i].help == x[k].help &&
+                          !strcmp(t[i].name, x[k].name) &&
+                          (!x[k].choices || !strcmp(t[i].choices, x[k].choices)) &&
+                          !memcmp(t[i].fdef, x[k].fdef, sizeof x[k].fdef),
+                      "%s differs from the loader's row", t[i].name);
+            }
+        CHECK(found, "%s: no loader row at offset %zu", t[i].field, t[i].loader_offset);
+        CHECK(!strcmp(t[i].field, t[i].name) || !strncmp(t[i].field, "no_", 3),
+              "%s / %s", t[i].name, t[i].field);
+    }
+    /* chute.h: max_batch, max_delay_us, unordered, queue_capacity, pretouch,
+     * worker_slice_us and the transform are the session's own. */
+    CHECK(own == 7, "%d own rows", own);
+    CHECK(shared == 12, "%d shared rows", shared);
+    return 0;
+}
+
+static const ch_opt_row *infer_row(const char *name)
+{
+    const ch_opt_row *t = ch_infer_opts();
+    for (int i = 0; i < ch_infer_opt_count(); i++)
+        if (!strcmp(t[i].name, name))
+            return &t[i];
+    return NULL;
+}
+
+/* The session's own integer rows: each bound accepted and kept, max + 1
+ * refused naming the option; the messages tests and users rely on. */
+TEST(infer_bounds_name_the_option)
+{
+    const ch_opt_row *t = ch_infer_opts();
+    int tried = 0;
+    for (int i = 0; i < ch_infer_opt_count(); i++) {
+        const ch_opt_row *d = &t[i];
+        if (d->from_loader || d->kind != CH_OPT_U32)
+            continue;
+        uint32_t ok[2] = {(uint32_t)d->min, (uint32_t)d->max}, got;
+        for (int k = 0; k < 2; k++) {
+            chute_infer_options in = {0}, o;
+            chute_error err = {0};
+            memcpy((char *)&in + d->offset, &ok[k], sizeof ok[k]);
+            CHECK(ch_infer_options_resolve(&in, &o, NULL, &err) == CHUTE_OK, "%s = %u: %s",
+                  d->name, ok[k], err.message);
+            memcpy(&got, (char *)&o + d->offset, sizeof got);
+            CHECK(got == ok[k], "%s kept", d->name);
+        }
+        chute_infer_options in = {0}, o;
+        chute_error err = {0};
+        uint32_t v = (uint32_t)d->max + 1;
+        memcpy((char *)&in + d->offset, &v, sizeof v);
+        CHECK(ch_infer_options_resolve(&in, &o, NULL, &err) == CHUTE_EINVAL &&
+                  strstr(err.message, d->name), "%s = max + 1: %s", d->name, err.message);
+        tried++;
+    }
+    CHECK(tried == 4, "%d own integer rows", tried);
+    CHECK(ch_opt_row_size(infer_row("mean")) == sizeof(float[3]) &&
+              ch_opt_row_size(infer_row("max_pixels")) == sizeof(uint64_t) &&
+              ch_opt_row_size(infer_row("ordered")) == sizeof(int), "row sizes");
+    /* Literals: chute.h's bounds and the messages as before the table. */
+    static const struct {
+        const char *name;
+        uint32_t v;
+        const char *msg;
+    } bad[] = {
+        {"max_batch", 1025, "max_batch 1025 is out of range (1..1024)"},
+        {"max_delay_us", 10000001, "max_delay_us 10000001 is out of range (1..10000000)"},
+        {"queue_capacity", 65537, "queue_capacity 65537 is out of range (1..65536)"},
+        {"worker_slice_us", 99, "worker_slice_us 99 is out of range (0, or 100..100000)"},
+        {"worker_slice_us", 100001, "worker_slice_us 100001 is out of range (0, or 100..100000)"},
+        {"transform", 3, "transform 3 is not one of eval|none"},
+        {"size", 8193, "size"},
+        {"workers", 1025, "workers"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        const ch_opt_row *d = infer_row(bad[k].name);
+        CHECK(d != NULL, "no row %s", bad[k].name);
+        if (!d)
+            continue;
+        chute_infer_options in = {0}, o;
+        chute_error err = {0};
+        memcpy((char *)&in + d->offset, &bad[k].v, sizeof bad[k].v);
+        CHECK(ch_infer_options_resolve(&in, &o, NULL, &err) == CHUTE_EINVAL &&
+                  strstr(err.message, bad[k].msg), "%s = %u: '%s'", bad[k].name, bad[k].v,
+              err.message);
+        /* chute_infer_create refuses it the same way, before any thread. */
+        chute_infer *s = NULL;
+        chute_error e2 = {0};
+        CHECK(chute_infer_create(&in, &s, &e2) == CHUTE_EINVAL && !s &&
+                  !strcmp(e2.message, err.message), "create: '%s'", e2.message);
+    }
+    chute_infer_options in = {0}, o;
+    chute_error err = {0};
+    in.transform = CHUTE_TRANSFORM_NONE;
+    in.worker_slice_us = 100;
+    CHECK_OK(ch_infer_options_resolve(&in, &o, NULL, &err));
+    CHECK(o.transform == CHUTE_TRANSFORM_NONE && o.worker_slice_us == 100, "kept");
+    in.crop_pct = 0.9f;
+    in.resize_size = 300; /* a cross-option check of the loader's, through its resolve */
+    CHECK(ch_infer_options_resolve(&in, &o, NULL, &err) == CHUTE_EINVAL &&
+              strstr(err.message, "crop_pct or resize_size"), "%s", err.message);
     return 0;
 }
 

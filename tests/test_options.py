@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The CLI's loader options against the option table (src/common/loader_options.def).
+"""The CLI's options against the option tables (src/common/loader_options.def,
+dataset_options.def, and infer_options.def for `chute bench --latency`).
 
 The table is read from the docs generator (`gen_options_md --tsv`, the
 compiled table).  For `chute bench` and `chute doctor`: --help lists every
@@ -86,8 +87,9 @@ def other_rows_cli(ctx):
     parser, a bad one exits 2 naming the flag.  Floats: in-range passes,
     out-of-range or malformed exits 2 naming the flag.  Dataset rows: on
     bench, inspect and doctor."""
-    rows = [r for r in read_rows(TABLE) if r["flag"] and r["kind"] not in ("u32", "u64", "bool")
-            or (r["table"] == "dataset" and r["flag"])]
+    rows = [r for r in read_rows(TABLE) if r["table"] != "infer" and (
+            r["flag"] and r["kind"] not in ("u32", "u64", "bool")
+            or (r["table"] == "dataset" and r["flag"]))]  # infer: infer_cli below
     ctx.check(any(r["kind"] == "enum" for r in rows) and any(r["table"] == "dataset" for r in rows),
               "the table has no CLI enum or dataset rows: %r" % rows)
     missing = "/nonexistent/chute-options-test"
@@ -150,7 +152,8 @@ def struct_fields_have_rows(ctx):
     import os
     header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include", "chute.h")
     rows = read_rows(TABLE)
-    for table, struct in (("loader", "chute_loader_options"), ("dataset", "chute_dataset_options")):
+    for table, struct in (("loader", "chute_loader_options"), ("dataset", "chute_dataset_options"),
+                          ("infer", "chute_infer_options")):
         fields = struct_fields(header, struct)
         ctx.check(len(fields) >= 5, "%s: parsed only %r" % (struct, fields))
         have = {r["field"] for r in rows if r["table"] == table}
@@ -163,6 +166,78 @@ def struct_fields_have_rows(ctx):
             ctx.check(("`%s`" % f) in md, "docs/OPTIONS.md does not list %s.%s" % (struct, f))
 
 
+LATENCY = ["bench", "--latency"]
+
+
+def infer_cli(ctx):
+    """`chute bench --latency` against the inference session's table
+    (infer_options.def): --help lists every CLI row once, with the table's
+    default or choices; each integer row's min-1 / max+1 and each bad choice
+    or float exit 2 naming the flag, and its min, max, choices, good floats
+    and flags pass the parser (the command then fails on the missing SOURCE,
+    exit 1).  The rows shared with the loader have the loader's defaults."""
+    rows = [r for r in read_rows(TABLE) if r["table"] == "infer"]
+    loader = {r["field"]: r for r in read_rows(TABLE) if r["table"] == "loader"}
+    ctx.check(len(rows) >= 15 and all(r["py"] for r in rows),
+              "infer rows: %r" % [r["name"] for r in rows])
+    ints = {t["name"]: t for t in read_table(TABLE)}  # the loader's integer rows
+    for r in rows:
+        if r["field"] not in loader or r["name"] == "transform":
+            continue  # the session's own (its transform has no "train")
+        l = dict(loader[r["field"]])
+        t = ints.get(l["name"])
+        if t and l["kind"] in ("u32", "u64"):
+            l.update(kind={"u32": "uint32_t", "u64": "uint64_t"}[t["kind"]],
+                     default="computed" if t["auto"] else str(t["default"]))
+        ctx.check((r["name"], r["kind"], r["default"], r["values"])
+                  == (l["name"], l["kind"], l["default"], l["values"]),
+                  "infer %s is not the loader's row: %r vs %r" % (r["name"], r, l))
+    cli = [r for r in rows if r["flag"]]
+    ctx.check({r["flag"] for r in cli} >= {"--size", "--transform", "--dtype", "--max-batch",
+                                           "--max-delay-us", "--workers", "--worker-slice-us",
+                                           "--queue-capacity", "--unordered"},
+              "bench --latency lost flags: %r" % [r["flag"] for r in cli])
+    h = ctx.run([ctx.chute] + LATENCY + ["--help"]).out
+    flags = [ln.split()[0] for ln in h.splitlines() if ln.strip().startswith("--")]
+    ctx.check(len(flags) == len(set(flags)), "a flag listed twice: %r" % flags)
+    lines = {ln.split()[0]: ln for ln in h.splitlines() if ln.strip().startswith("--")}
+    missing = "/nonexistent/chute-options-test"
+    base = [ctx.chute] + LATENCY + [missing, "--rate", "1"]
+    for r in cli:
+        ln = lines.get(r["flag"])
+        if not ctx.check(ln is not None, "bench --latency --help lacks %s:\n%s" % (r["flag"], h)):
+            continue
+        good, bad = [], []
+        if r["kind"] in ("uint32_t", "uint64_t"):
+            lo, hi = (int(x) for x in r["values"].replace("0, or ", "").split(".."))
+            if r["default"] != "computed" and not r["values"].startswith("0, or"):
+                ctx.check(("(default %s)" % r["default"]) in ln,
+                          "--help %s should say (default %s): %r" % (r["flag"], r["default"], ln))
+            good = [str(lo), str(hi)] if r["name"] != "resize_size" else [str(hi)]
+            bad = ([str(lo - 1)] if lo > 0 else []) + ([str(hi + 1)] if hi < U64_MAX else [])
+        elif r["kind"] == "enum":
+            choices = r["values"].split(" ")[0]
+            ctx.check(ln.split()[1] == choices and ("(default %s)" % r["default"]) in ln,
+                      "--help %s should offer %s, default %s: %r"
+                      % (r["flag"], choices, r["default"], ln))
+            good, bad = choices.split("|"), ["bogus", "train" if r["name"] == "transform" else "X"]
+        elif r["kind"].startswith("float"):
+            good, bad = [GOOD_FLOATS[r["name"]]], BAD_FLOATS[r["name"]]
+        else:  # flags
+            p = ctx.run(base + [r["flag"]], expect=1, what="%s (SOURCE missing)" % r["flag"])
+            ctx.check(missing in p.err, "%s: want the missing SOURCE named: %r" % (r["flag"], p.err))
+        for v in good:
+            p = ctx.run(base + [r["flag"], v], expect=1,
+                        what="bench --latency %s %s (valid; SOURCE missing)" % (r["flag"], v))
+            ctx.check(missing in p.err, "%s %s: want the missing SOURCE named: %r"
+                      % (r["flag"], v, p.err))
+        for v in bad:
+            p = ctx.run(base + [r["flag"], v], expect=2,
+                        what="bench --latency %s %r (invalid)" % (r["flag"], v))
+            ctx.check(r["flag"] in p.err, "%s %r: message should name the flag: %r"
+                      % (r["flag"], v, p.err))
+
+
 if __name__ == "__main__":
     argv = sys.argv[1:]
     if "--table" in argv:
@@ -170,4 +245,5 @@ if __name__ == "__main__":
         TABLE = argv[i + 1]
         del argv[i:i + 2]
     sys.exit(T.main({"help_and_bounds": help_and_bounds, "other_rows_cli": other_rows_cli,
-                     "struct_fields_have_rows": struct_fields_have_rows}, argv))
+                     "struct_fields_have_rows": struct_fields_have_rows,
+                     "infer_cli": infer_cli}, argv))

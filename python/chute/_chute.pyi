@@ -152,16 +152,26 @@ def _dataset_from_arrow(stream: Any, *, image_key: Optional[str] = None,
                         label_key: Optional[str] = None, label_offset: int = 0,
                         read_delay_us: int = 0, name: Optional[str] = None) -> Dataset: ...
 
+def infer_options() -> List[Tuple[Any, ...]]: ...
+def resolve_infer_options(**options: Any) -> Dict[str, Any]: ...
+
 class Infer:
-    """A low-latency inference session (chute_infer_* in chute.h)."""
-    def __init__(self, *, size: int = ..., transform: str = ..., dtype: str = ...,
-                 layout: Optional[str] = ..., normalize: bool = ...,
-                 mean: Optional[Tuple[float, float, float]] = ...,
-                 std: Optional[Tuple[float, float, float]] = ..., crop_pct: float = ...,
-                 resize_size: int = ..., dct_scale: bool = ..., max_batch: int = ...,
-                 max_delay_us: int = ..., workers: int = ..., ordered: bool = ...,
-                 queue_capacity: int = ..., max_pixels: int = ..., max_sample_bytes: int = ...,
-                 pretouch: bool = ..., worker_slice_us: int = ...) -> None: ...
+    """A low-latency inference session (chute_infer_* in chute.h).
+
+    Its keywords are the rows of src/common/infer_options.def (defaults:
+    inspect.signature(chute.Infer), docs/OPTIONS.md); every one takes None
+    for its default.  tests/python/test_infer_options.py checks this stub
+    against the table."""
+    def __init__(self, *, size: Optional[int] = ..., transform: Optional[str] = ...,
+                 dtype: Optional[str] = ..., layout: Optional[str] = ...,
+                 normalize: bool = ..., mean: Optional[Tuple[float, float, float]] = ...,
+                 std: Optional[Tuple[float, float, float]] = ...,
+                 crop_pct: Optional[float] = ..., resize_size: Optional[int] = ...,
+                 dct_scale: bool = ..., max_pixels: Optional[int] = ...,
+                 max_sample_bytes: Optional[int] = ..., max_batch: Optional[int] = ...,
+                 max_delay_us: Optional[int] = ..., workers: Optional[int] = ...,
+                 ordered: bool = ..., queue_capacity: Optional[int] = ...,
+                 pretouch: bool = ..., worker_slice_us: Optional[int] = ...) -> None: ...
     def submit(self, data: Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"],
                id: int) -> None: ...
     def poll(self, timeout: Optional[float] = ...) -> Optional[List[Tuple[int, Union[Array, ChuteError]]]]: ...

@@ -2222,6 +2222,8 @@ static PyObject *opt_row_py(const char *table, const ch_opt_row *d)
             def = (Py_INCREF(Py_None), Py_None);
         else if (d->kind == CH_OPT_I32)
             def = PyLong_FromLongLong((long long)(int64_t)d->def);
+        else if (d->kind == CH_OPT_BOOL)
+            def = PyBool_FromLong(d->def != 0);
         else
             def = PyLong_FromUnsignedLongLong(d->def);
     }
@@ -2240,6 +2242,12 @@ static PyObject *opt_row_py(const char *table, const ch_opt_row *d)
     }
     if (layers && (d->layers & CH_OPT_AUTO)) {
         PyObject *t = Py_BuildValue("(s)", "auto"), *u = t ? PySequence_Concat(layers, t) : NULL;
+        Py_XDECREF(t);
+        Py_DECREF(layers);
+        layers = u;
+    }
+    if (layers && d->from_loader) { /* the session's row is the loader table's */
+        PyObject *t = Py_BuildValue("(s)", "loader"), *u = t ? PySequence_Concat(layers, t) : NULL;
         Py_XDECREF(t);
         Py_DECREF(layers);
         layers = u;
@@ -2290,6 +2298,84 @@ static PyObject *mod_option_rows(PyObject *m, PyObject *unused)
         }
     }
     return out;
+}
+
+/* infer_options(): the inference session's table (infer_options.def), one
+ * tuple per row as option_rows() with table "infer"; a row shared with the
+ * loader has "loader" in its layers. */
+static PyObject *mod_infer_options(PyObject *m, PyObject *unused)
+{
+    const ch_opt_row *t = ch_infer_opts();
+    PyObject *out = PyList_New(0);
+    for (int i = 0; out && i < ch_infer_opt_count(); i++) {
+        PyObject *row = opt_row_py("infer", &t[i]);
+        if (!row || PyList_Append(out, row) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(row);
+    }
+    return out;
+}
+
+static int infer_opts_from_py(const char *who, PyObject *args, PyObject *kw,
+                              chute_infer_options *o);
+
+/* resolve_infer_options(**options): what chute_infer_create makes of these
+ * options (chute.Infer's keywords): a dict of every Python-exposed row's
+ * resolved value as Python spells it (ints, bools, choice names, floats);
+ * InvalidArgumentError with C's message when one is refused. */
+static PyObject *mod_resolve_infer_options(PyObject *m, PyObject *args, PyObject *kw)
+{
+    chute_infer_options in, out;
+    if (infer_opts_from_py("resolve_infer_options()", args, kw, &in))
+        return NULL;
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    int rc = ch_infer_options_resolve(&in, &out, NULL, &err);
+    if (rc != CHUTE_OK)
+        return raise_status(rc, err.message);
+    const ch_opt_row *t = ch_infer_opts();
+    PyObject *d = PyDict_New();
+    for (int i = 0; d && i < ch_infer_opt_count(); i++) {
+        const ch_opt_row *r = &t[i];
+        const char *p = (const char *)&out + r->offset;
+        if (!(r->layers & CH_OPT_PY))
+            continue;
+        PyObject *x = NULL;
+        uint32_t u32;
+        uint64_t u64;
+        float f[3];
+        char b[64];
+        switch (r->kind) {
+        case CH_OPT_U64:
+            memcpy(&u64, p, sizeof u64);
+            x = PyLong_FromUnsignedLongLong(u64);
+            break;
+        case CH_OPT_BOOL:
+        case CH_OPT_NEG:
+            memcpy(&u32, p, sizeof u32);
+            x = PyBool_FromLong(r->kind == CH_OPT_NEG ? u32 == 0 : u32 != 0);
+            break;
+        case CH_OPT_ENUM:
+            memcpy(&u32, p, sizeof u32);
+            x = ch_opt_choice(r, (int)u32 - (int)r->first, b, sizeof b) == 0
+                    ? PyUnicode_FromString(b)
+                    : PyLong_FromUnsignedLong(u32);
+            break;
+        case CH_OPT_F32:
+            memcpy(f, p, r->n * sizeof(float));
+            x = r->n == 1 ? PyFloat_FromDouble(f[0])
+                          : Py_BuildValue("(ddd)", (double)f[0], (double)f[1], (double)f[2]);
+            break;
+        default:
+            memcpy(&u32, p, sizeof u32);
+            x = PyLong_FromUnsignedLong(u32);
+            break;
+        }
+        if (!x || PyDict_SetItemString(d, r->name, x) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(x);
+    }
+    return d;
 }
 
 /* check_options(**options): the C check of the other rows (enums as
@@ -2711,6 +2797,14 @@ static PyMethodDef module_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "check_options(**options)\n--\n\nThe C check of enum (as int), float and dataset int options;\n"
      "ValueError with C's message."},
+    {"infer_options", (PyCFunction)mod_infer_options, METH_NOARGS,
+     "infer_options()\n--\n\nThe inference session's option table (src/common/infer_options.def):\n"
+     "a list of (table, name, field, kind, default, choices, layers, help, min, max) as\n"
+     "option_rows(); \"loader\" in layers: the loader table's row for that field."},
+    {"resolve_infer_options", (PyCFunction)(void (*)(void))mod_resolve_infer_options,
+     METH_VARARGS | METH_KEYWORDS,
+     "resolve_infer_options(**options)\n--\n\nWhat chute_infer_create makes of chute.Infer's\n"
+     "keywords: a dict of every keyword's resolved value; InvalidArgumentError when refused."},
     {"loader_options", (PyCFunction)mod_loader_options, METH_NOARGS,
      "loader_options()\n--\n\nThe loader's option table (src/common/loader_options.def): a list of\n"
      "(name, kind, default, min, max, layers, help)."},
@@ -2782,77 +2876,145 @@ static PyObject *status_exception(int status, const char *message)
     return exc;
 }
 
+/* One option of the session's table (src/common/infer_options.def) from a
+ * Python value into o.  None leaves the field zero, the C default; ints
+ * must fit the field (0 is the default too) and C checks the bounds, so
+ * the refusal is C's InvalidArgumentError naming the option; enums are
+ * their choices' names (any case); flags are truth values (a negated row:
+ * name=False sets no_<name>). */
+static int infer_opt_from_py(const ch_opt_row *d, PyObject *v, chute_infer_options *o)
+{
+    char *p = (char *)o + d->offset;
+    if (v == Py_None)
+        return 0;
+    switch (d->kind) {
+    case CH_OPT_BOOL:
+    case CH_OPT_NEG: {
+        int t = PyObject_IsTrue(v);
+        if (t < 0)
+            return -1;
+        int x = d->kind == CH_OPT_NEG ? !t : t;
+        memcpy(p, &x, sizeof x);
+        return 0;
+    }
+    case CH_OPT_ENUM: {
+        const char *str = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+        char low[64];
+        size_t n = str ? strlen(str) : 0;
+        if (!str || n >= sizeof low) {
+            if (!PyErr_Occurred())
+                PyErr_Format(str ? PyExc_ValueError : PyExc_TypeError,
+                             "%s must be one of %s, not %R", d->name, d->choices, v);
+            return -1;
+        }
+        for (size_t i = 0; i <= n; i++)
+            low[i] = (char)(str[i] >= 'A' && str[i] <= 'Z' ? str[i] - 'A' + 'a' : str[i]);
+        int k = ch_opt_choice_find(d, low);
+        if (k < 0) {
+            PyErr_Format(PyExc_ValueError, "%s must be one of %s, not %R", d->name, d->choices,
+                         v);
+            return -1;
+        }
+        int x = (int)d->first + k;
+        memcpy(p, &x, sizeof x);
+        return 0;
+    }
+    case CH_OPT_F32: {
+        float f[3] = {0, 0, 0};
+        if (d->n == 3) {
+            if (parse_rgb(v, f, d->name))
+                return -1;
+        } else {
+            double x = PyFloat_AsDouble(v);
+            if (x == -1.0 && PyErr_Occurred()) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "%s must be a float, not %s", d->name,
+                             Py_TYPE(v)->tp_name);
+                return -1;
+            }
+            f[0] = (float)x;
+        }
+        memcpy(p, f, d->n * sizeof(float));
+        return 0;
+    }
+    case CH_OPT_U32:
+    case CH_OPT_U64: {
+        if (PyBool_Check(v) || !PyIndex_Check(v)) {
+            PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", d->name,
+                         Py_TYPE(v)->tp_name);
+            return -1;
+        }
+        PyObject *i = PyNumber_Index(v);
+        if (!i)
+            return -1;
+        unsigned long long x = PyLong_AsUnsignedLongLong(i);
+        int bad = x == (unsigned long long)-1 && PyErr_Occurred();
+        if (bad)
+            PyErr_Clear(); /* negative or above 2^64 - 1 */
+        unsigned long long top = d->kind == CH_OPT_U32 ? UINT32_MAX : UINT64_MAX;
+        if (bad || x > top) {
+            PyErr_Format(PyExc_ValueError, "%s must be 0 (the default) or in %llu..%llu, got %S",
+                         d->name, (unsigned long long)d->min, (unsigned long long)d->max, i);
+            Py_DECREF(i);
+            return -1;
+        }
+        Py_DECREF(i);
+        if (d->kind == CH_OPT_U32) {
+            uint32_t u = (uint32_t)x;
+            memcpy(p, &u, sizeof u);
+        } else {
+            uint64_t u = x;
+            memcpy(p, &u, sizeof u);
+        }
+        return 0;
+    }
+    default:
+        PyErr_Format(PyExc_TypeError, "%s: no Python form", d->name);
+        return -1;
+    }
+}
+
+/* Keyword arguments only, each a Python-exposed row of the session's table
+ * (chute.Infer and _chute.resolve_infer_options). */
+static int infer_opts_from_py(const char *who, PyObject *args, PyObject *kw,
+                              chute_infer_options *o)
+{
+    memset(o, 0, sizeof *o);
+    if (args && PyTuple_GET_SIZE(args) != 0) {
+        PyErr_Format(PyExc_TypeError, "%s takes keyword arguments only", who);
+        return -1;
+    }
+    const ch_opt_row *t = ch_infer_opts();
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (kw && PyDict_Next(kw, &pos, &k, &v)) {
+        const char *name = PyUnicode_AsUTF8(k);
+        if (!name)
+            return -1;
+        int i = 0;
+        while (i < ch_infer_opt_count() &&
+               (!(t[i].layers & CH_OPT_PY) || strcmp(t[i].name, name) != 0))
+            i++;
+        if (i == ch_infer_opt_count()) {
+            PyErr_Format(PyExc_TypeError, "%s got an unexpected keyword argument '%s'", who,
+                         name);
+            return -1;
+        }
+        if (infer_opt_from_py(&t[i], v, o))
+            return -1;
+    }
+    return 0;
+}
+
 static int Infer_init(InferObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"size", "transform", "dtype", "layout", "normalize", "mean", "std",
-                             "crop_pct", "resize_size", "dct_scale", "max_batch", "max_delay_us",
-                             "workers", "ordered", "queue_capacity", "max_pixels",
-                             "max_sample_bytes", "pretouch", "worker_slice_us", NULL};
-    unsigned int size = 0, resize_size = 0, max_batch = 0, max_delay_us = 0, workers = 0,
-                 queue_capacity = 0, worker_slice_us = 0;
-    const char *transform = "eval", *dtype = "float32", *layout = NULL;
-    int normalize = 1, dct_scale = 1, ordered = 1, pretouch = 0;
-    PyObject *mean = Py_None, *std = Py_None;
-    float crop_pct = 0;
-    unsigned long long max_pixels = 0, max_sample_bytes = 0;
     if (self->s) {
         PyErr_SetString(PyExc_RuntimeError, "Infer.__init__ called twice");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$IsszpOOfIpIIIpIKKpI", kwlist, &size,
-                                     &transform, &dtype, &layout, &normalize, &mean, &std,
-                                     &crop_pct, &resize_size, &dct_scale, &max_batch,
-                                     &max_delay_us, &workers, &ordered, &queue_capacity,
-                                     &max_pixels, &max_sample_bytes, &pretouch,
-                                     &worker_slice_us))
+    chute_infer_options o;
+    if (infer_opts_from_py("Infer()", args, kw, &o))
         return -1;
-    chute_infer_options o = {0};
-    o.size = size;
-    if (strcmp(transform, "eval") == 0)
-        o.transform = CHUTE_TRANSFORM_EVAL;
-    else if (strcmp(transform, "none") == 0)
-        o.transform = CHUTE_TRANSFORM_NONE;
-    else {
-        PyErr_Format(PyExc_ValueError, "transform must be 'eval' or 'none', not '%s'",
-                     transform);
-        return -1;
-    }
-    if (strcmp(dtype, "float32") == 0)
-        o.dtype = CHUTE_DTYPE_FLOAT32;
-    else if (strcmp(dtype, "uint8") == 0)
-        o.dtype = CHUTE_DTYPE_UINT8;
-    else if (strcmp(dtype, "float16") == 0)
-        o.dtype = CHUTE_DTYPE_FLOAT16;
-    else {
-        PyErr_Format(PyExc_ValueError, "dtype must be 'float32', 'uint8' or 'float16', not '%s'",
-                     dtype);
-        return -1;
-    }
-    if (!layout)
-        o.layout = CHUTE_LAYOUT_DEFAULT;
-    else if (strcmp(layout, "NCHW") == 0)
-        o.layout = CHUTE_LAYOUT_NCHW;
-    else if (strcmp(layout, "NHWC") == 0)
-        o.layout = CHUTE_LAYOUT_NHWC;
-    else {
-        PyErr_Format(PyExc_ValueError, "layout must be 'NCHW' or 'NHWC', not '%s'", layout);
-        return -1;
-    }
-    if (parse_rgb(mean, o.mean, "mean") || parse_rgb(std, o.std, "std"))
-        return -1;
-    o.no_normalize = !normalize;
-    o.crop_pct = crop_pct;
-    o.resize_size = resize_size;
-    o.no_dct_scale = !dct_scale;
-    o.max_batch = max_batch;
-    o.max_delay_us = max_delay_us;
-    o.workers = workers;
-    o.unordered = !ordered;
-    o.queue_capacity = queue_capacity;
-    o.max_pixels = max_pixels;
-    o.max_sample_bytes = max_sample_bytes;
-    o.pretouch = pretouch;
-    o.worker_slice_us = worker_slice_us;
     chute_error err = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -3077,24 +3239,57 @@ static PyTypeObject InferType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chute.Infer",
     .tp_basicsize = sizeof(InferObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Infer(*, size=224, transform='eval', dtype='float32', layout=None, normalize=True,\n"
-              "      mean=None, std=None, crop_pct=0, resize_size=0, dct_scale=True,\n"
-              "      max_batch=8, max_delay_us=1000, workers=0, ordered=True,\n"
-              "      queue_capacity=max(4*max_batch, 64), max_pixels=0, max_sample_bytes=0,\n"
-              "      pretouch=False, worker_slice_us=0)\n\n"
-              "A low-latency inference session: submit(bytes or path, id) from any thread,\n"
-              "poll() for finished requests.  A batch is handed out when it holds max_batch\n"
-              "requests or its oldest has waited max_delay_us.  The eval transform is the\n"
-              "Loader's (Resize + CenterCrop, bit for bit).  0 means the C default (workers:\n"
-              "the CPUs this process may use; crop_pct 0.875; limits 64 Mpx, 64 MiB).\n"
-              "worker_slice_us (100..100000; Linux 6.12+): the scheduler slice the workers\n"
-              "ask for; longer than the default lets the submitting and polling threads\n"
-              "preempt a decoding worker at once (stats()['worker_slice_us']: what they got).",
+    /* .tp_doc: infer_doc(), its signature from the option table */
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Infer_init,
     .tp_dealloc = (destructor)Infer_dealloc,
     .tp_methods = Infer_methods,
 };
+
+/* chute.Infer's docstring: the signature line (its __text_signature__, so
+ * inspect.signature sees the keywords) made from the option table, each
+ * default as Python spells it, then the prose. */
+static char infer_doc_buf[4096];
+static const char *infer_doc(void)
+{
+    static const char prose[] =
+        "\n--\n\n"
+        "A low-latency inference session: submit(bytes or path, id) from any thread,\n"
+        "poll() for finished requests.  A batch is handed out when it holds max_batch\n"
+        "requests or its oldest has waited max_delay_us.  The eval transform is the\n"
+        "Loader's (Resize + CenterCrop, bit for bit).  None (or 0) means the C default\n"
+        "(workers: the CPUs this process may use; queue_capacity: max(4*max_batch, 64)).\n"
+        "worker_slice_us (100..100000; Linux 6.12+): the scheduler slice the workers\n"
+        "ask for; longer than the default lets the submitting and polling threads\n"
+        "preempt a decoding worker at once (stats()['worker_slice_us']: what they got).\n"
+        "Every keyword, its default and bounds: docs/OPTIONS.md (src/common/infer_options.def).";
+    const ch_opt_row *t = ch_infer_opts();
+    size_t cap = sizeof infer_doc_buf - sizeof prose, l = 0;
+    l += (size_t)snprintf(infer_doc_buf + l, cap - l, "Infer(*");
+    for (int i = 0; i < ch_infer_opt_count() && l < cap; i++) {
+        const ch_opt_row *d = &t[i];
+        char b[64] = "None";
+        if (!(d->layers & CH_OPT_PY))
+            continue;
+        if (d->kind == CH_OPT_ENUM) {
+            char c[48];
+            ch_opt_choice(d, 0, c, sizeof c);
+            snprintf(b, sizeof b, "'%s'", c);
+        } else if (d->kind == CH_OPT_NEG) {
+            snprintf(b, sizeof b, "True");
+        } else if (d->kind == CH_OPT_BOOL) {
+            snprintf(b, sizeof b, "%s", d->def ? "True" : "False");
+        } else if ((d->kind == CH_OPT_U32 || d->kind == CH_OPT_U64) &&
+                   !(d->layers & CH_OPT_AUTO)) {
+            snprintf(b, sizeof b, "%llu", (unsigned long long)d->def);
+        } /* computed, floats: None */
+        l += (size_t)snprintf(infer_doc_buf + l, cap - l, ", %s=%s", d->name, b);
+    }
+    if (l < cap)
+        l += (size_t)snprintf(infer_doc_buf + l, cap - l, ")");
+    memcpy(infer_doc_buf + (l < cap ? l : cap), prose, sizeof prose);
+    return infer_doc_buf;
+}
 
 static int add_type(PyObject *m, PyTypeObject *t, const char *name)
 {
@@ -3116,6 +3311,7 @@ PyMODINIT_FUNC PyInit__chute(void)
     if (add_type(m, &ArrayType, "Array") || add_type(m, &BatchType, "Batch") ||
         add_type(m, &DatasetType, "Dataset") || add_type(m, &LoaderType, "_Loader"))
         goto fail;
+    InferType.tp_doc = infer_doc();
     if (add_type(m, &InferType, "Infer"))
         goto fail;
     ChuteError = PyErr_NewExceptionWithDoc(

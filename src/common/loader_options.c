@@ -238,9 +238,20 @@ int ch_opt_rows_check(const void *o, const ch_opt_row *rows, int n, chute_error 
             int v;
             char b[64];
             memcpy(&v, p, sizeof v);
-            if (v < 0 || ch_opt_choice(d, v, b, sizeof b) != 0)
+            /* A row whose choices start at a nonzero value takes zero as
+             * the first choice (the session's transform). */
+            int k = d->first && v == 0 ? 0 : v - (int)d->first;
+            if (k < 0 || ch_opt_choice(d, k, b, sizeof b) != 0) {
+                if (d->first) {
+                    int n = 0;
+                    while (ch_opt_choice(d, n, b, sizeof b) == 0)
+                        n++;
+                    return ch_err(err, CHUTE_EINVAL, "%s %d is not one of %s (%u..%u)",
+                                  d->name, v, d->choices, d->first, d->first + n - 1);
+                }
                 return ch_err(err, CHUTE_EINVAL, "%s %d is not one of %s", d->name, v,
                               d->choices);
+            }
         } else if (d->kind == CH_OPT_F32) {
             float v[3];
             memcpy(v, p, d->n * sizeof(float));
@@ -275,10 +286,13 @@ int ch_opt_rows_check(const void *o, const ch_opt_row *rows, int n, chute_error 
             } else {
                 memcpy(&v, p, sizeof v);
             }
-            if (v < d->min || v > d->max)
-                return ch_err(err, CHUTE_EINVAL, "%s %llu is out of range (%llu..%llu)", d->name,
-                              (unsigned long long)v, (unsigned long long)d->min,
-                              (unsigned long long)d->max);
+            /* A default of 0 below the bounds (and not computed) is a
+             * value of its own: "0, or min..max". */
+            int zero_ok = d->def == 0 && d->min > 0 && !(d->layers & CH_OPT_AUTO);
+            if ((v < d->min || v > d->max) && !(zero_ok && v == 0))
+                return ch_err(err, CHUTE_EINVAL, "%s %llu is out of range (%s%llu..%llu)",
+                              d->name, (unsigned long long)v, zero_ok ? "0, or " : "",
+                              (unsigned long long)d->min, (unsigned long long)d->max);
         }
     }
     return CHUTE_OK;

@@ -25,7 +25,7 @@ typedef enum ch_opt_kind {
 } ch_opt_kind;
 
 enum {
-    CH_OPT_CLI = 1,  /* `chute bench` and `chute doctor` take --name */
+    CH_OPT_CLI = 1,  /* the CLI takes --name (bench and doctor; infer rows: bench --latency) */
     CH_OPT_PY = 2,   /* chute.Loader takes name= */
     CH_OPT_AUTO = 4, /* default 0: computed when the loader is created */
 };
@@ -57,7 +57,8 @@ enum {
 #undef CH_LOADER_STR
 
 /* The rows of the other kinds (enum, float, negated flag, string) of
- * loader_options.def, and every row of dataset_options.def. */
+ * loader_options.def, and every row of dataset_options.def and of
+ * infer_options.def (ch_infer_opts). */
 typedef struct ch_opt_row {
     const char *name;  /* C/Python name; CLI --name ('_' as '-'), --no-name for NEG */
     const char *field; /* the struct member */
@@ -69,6 +70,11 @@ typedef struct ch_opt_row {
     float fdef[3], fmin, fmax; /* F32: value finite, > fmin, <= fmax */
     unsigned layers;
     const char *help;
+    /* The inference session's table (infer_options.def) only: */
+    unsigned first;        /* ENUM: the C value of the first choice (zero means it too) */
+    const char *cli;       /* NEG: the CLI flag when not --no-<name> */
+    int from_loader;       /* the loader table's row for the same field: */
+    size_t loader_offset;  /* the field's offset in chute_loader_options */
 } ch_opt_row;
 
 int ch_loader_xopt_count(void);
@@ -85,6 +91,24 @@ int ch_opt_choice_find(const ch_opt_row *d, const char *s);
  * otherwise ("transform 7 is not one of train|eval|none"). */
 int ch_opt_rows_check(const void *o, const ch_opt_row *rows, int n, chute_error *err);
 int ch_dataset_options_check(const chute_dataset_options *o, chute_error *err);
+
+/* The inference session's options (infer_options.def), every row
+ * materialised as a ch_opt_row with its offset in chute_infer_options: the
+ * session's own rows, and for each field shared with the loader a copy of
+ * the loader table's row (kind, default, bounds, help; the session's
+ * layers).  Built once, then const; any thread. */
+int ch_infer_opt_count(void);
+const ch_opt_row *ch_infer_opts(void);
+/* Bytes of the field a row describes (a float[3] is 12). */
+size_t ch_opt_row_size(const ch_opt_row *d);
+/* Copy in (NULL = all defaults) to out with every zero field given its
+ * default (the computed ones too: queue_capacity, and through
+ * ch_loader_options_resolve the shared fields: workers, layout, mean, ...),
+ * then check every bound; CHUTE_EINVAL naming the option otherwise.  lo
+ * (may be NULL) gets the loader options the session decodes with
+ * (batch_size = max_batch).  chute_infer_create's first step. */
+int ch_infer_options_resolve(const chute_infer_options *in, chute_infer_options *out,
+                             chute_loader_options *lo, chute_error *err);
 
 /* The table, in .def order (CH_LOPT_COUNT entries). */
 const ch_loader_opt *ch_loader_opts(void);

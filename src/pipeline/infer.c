@@ -80,11 +80,6 @@
 
 #define IALIGN 64
 #define MSG_LEN 256
-#define MAX_BATCH 1024u
-#define MAX_QUEUE 65536u
-#define MAX_DELAY_US 10000000u
-#define MIN_SLICE_US 100u     /* the kernel's clamp of a custom slice */
-#define MAX_SLICE_US 100000u
 
 enum { IS_FREE = 0, IS_OPEN, IS_CLOSED, IS_HELD };
 
@@ -342,52 +337,22 @@ static void *worker_main(void *arg)
 
 /* ------------------------------------------------------------------ */
 
+/* The options, resolved by the session's option table
+ * (src/common/infer_options.def): defaults, bounds, and the shared fields
+ * through the loader's resolve step into s->o. */
 static int resolve(const chute_infer_options *in, chute_infer *s, chute_error *err)
 {
-    chute_infer_options d = in ? *in : (chute_infer_options){0};
-    if (d.transform == CHUTE_TRANSFORM_TRAIN)
-        d.transform = CHUTE_TRANSFORM_EVAL;
-    if (d.transform != CHUTE_TRANSFORM_EVAL && d.transform != CHUTE_TRANSFORM_NONE)
-        return ch_err(err, CHUTE_EINVAL, "transform %u is not EVAL (1) or NONE (2)",
-                      (unsigned)d.transform);
-    s->B = d.max_batch ? d.max_batch : 8;
-    if (s->B > MAX_BATCH)
-        return ch_err(err, CHUTE_EINVAL, "max_batch %u is out of range (1..%u)", s->B, MAX_BATCH);
-    s->delay_us = d.max_delay_us ? d.max_delay_us : 1000;
-    if (s->delay_us > MAX_DELAY_US)
-        return ch_err(err, CHUTE_EINVAL, "max_delay_us %u is out of range (1..%u)", s->delay_us,
-                      MAX_DELAY_US);
-    /* The default admission queue is sized apart from the batch: at
-     * max_batch 1 a queue of 4 * max_batch (4 requests) refused bursts
-     * that a Poisson stream at half the workers' rate brings every
-     * second, and capped the rate at a fraction of what the workers
-     * could do (session 4's figures). */
-    s->cap = d.queue_capacity ? d.queue_capacity : 4 * s->B > 64 ? 4 * s->B : 64;
-    if (s->cap > MAX_QUEUE)
-        return ch_err(err, CHUTE_EINVAL, "queue_capacity %u is out of range (1..%u)", s->cap,
-                      MAX_QUEUE);
-    s->unordered = d.unordered != 0;
-    s->pretouch = d.pretouch != 0;
-    s->slice_us = d.worker_slice_us;
-    if (s->slice_us && (s->slice_us < MIN_SLICE_US || s->slice_us > MAX_SLICE_US))
-        return ch_err(err, CHUTE_EINVAL, "worker_slice_us %u is out of range (0, or %u..%u)",
-                      s->slice_us, MIN_SLICE_US, MAX_SLICE_US);
-    chute_loader_options lo = {0};
-    lo.batch_size = s->B;
-    lo.size = d.size;
-    lo.transform = d.transform;
-    lo.dtype = d.dtype;
-    lo.layout = d.layout;
-    lo.workers = d.workers;
-    lo.no_normalize = d.no_normalize;
-    memcpy(lo.mean, d.mean, sizeof lo.mean);
-    memcpy(lo.std, d.std, sizeof lo.std);
-    lo.crop_pct = d.crop_pct;
-    lo.resize_size = d.resize_size;
-    lo.no_dct_scale = d.no_dct_scale;
-    lo.max_pixels = d.max_pixels;
-    lo.max_sample_bytes = d.max_sample_bytes;
-    return ch_loader_options_resolve(&lo, &s->o, err);
+    chute_infer_options r;
+    int rc = ch_infer_options_resolve(in, &r, &s->o, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    s->B = r.max_batch;
+    s->delay_us = r.max_delay_us;
+    s->cap = r.queue_capacity;
+    s->unordered = r.unordered;
+    s->pretouch = r.pretouch;
+    s->slice_us = r.worker_slice_us;
+    return CHUTE_OK;
 }
 
 int chute_infer_create(const chute_infer_options *opt, chute_infer **out, chute_error *err)
