@@ -142,7 +142,12 @@ typedef struct chute_dataset_options {
      * open, each key declares its type: "NAME:int64", "NAME:float32[4]",
      * "NAME:bytes", "NAME.npy:uint8[4x4]" (a .npy tensor's dtype and
      * shape).  A record that disagrees is corrupt content (the loader's
-     * on_corrupt policy). */
+     * on_corrupt policy).  pipe:COMMAND and - carrying a WebDataset tar
+     * (format unset or "wds") declare members the same way, named and
+     * typed as the "wds" format names them: "cls:int64", "NAME:bytes"
+     * (.json, .txt, ...), "NAME.npy:DTYPE[DIMS]" or "npy:DTYPE[DIMS]"; a
+     * sample lacking a declared member, holding it twice, or whose .npy
+     * disagrees is corrupt content too. */
     const char *extra_keys;
     /* Where TFRecord indexes are saved when the data's own directory is
      * not writable (or not local): the first open of a TFRecord file

@@ -93,8 +93,13 @@ typedef struct got {
     uint32_t n;
     sample s[64];
     int end_rc;
+    uint64_t corrupt;         /* samples skipped as corrupt (stats) */
     char msg[1400];
 } got;
+
+/* The field names collect() asks the batch for: the TFRecord ones unless
+ * a test points this at another list of NF names. */
+static const char *const *g_names = k_fields;
 
 static void opts_base(chute_loader_options *o)
 {
@@ -144,7 +149,7 @@ static int collect(const char *path, const char *format, const char *decl,
             memcpy(s->px, (uint8_t *)v.data + (size_t)i * PX, PX);
             for (int k = 0; k < NF; k++) {
                 chute_field_view fv;
-                if (chute_batch_field(b, k_fields[k], &fv) != CHUTE_OK)
+                if (!g_names[k] || chute_batch_field(b, g_names[k], &fv) != CHUTE_OK)
                     continue;
                 size_t per = (size_t)(fv.nbytes / v.count);
                 if (per > sizeof s->val[k])
@@ -156,6 +161,9 @@ static int collect(const char *path, const char *format, const char *decl,
         chute_batch_release(b);
     }
     g->end_rc = rc;
+    chute_stats st;
+    chute_loader_stats(ld, &st);
+    g->corrupt = st.corrupt;
     snprintf(g->msg, sizeof g->msg, "%s", chute_loader_errmsg(ld));
     chute_loader_destroy(ld);
     chute_dataset_close(ds);
@@ -494,13 +502,14 @@ TEST(records_that_disagree_with_the_declaration_name_the_field)
     collect("pipe:cat " TFR, "tfrecord", "mask.npy:int16[4x4]", &o, &g);
     CHECK(g.n == 0 && g.end_rc == CHUTE_ECORRUPT && strstr(g.msg, "mask.npy"), "rc %d: %s",
           g.end_rc, g.msg);
-    /* extra_keys on a tar stream, a bad declaration, a wrong format name. */
+    /* A TFRecord declaration on a tar stream (format unset: WebDataset), a
+     * bad declaration, a wrong format name. */
     chute_dataset_options dso = {0};
     chute_dataset *ds = NULL;
     chute_error e = {0};
     dso.extra_keys = "bbox:float32[4]";
     CHECK(chute_dataset_open_ex("pipe:cat " TFR, &dso, &ds, &e) == CHUTE_EINVAL &&
-              strstr(e.message, "needs format \"tfrecord\""),
+              strstr(e.message, "reads a .bbox member as bytes"),
           "%s", e.message);
     dso.format = "tfrecord";
     dso.extra_keys = "bbox:float32";
@@ -920,6 +929,260 @@ TEST(damaged_gzip_streams_fail_naming_the_compressed_offset)
     rmdir(dir);
     CHECK(no_children(), "a child is left");
     CHECK(count_fds() == fds, "fds %d -> %d", fds, count_fds());
+    return 0;
+}
+
+/* ---- WebDataset tar streams (stream_tar.c) ---------------------------
+ * fixtures/fields/wds: two shards webdataset's ShardWriter wrote (.jpg
+ * .cls .json .txt .npy .ids.npy); expected.txt's "wds" lines are what
+ * webdataset and numpy read back.  A stream must give those values, and
+ * the values and pixels the "wds" format gives for the same tars. */
+
+#define WDIR CHUTE_FIXTURES "/fields/wds"
+#define W0 WDIR "/fields-000000.tar"
+#define W1 WDIR "/fields-000001.tar"
+#define WBAD CHUTE_FIXTURES "/fields/wds_bad"
+#define WNS 6
+#define WDECL "cls:int64, json:bytes,txt:bytes,npy:float32[2x3] ,ids.npy:int64[4]"
+#define WFIELDS "cls,json,txt,npy,ids.npy"
+
+static const char *const k_wfields[NF] = {"cls", "json", "txt", "npy", "ids.npy"};
+static const char *const k_npy_only[NF] = {NULL, NULL, NULL, "npy", NULL};
+static char wexp_hex[WNS][NF][256];
+static int64_t wexp_label[WNS];
+static char wbad_hex[5][256]; /* wds_bad: the npy of samples 0 and 4 */
+
+static int load_wds_expected(void)
+{
+    FILE *f = fopen(CHUTE_FIXTURES "/fields/expected.txt", "r");
+    if (!f)
+        return -1;
+    char line[1024], ds[32], field[64], val[512];
+    int idx, n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%31s %d %63s %511s", ds, &idx, field, val) != 4 || idx < 0 ||
+            strlen(val) >= sizeof wexp_hex[0][0])
+            continue;
+        if (!strcmp(ds, "wds_bad") && idx < 5 && !strcmp(field, "npy")) {
+            snprintf(wbad_hex[idx], sizeof wbad_hex[0], "%s", val);
+            n++;
+        }
+        if (strcmp(ds, "wds") != 0 || idx >= WNS)
+            continue;
+        if (!strcmp(field, "label")) {
+            wexp_label[idx] = atoll(val);
+            n++;
+        }
+        for (int k = 0; k < NF; k++)
+            if (!strcmp(field, k_wfields[k])) {
+                snprintf(wexp_hex[idx][k], sizeof wexp_hex[0][0], "%s", val);
+                n++;
+            }
+    }
+    fclose(f);
+    return n == WNS * (NF + 1) + 2 ? 0 : -1;
+}
+
+/* A value against its expected hex (the bytes numpy/webdataset gave). */
+static int check_hex(const sample *s, int k, const char *h, const char *what)
+{
+    size_t n = strlen(h) / 2;
+    CHECK(s->len[k] == (int64_t)n, "%s: %lld bytes, want %zu", what, (long long)s->len[k], n);
+    for (size_t i = 0; i < n; i++)
+        CHECK(s->val[k][i] == hexbyte(h + 2 * i), "%s: byte %zu is %02x, want %.2s", what, i,
+              s->val[k][i], h + 2 * i);
+    return 0;
+}
+
+static int check_wsample(const sample *s, int64_t i, const sample *file)
+{
+    CHECK(i >= 0 && i < WNS, "sample %lld", (long long)i);
+    CHECK(s->label == wexp_label[i], "sample %lld: label %lld, want %lld", (long long)i,
+          (long long)s->label, (long long)wexp_label[i]);
+    for (int k = 0; k < NF; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "sample %lld .%s", (long long)i, k_wfields[k]);
+        CHECK_OK(check_hex(s, k, wexp_hex[i][k], what));
+        if (file)
+            CHECK(s->len[k] == file->len[k] && !memcmp(s->val[k], file->val[k], (size_t)s->len[k]),
+                  "%s differs from the wds format's", what);
+    }
+    if (file)
+        CHECK(!memcmp(s->px, file->px, PX), "sample %lld: pixels differ from the wds format's",
+              (long long)i);
+    return 0;
+}
+
+static void wopts(chute_loader_options *o)
+{
+    opts_base(o);
+    o->fields = WFIELDS;
+    g_names = k_wfields;
+}
+
+/* The wds format's samples of the same tars (checked against webdataset). */
+static got g_wfile;
+
+static int load_wds_reference(void)
+{
+    if (load_wds_expected())
+        return -1;
+    chute_loader_options o;
+    wopts(&o);
+    if (collect(WDIR, "wds", NULL, &o, &g_wfile) || g_wfile.end_rc != CHUTE_END ||
+        g_wfile.n != WNS) {
+        fprintf(stderr, "wds reference: %u samples, %s\n", g_wfile.n, g_wfile.msg);
+        return -1;
+    }
+    for (uint32_t i = 0; i < WNS; i++)
+        if (g_wfile.s[i].idx != i || check_wsample(&g_wfile.s[i], i, NULL))
+            return -1;
+    return 0;
+}
+
+TEST(tar_stream_fields_equal_webdatasets_and_the_wds_formats)
+{
+    CHECK(load_wds_reference() == 0, "reference");
+    int fds = count_fds();
+    chute_loader_options o;
+    wopts(&o);
+    static got g;
+    /* Format unset (a tar stream) and "wds" named: the same. */
+    for (int named = 0; named < 2; named++) {
+        collect("pipe:cat " W0 " " W1, named ? "wds" : NULL, WDECL, &o, &g);
+        CHECK(g.end_rc == CHUTE_END && g.n == WNS, "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+        for (uint32_t i = 0; i < g.n; i++) {
+            CHECK(g.s[i].idx == i, "sample %u has input position %lld", i, (long long)g.s[i].idx);
+            CHECK_OK(check_wsample(&g.s[i], i, &g_wfile.s[i]));
+        }
+    }
+    /* Shuffled through the buffer, 1 worker, only some fields asked. */
+    o.no_shuffle = 0;
+    o.shuffle_buffer = 4;
+    o.workers = 1;
+    collect("pipe:cat " W0 " " W1, NULL, WDECL, &o, &g);
+    CHECK(g.end_rc == CHUTE_END && g.n == WNS, "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    unsigned seen = 0;
+    for (uint32_t i = 0; i < g.n; i++) {
+        CHECK_OK(check_wsample(&g.s[i], g.s[i].idx, &g_wfile.s[g.s[i].idx]));
+        seen |= 1u << g.s[i].idx;
+    }
+    CHECK(seen == (1u << WNS) - 1, "samples seen: %x", seen);
+    o.fields = "npy";
+    g_names = k_npy_only;
+    collect("pipe:cat " W0 " " W1, NULL, WDECL, &o, &g);
+    CHECK(g.end_rc == CHUTE_END && g.n == WNS, "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    for (uint32_t i = 0; i < g.n; i++)
+        CHECK_OK(check_hex(&g.s[i], 3, wexp_hex[g.s[i].idx][3], "npy alone"));
+    CHECK(no_children(), "a child is left");
+    CHECK(count_fds() == fds, "fds %d -> %d", fds, count_fds());
+    return 0;
+}
+
+TEST(tar_stream_fields_on_stdin)
+{
+    CHECK(load_wds_reference() == 0, "reference");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        FILE *f = fopen(W0, "rb");
+        if (!f || dup2(fileno(f), 0) < 0)
+            _exit(2);
+        chute_loader_options o;
+        wopts(&o);
+        static got g;
+        collect("-", NULL, WDECL, &o, &g);
+        if (g.end_rc != CHUTE_END || g.n != 4) /* the first shard holds 4 */
+            _exit(3);
+        for (uint32_t i = 0; i < g.n; i++)
+            if (g.s[i].idx != i || check_wsample(&g.s[i], i, &g_wfile.s[i]))
+                _exit(4);
+        _exit(0);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the stdin driver failed (status %d)", st);
+    return 0;
+}
+
+TEST(tar_stream_fields_that_disagree_are_the_policys)
+{
+    CHECK(load_wds_reference() == 0, "reference");
+    int fds = count_fds();
+    chute_loader_options o;
+    opts_base(&o);
+    o.fields = "npy";
+    g_names = k_npy_only;
+    o.batch_size = 1;
+    o.workers = 1;
+    static got g, file;
+    /* wds_bad: sample 1's .npy is 3x2, sample 2's magic is broken. */
+    collect("pipe:cat " WBAD "/bad-000000.tar", NULL, "npy:float32[2x3],json:bytes", &o, &g);
+    CHECK(g.n == 1 && g.end_rc == CHUTE_ECORRUPT, "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    CHECK(strstr(g.msg, "(sample 'b00001')") &&
+              strstr(g.msg, "field \"npy\": .npy is float32[3,2], the dataset's is float32[2,3]"),
+          "%s", g.msg);
+    CHECK_OK(check_hex(&g.s[0], 3, wbad_hex[0], "b00000 .npy"));
+    /* Skip: the two bad ones are counted and replaced in their batch, as
+     * the wds format does for the same tar. */
+    o.on_corrupt = CHUTE_CORRUPT_SKIP;
+    o.batch_size = 5;
+    collect("pipe:cat " WBAD "/bad-000000.tar", NULL, "npy:float32[2x3],json:bytes", &o, &g);
+    CHECK(g.end_rc == CHUTE_END && g.n == 5 && g.corrupt == 2, "%u samples, %llu corrupt, rc %d: %s",
+          g.n, (unsigned long long)g.corrupt, g.end_rc, g.msg);
+    collect(WBAD, "wds", NULL, &o, &file);
+    CHECK(file.end_rc == CHUTE_END && file.n == 5 && file.corrupt == 2, "file: %u, %llu: %s",
+          file.n, (unsigned long long)file.corrupt, file.msg);
+    for (uint32_t i = 0; i < g.n; i++) {
+        int64_t x = g.s[i].idx;
+        CHECK(x == 0 || x == 3 || x == 4, "position %u holds sample %lld", i, (long long)x);
+        CHECK(file.s[i].idx == x, "position %u: stream sample %lld, file sample %lld", i,
+              (long long)x, (long long)file.s[i].idx);
+        CHECK(!memcmp(g.s[i].val[3], file.s[i].val[3], 24), "position %u: values differ", i);
+        if (x != 3)
+            CHECK_OK(check_hex(&g.s[i], 3, wbad_hex[x], "wds_bad .npy"));
+    }
+    /* A declared field a sample lacks: named with the sample. */
+    o.on_corrupt = CHUTE_CORRUPT_FAIL;
+    o.batch_size = 1;
+    o.fields = "seg.npy";
+    collect("pipe:cat " W0, NULL, "npy:float32[2x3],seg.npy:uint8[2]", &o, &g);
+    CHECK(g.n == 0 && g.end_rc == CHUTE_ECORRUPT && strstr(g.msg, "(sample 's00000')") &&
+              strstr(g.msg, "no .seg.npy member"),
+          "rc %d: %s", g.end_rc, g.msg);
+    /* Kept fields count toward max_sample_bytes (the images alone fit). */
+    o.fields = "npy";
+    o.max_sample_bytes = 1010; /* W0: .jpg <= 855, .npy 152 bytes */
+    collect("pipe:cat " W0, NULL, "npy:float32[2x3]", &o, &g);
+    CHECK(g.n == 4 && g.end_rc == CHUTE_END, "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    collect("pipe:cat " W0, NULL, WDECL, &o, &g);
+    CHECK(g.n == 0 && g.end_rc == CHUTE_ECORRUPT && strstr(g.msg, "over max_sample_bytes"),
+          "%u samples, rc %d: %s", g.n, g.end_rc, g.msg);
+    o.max_sample_bytes = 0;
+    /* Declarations the wds format would read otherwise, refused at open. */
+    static const struct {
+        const char *decl, *why;
+    } bad[] = {
+        {"cls:bytes", "reads a .cls member as an int64 scalar"},
+        {"cls:int64[2]", "reads a .cls member as an int64 scalar"},
+        {"json:int64", "reads a .json member as bytes"},
+        {"npy:bytes", "a .npy field's type is a dtype"},
+        {"segnpy:bytes", "reads a .segnpy member as a .npy tensor"},
+        {"jpg:bytes", "is an image member"},
+        {"Txt:bytes", "lower case"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        chute_dataset_options dso = {0};
+        chute_dataset *ds = NULL;
+        chute_error e = {0};
+        dso.extra_keys = bad[k].decl;
+        CHECK(chute_dataset_open_ex("pipe:cat " W0, &dso, &ds, &e) == CHUTE_EINVAL &&
+                  strstr(e.message, bad[k].why),
+              "%s: %s", bad[k].decl, e.message);
+    }
+    CHECK(no_children(), "a child is left");
+    CHECK(count_fds() == fds, "fds %d -> %d", fds, count_fds());
+    g_names = k_fields;
     return 0;
 }
 

@@ -227,7 +227,14 @@ class Loader:
         extra_keys: TFRecord feature keys to offer as typed fields (a list of
             str, or a comma-separated str): an int64_list/float_list becomes
             a fixed-length int64/float32 field, a bytes_list a bytes field, or
-            a tensor when the key ends in ``".npy"``.
+            a tensor when the key ends in ``".npy"``.  Streams (``pipe:``,
+            ``"-"``, ``kafka://``) cannot be probed at open, so each is
+            declared with its type: ``"bbox:float32[4]"``, ``"id:int64"``,
+            ``"meta:bytes"``, ``"mask.npy:uint8[4x4]"``.  On a WebDataset tar
+            stream the names are member extensions typed as the ``"wds"``
+            format types them (``"cls:int64"``, ``"json:bytes"``,
+            ``"npy:float32[2x3]"``); a sample that lacks a declared member or
+            disagrees with its declaration is corrupt (``on_corrupt``).
         schema, csv_no_header: CSV columns as typed fields,
             ``"NAME:TYPE[=DEFAULT],..."`` with TYPE int64, float32, category
             or skip (see ``chute_dataset_options.schema``); label_key names

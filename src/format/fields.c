@@ -361,7 +361,8 @@ static int decl_item(const char *p, size_t n, int k, ch_field *f, chute_error *e
     const char *br = memchr(t, '[', (size_t)(end - t));
     size_t tl = (size_t)((br ? br : end) - t);
     int dtype = decl_dtype(t, tl);
-    int npy = nl >= 4 && !memcmp(p + nl - 4, ".npy", 4);
+    /* "x.npy", or a WebDataset sample's bare ".npy" member (field "npy") */
+    int npy = (nl >= 4 && !memcmp(p + nl - 4, ".npy", 4)) || (nl == 3 && !memcmp(p, "npy", 3));
     int dims = -1; /* -1: no brackets */
     int64_t shape[CH_FIELD_MAX_DIMS];
     if (br) {

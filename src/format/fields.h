@@ -131,10 +131,29 @@ int ch_split_names(const char *list, char names[][CH_FIELD_NAME_MAX], int max);
  *                                     uint16 uint32 uint64 float16 float32
  *                                     float64 bool; "[]" is a 0-d array)
  * Names must be unique, at most CH_FIELD_NAME_MAX - 1 bytes, and a tensor
- * name ends in ".npy" (a .npy name is always a tensor).  Every number is
+ * name ends in ".npy" or is "npy" (a WebDataset key.npy member; a .npy
+ * name is always a tensor).  Every number is
  * checked (1..2^31-1, product of a tensor within 2^40 bytes).  Fills
  * out[0..*n) with known = 1; CHUTE_EINVAL "extra_keys: item K (\"...\"):
  * reason" otherwise.  Allocates nothing; any thread. */
 int ch_field_decl_parse(const char *list, ch_field *out, int max, int *n, chute_error *err);
+
+/* ---- WebDataset members as fields (fmt_wds.c) ---------------------------
+ * The wds format's field model, shared with tar streams (stream_tar.c) so
+ * a member's value means the same in a file and on a stream: a member
+ * other than the image is a field named by its extension, lowercased;
+ * "cls" is an int64 scalar (ASCII decimal, the raw value), a name ending
+ * in "npy" a .npy tensor, anything else bytes. */
+int fmt_wds_field_kind(const char *name, size_t len);
+/* Decode one member's whole value p[size] as field f into rq: bytes into
+ * rq->dst (over rq->cap: CHUTE_ELIMIT; p may be rq->dst itself), cls as
+ * ASCII decimal, a tensor through ch_npy_parse + ch_npy_check (over
+ * max_bytes: CHUTE_ELIMIT).  Content errors are CHUTE_ECORRUPT "WHERE:
+ * .FIELD ...: reason"; `name` and `base` (the member's data offset) place
+ * .npy messages.  The size checks come before p is read, so p may be NULL
+ * for a value over them (the call reports it).  Any thread. */
+int fmt_wds_field_decode(const ch_field *f, const ch_field_req *rq, const uint8_t *p,
+                         uint64_t size, uint64_t max_bytes, const char *where, const char *name,
+                         uint64_t base, chute_error *err);
 
 #endif

@@ -20,6 +20,8 @@
  * fields are declared in extra_keys with their types and shapes
  * (fields.h: a stream has no first record to learn them from at open);
  * the loader reads them through the stream record, not read_fields.
+ * A tar stream's fields are declared the same way and typed as the wds
+ * format types members (.cls int64, NAME.npy a tensor, others bytes).
  */
 #define _GNU_SOURCE
 #include "format.h"
@@ -69,6 +71,61 @@ static int st_open_kafka(chute_dataset *ds, ch_stream_spec *sp, const char *path
 #endif
 }
 
+/* A WebDataset tar stream's declared fields (extra_keys): each is a
+ * member extension typed as the wds format types it (fields.h,
+ * fmt_wds_field_kind), so a declaration that the file format would read
+ * otherwise is refused here rather than failing every sample. */
+static int st_tar_setup(chute_dataset *ds, ch_stream_spec *sp, const chute_dataset_options *opt,
+                        chute_error *err)
+{
+    static const char *const images[] = {"jpg", "jpeg", "png", "bmp"};
+    ch_field decl[CH_FIELD_MAX];
+    int n = 0;
+    int rc = ch_field_decl_parse(opt->extra_keys, decl, CH_FIELD_MAX, &n, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    for (int k = 0; k < n; k++) {
+        const ch_field *f = &decl[k];
+        size_t nl = strlen(f->name);
+        for (size_t c = 0; c < nl; c++)
+            if (f->name[c] >= 'A' && f->name[c] <= 'Z')
+                return ch_err(err, CHUTE_EINVAL,
+                              "extra_keys: \"%s\": a WebDataset field is named by its member's "
+                              "extension in lower case (webdataset lowercases it)", f->name);
+        for (size_t q = 0; q < sizeof images / sizeof *images; q++)
+            if (!strcmp(f->name, images[q]))
+                return ch_err(err, CHUTE_EINVAL,
+                              "extra_keys: \"%s\" is an image member (the image comes as the "
+                              "image)", f->name);
+        int kind = fmt_wds_field_kind(f->name, nl);
+        int ok = kind == f->kind && (kind != CHUTE_FIELD_INT64 || f->ndim == 0);
+        if (!ok) {
+            char have[96];
+            if (f->kind == CHUTE_FIELD_BYTES)
+                snprintf(have, sizeof have, "bytes");
+            else
+                ch_field_describe(f, have, sizeof have);
+            return ch_err(err, CHUTE_EINVAL,
+                          "extra_keys: \"%s\" is declared %s, but the wds format reads a .%s "
+                          "member as %s (.cls: \"cls:int64\"; NAME.npy: a tensor, "
+                          "\"NAME.npy:DTYPE[DIMS]\"; any other member: \"NAME:bytes\")",
+                          f->name, have, f->name,
+                          kind == CHUTE_FIELD_INT64    ? "an int64 scalar"
+                          : kind == CHUTE_FIELD_TENSOR ? "a .npy tensor"
+                                                       : "bytes");
+        }
+        int fi = ch_ds_field_add(ds, f->name, nl, f->kind, f->dtype, err);
+        if (fi < 0)
+            return err->code;
+        ds->fields[fi] = *f;
+    }
+    for (int k = 0; k < n; k++) /* after every add: ds->fields moves as it grows */
+        sp->keys[2 + k] = ds->fields[k].name;
+    sp->nfields = (uint32_t)n;
+    sp->read_fields = n ? ch_stream_tar_fields : NULL;
+    return CHUTE_OK;
+}
+
 /* format "tfrecord": the keys, label_offset and declared fields. */
 static int st_tfr_setup(chute_dataset *ds, ch_stream_spec *sp, const chute_dataset_options *opt,
                         chute_error *err)
@@ -81,11 +138,11 @@ static int st_tfr_setup(chute_dataset *ds, ch_stream_spec *sp, const chute_datas
                       "(TFRecord-framed tf.train.Example)", ds->root, fmt,
                       kafka ? "encoded images (format unset)" : "a WebDataset tar (\"wds\")");
     if (!fmt || strcmp(fmt, "tfrecord") != 0) {
-        if (opt->extra_keys && *opt->extra_keys)
+        if (opt->extra_keys && *opt->extra_keys && kafka)
             return ch_err(err, CHUTE_EINVAL,
-                          "%s: extra_keys on a stream needs format \"tfrecord\" (typed fields "
-                          "come from its Example records)", ds->root);
-        return CHUTE_OK;
+                          "%s: extra_keys on a Kafka stream needs format \"tfrecord\" (typed "
+                          "fields come from its Example records)", ds->root);
+        return st_tar_setup(ds, sp, opt, err);
     }
     sp->tfr = 1;
     sp->label_offset = opt->label_offset;
@@ -114,6 +171,7 @@ static int st_tfr_setup(chute_dataset *ds, ch_stream_spec *sp, const chute_datas
     for (int k = 0; k < n; k++) /* after every add: ds->fields moves as it grows */
         sp->keys[2 + k] = ds->fields[k].name;
     sp->nfields = (uint32_t)n;
+    sp->read_fields = n ? ch_stream_tfr_fields : NULL;
     if (!kafka)
         sp->ops = &ch_stream_tfr_ops;
     return CHUTE_OK;

@@ -407,9 +407,7 @@ static int note_fields(chute_dataset *ds, wds_impl *t, const fmt_tar_index *tar,
         int k = ch_ds_field_find(ds, name);
         if (k < 0) {
             size_t nl = fd->ext_len;
-            int kind = strcmp(name, "cls") == 0 ? CHUTE_FIELD_INT64
-                       : nl >= 3 && strcmp(name + nl - 3, "npy") == 0 ? CHUTE_FIELD_TENSOR
-                                                                      : CHUTE_FIELD_BYTES;
+            int kind = fmt_wds_field_kind(name, nl);
             k = ch_ds_field_add(ds, name, nl, kind,
                                 kind == CHUTE_FIELD_BYTES ? CHUTE_DTYPE_UINT8 : CHUTE_DTYPE_INT64,
                                 err);
@@ -431,6 +429,55 @@ static int note_fields(chute_dataset *ds, wds_impl *t, const fmt_tar_index *tar,
         t->frefs[t->nfrefs++] = (wds_fref){m->data_offset, m->size, (uint32_t)k};
         s->nfref++;
     }
+    return CHUTE_OK;
+}
+
+int fmt_wds_field_kind(const char *name, size_t nl)
+{
+    return nl == 3 && memcmp(name, "cls", 3) == 0                  ? CHUTE_FIELD_INT64
+           : nl >= 3 && memcmp(name + nl - 3, "npy", 3) == 0 ? CHUTE_FIELD_TENSOR
+                                                              : CHUTE_FIELD_BYTES;
+}
+
+int fmt_wds_field_decode(const ch_field *f, const ch_field_req *rq, const uint8_t *p,
+                         uint64_t size, uint64_t max_bytes, const char *where, const char *name,
+                         uint64_t base, chute_error *err)
+{
+    if (f->kind == CHUTE_FIELD_BYTES) {
+        if (size > rq->cap)
+            return ch_err(err, CHUTE_ELIMIT,
+                          "%s: .%s member of %llu bytes is over field_bytes (%zu)", where,
+                          f->name, (unsigned long long)size, rq->cap);
+        if (p != rq->dst)
+            memcpy(rq->dst, p, (size_t)size);
+        memset((uint8_t *)rq->dst + size, 0, rq->cap - (size_t)size);
+        *rq->len = (int64_t)size;
+        return CHUTE_OK;
+    }
+    if (f->kind == CHUTE_FIELD_INT64) {
+        int64_t v = 0;
+        if (size >= 32)
+            return ch_err(err, CHUTE_ECORRUPT, "%s: .%s member of %llu bytes is not an integer",
+                          where, f->name, (unsigned long long)size);
+        if (parse_cls((const char *)p, (size_t)size, &v) != 0)
+            return ch_err(err, CHUTE_ECORRUPT, "%s: .%s member is not a decimal integer", where,
+                          f->name);
+        memcpy(rq->dst, &v, sizeof v);
+        return CHUTE_OK;
+    }
+    if (size > max_bytes || size > SIZE_MAX)
+        return ch_err(err, CHUTE_ELIMIT, "%s: .%s member of %llu bytes is over %llu", where,
+                      f->name, (unsigned long long)size, (unsigned long long)max_bytes);
+    ch_npy_info a;
+    chute_error e = {0};
+    int rc = ch_npy_parse(p, (size_t)size, name, base, &a, &e);
+    if (rc != CHUTE_OK)
+        return ch_err(err, ch_error_kind(rc) == CH_ERR_CONTENT ? rc : CHUTE_ECORRUPT,
+                      "%s: .%s: %s", where, f->name, e.message);
+    rc = ch_npy_check(&a, f, where, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    memcpy(rq->dst, p + a.data_offset, (size_t)a.data_bytes);
     return CHUTE_OK;
 }
 
@@ -503,58 +550,38 @@ static int wds_read_fields(const chute_dataset *ds, uint64_t i, const ch_field_r
                 r = &t->frefs[s->first_fref + j];
         if (!r)
             return ch_err(err, CHUTE_ECORRUPT, "%s: no .%s member", where, f->name);
-        int rc;
-        if (f->kind == CHUTE_FIELD_BYTES) {
-            if (r->size > req[q].cap)
-                return ch_err(err, CHUTE_ELIMIT,
-                              "%s: .%s member of %llu bytes is over field_bytes (%zu)", where,
-                              f->name, (unsigned long long)r->size, req[q].cap);
-            rc = wds_read_member(t, s->file, r->offset, req[q].dst, (size_t)r->size, err);
+        if (f->kind == CHUTE_FIELD_TENSOR && !f->known)
+            return ch_err(err, CHUTE_ECORRUPT,
+                          "%s: field \"%s\": no sample's .npy header could be read at open",
+                          where, f->name);
+        /* The member's bytes where the decoder wants them: a bytes value
+         * straight into its slot, a .cls into a stack buffer, a .npy into
+         * the worker's scratch; over the field's limit, nothing is read
+         * and the decoder says why. */
+        uint64_t lim = f->kind == CHUTE_FIELD_BYTES   ? req[q].cap
+                       : f->kind == CHUTE_FIELD_INT64 ? 31
+                                                      : CH_MIN(max_bytes, (uint64_t)SIZE_MAX);
+        char text[32];
+        uint8_t *p = NULL;
+        if (r->size <= lim) {
+            if (f->kind == CHUTE_FIELD_BYTES) {
+                p = req[q].dst;
+            } else if (f->kind == CHUTE_FIELD_INT64) {
+                p = (uint8_t *)text;
+            } else {
+                if (ch_buf_reserve(scratch, (size_t)r->size) != CHUTE_OK)
+                    return ch_err(err, CHUTE_ENOMEM, "out of memory for a %llu-byte .npy",
+                                  (unsigned long long)r->size);
+                p = scratch->data;
+            }
+            int rc = wds_read_member(t, s->file, r->offset, p, (size_t)r->size, err);
             if (rc != CHUTE_OK)
                 return rc;
-            memset((uint8_t *)req[q].dst + r->size, 0, req[q].cap - (size_t)r->size);
-            *req[q].len = (int64_t)r->size;
-        } else if (f->kind == CHUTE_FIELD_INT64) {
-            char text[32];
-            int64_t v = 0;
-            if (r->size >= sizeof text)
-                return ch_err(err, CHUTE_ECORRUPT, "%s: .%s member of %llu bytes is not an integer",
-                              where, f->name, (unsigned long long)r->size);
-            rc = wds_read_member(t, s->file, r->offset, text, (size_t)r->size, err);
-            if (rc != CHUTE_OK)
-                return rc;
-            if (parse_cls(text, (size_t)r->size, &v) != 0)
-                return ch_err(err, CHUTE_ECORRUPT, "%s: .%s member is not a decimal integer",
-                              where, f->name);
-            memcpy(req[q].dst, &v, sizeof v);
-        } else {
-            if (!f->known)
-                return ch_err(err, CHUTE_ECORRUPT,
-                              "%s: field \"%s\": no sample's .npy header could be read at open",
-                              where, f->name);
-            if (r->size > max_bytes || r->size > SIZE_MAX)
-                return ch_err(err, CHUTE_ELIMIT, "%s: .%s member of %llu bytes is over %llu",
-                              where, f->name, (unsigned long long)r->size,
-                              (unsigned long long)max_bytes);
-            if (ch_buf_reserve(scratch, (size_t)r->size) != CHUTE_OK)
-                return ch_err(err, CHUTE_ENOMEM, "out of memory for a %llu-byte .npy",
-                              (unsigned long long)r->size);
-            rc = wds_read_member(t, s->file, r->offset, scratch->data, (size_t)r->size, err);
-            if (rc != CHUTE_OK)
-                return rc;
-            ch_npy_info a;
-            chute_error e = {0};
-            rc = ch_npy_parse((const uint8_t *)scratch->data, (size_t)r->size, fl->path, r->offset,
-                              &a, &e);
-            if (rc != CHUTE_OK)
-                return ch_err(err, ch_error_kind(rc) == CH_ERR_CONTENT ? rc : CHUTE_ECORRUPT,
-                              "%s: .%s: %s", where, f->name, e.message);
-            rc = ch_npy_check(&a, f, where, err);
-            if (rc != CHUTE_OK)
-                return rc;
-            memcpy(req[q].dst, (const uint8_t *)scratch->data + a.data_offset,
-                   (size_t)a.data_bytes);
         }
+        int rc = fmt_wds_field_decode(f, &req[q], p, r->size, max_bytes, where, fl->path,
+                                      r->offset, err);
+        if (rc != CHUTE_OK)
+            return rc;
     }
     return CHUTE_OK;
 }

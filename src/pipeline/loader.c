@@ -501,12 +501,15 @@ static int fill_record(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
         req[k].cap = f->per;
         req[k].len = f->is_bytes ? (int64_t *)(void *)(s->data + f->len_off) + pos : NULL;
     }
-    if (ld->st) { /* streams: the declared fields of the record's Example (stream_tfr.c) */
+    if (ld->st) { /* streams: the record's declared fields (its Example, or its tar members) */
         const ch_stream_rec *r = ch_stream_rec_of(ld->st, (uint32_t)idx);
+        const ch_stream_spec *sp = ld->ds->stream;
         char where[400];
         snprintf(where, sizeof where, "%s@%llu (sample '%s')", ch_stream_name(ld->st),
                  (unsigned long long)r->offset, r->key);
-        return ch_stream_tfr_fields(ld->ds->stream, ld->ds->fields, r, req, ld->nlf, where, err);
+        if (!sp->read_fields)
+            return ch_err(err, CHUTE_EINVAL, "%s: the stream declares no fields", where);
+        return sp->read_fields(sp, ld->ds->fields, r, req, ld->nlf, where, err);
     }
     if (ld->ds->fmt->read_fields_ctx) { /* fields transformed per epoch (audio crops) */
         ch_sample_ctx c = {ld->o.seed, ld->sampler.epoch, (int)ld->o.transform};

@@ -81,7 +81,9 @@ typedef struct ch_stream_rec {
     char key[160];            /* the sample's key, for messages */
     char why[200];
     /* TFRecord records (stream_tfr.c): the image is data[img_off, +len),
-     * the serialized tf.train.Example data[ex_off, +ex_len).  The pump
+     * the serialized tf.train.Example data[ex_off, +ex_len).  Tar records
+     * with declared fields (stream_tar.c): data starts with the fields'
+     * directory (ch_stream_tar_fields), the image at img_off.  The pump
      * zeroes img_off and ex_len before each next(), so readers of plain
      * images need not know about them. */
     size_t img_off;
@@ -128,6 +130,9 @@ typedef struct ch_stream_reader_ops {
     int (*state_save)(void *r, void *buf, size_t cap, size_t *len, chute_error *err);
 } ch_stream_reader_ops;
 
+struct ch_field;
+struct ch_field_req;
+
 /* The pipe/stdin reader (stream_tar.c): spec is a ch_stream_spec. */
 typedef struct ch_stream_spec {
     const ch_stream_reader_ops *ops;
@@ -146,6 +151,14 @@ typedef struct ch_stream_spec {
     const char *keys[2 + 64];
     uint32_t nfields;
     char *key_store[2];       /* the image/label key copies keys[0..1] point at */
+    /* Tar streams (format unset or "wds"): the declared fields are also
+     * keys[2..2+nfields) (names of members, as the wds format names
+     * them).  read_fields is how a worker reads a record's declared
+     * fields: ch_stream_tfr_fields or ch_stream_tar_fields (NULL: none
+     * declared). */
+    int (*read_fields)(const struct ch_stream_spec *spec, const struct ch_field *fields,
+                       const struct ch_stream_rec *rec, const struct ch_field_req *req,
+                       size_t nreq, const char *where, chute_error *err);
 } ch_stream_spec;
 
 /* Epoch `epoch` of a pipe:/stdin stream may start: stdin (no cmd) can be
@@ -186,14 +199,26 @@ void ch_tfr_in_free(ch_tfr_in *in);
  * (stream_tfr.c); sets img_off/len, ex_off/ex_len and the label, or marks
  * the record bad (a content error naming `where`).  Pump thread. */
 void ch_stream_tfr_fill(const ch_stream_spec *spec, ch_stream_rec *rec, const char *where);
-struct ch_field;
-struct ch_field_req;
 /* A worker's read of a record's declared fields (spec->tfr; fields.h):
  * fields are the dataset's (spec->keys[2..] are their names).  Any
  * thread; allocates nothing.  `where` starts messages. */
 int ch_stream_tfr_fields(const ch_stream_spec *spec, const struct ch_field *fields,
                          const ch_stream_rec *rec, const struct ch_field_req *req, size_t nreq,
                          const char *where, chute_error *err);
+/* The same for a tar record (stream_tar.c): the members kept for the
+ * declared fields, decoded by the wds format's decoder
+ * (fmt_wds_field_decode); a declared member the sample lacks is
+ * CHUTE_ECORRUPT.  Any thread; allocates nothing. */
+int ch_stream_tar_fields(const ch_stream_spec *spec, const struct ch_field *fields,
+                         const ch_stream_rec *rec, const struct ch_field_req *req, size_t nreq,
+                         const char *where, chute_error *err);
+/* The tar reader over bytes from `read` instead of a command (the fuzz
+ * target): the same sample assembly, no process; close with
+ * ch_stream_tar_ops.close, read with .next. */
+int ch_stream_tar_open_fn(const ch_stream_spec *spec, uint64_t max_bytes,
+                          int (*read)(void *ctx, uint8_t *buf, size_t n, size_t *got,
+                                      chute_error *err),
+                          void *ctx, void **out, chute_error *err);
 /* The Kafka reader (stream_kafka.c; only with CHUTE_HAVE_KAFKA): spec->uri. */
 extern const ch_stream_reader_ops ch_stream_kafka_ops;
 

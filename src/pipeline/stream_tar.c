@@ -8,20 +8,32 @@
  * basename; a new sample whenever the key changes; names with no key and
  * metadata names are skipped).  The field model is fmt_wds's: the image is
  * the jpg, jpeg, png or bmp member (that order of preference), the label
- * the .cls member as ASCII decimal; other members are read past without
- * being kept (typed fields are not delivered from streams yet).  A sample
- * with no image, no or a bad label, a field twice, or an image over
- * max_sample_bytes is handed on marked bad: the loader's corrupt policy
- * decides, as for the same sample in a tar file.
+ * the .cls member as ASCII decimal.  Typed fields are the members the
+ * dataset declares in extra_keys ("cls:int64,json:bytes,npy:float32[2x3]",
+ * typed as the wds format types them: fields.h), since a stream cannot be
+ * probed at open as a tar file is; other members are read past without
+ * being kept.  A sample with no image, no or a bad label, a field twice,
+ * or more kept bytes than max_sample_bytes is handed on marked bad: the
+ * loader's corrupt policy decides, as for the same sample in a tar file.
+ * A declared field's value is decoded by a worker with the wds format's
+ * own decoder (fmt_wds_field_decode), so a value means the same on a
+ * stream as in a file: a declared member the sample lacks, a .npy of
+ * another dtype or shape, or a broken .npy header is that sample's bad
+ * content, named by its key, the member and the reason.
  *
  * A sample is complete, and handed on, once the header after its last
  * member has been read with another key (or the stream ended cleanly): a
  * stream that breaks inside a sample or in the header after it loses that
  * sample, since it may be missing members.
  *
- * Only the image's bytes are kept, in the pump's record: a member is read
- * straight from the pipe into it, so there is one copy (kernel to record)
- * and nothing here is allocated per sample.
+ * Only the image's and the declared fields' bytes are kept, in the pump's
+ * record: a member is read straight from the pipe into it, so there is one
+ * copy (kernel to record) and nothing here is allocated per sample.  With
+ * declared fields the record starts with their directory (one entry per
+ * field: where its member's bytes are in the record, their size, and the
+ * member's offset in the stream for messages), then the kept members in
+ * stream order, the image among them at img_off.  A record's buffer grows
+ * keeping what it holds only while it warms up to the largest sample.
  *
  * The end: EOF at a header boundary.  Zero blocks (an archive's end
  * marker, tar's padding to 10 KiB records) are read past, so several
@@ -31,6 +43,7 @@
  */
 #define _GNU_SOURCE
 #include "stream.h"
+#include "../format/fields.h"
 #include "../format/parse.h"
 #include "../io/proc.h"
 
@@ -39,8 +52,20 @@
 #include <strings.h>
 #include <sys/wait.h>
 
+/* One declared field's entry in a record's directory (see the essay). */
+typedef struct tar_fent {
+    uint64_t off;             /* in the record; UINT64_MAX: the sample has none */
+    uint64_t size;
+    uint64_t at;              /* the member's data offset in the stream */
+} tar_fent;
+
 typedef struct tar_reader {
     ch_proc p;
+    int have_proc;            /* 0: bytes from a callback (ch_stream_tar_open_fn) */
+    const ch_stream_spec *spec;
+    size_t dir;               /* the directory's bytes: nfields entries */
+    size_t used;              /* bytes of the record in use (the sample's) */
+    uint64_t kept;            /* member bytes kept (<= max_bytes) */
     fmt_tar_stream ts;
     uint64_t max_bytes;
     uint64_t ordinal;
@@ -78,11 +103,37 @@ static int tr_open(const void *spec_, uint64_t epoch, int timeout_ms, uint64_t m
         free(r);
         return rc;
     }
+    r->have_proc = 1;
     r->ts.read = proc_read;
     r->ts.ctx = &r->p;
     r->ts.name = r->p.name;
     r->ts.ignore_zeros = 1; /* concatenated tars: `cat shard-*.tar`, curl URL globs */
     r->max_bytes = max_bytes;
+    r->spec = spec;
+    r->dir = spec->nfields * sizeof(tar_fent);
+    *out = r;
+    return CHUTE_OK;
+}
+
+int ch_stream_tar_open_fn(const ch_stream_spec *spec, uint64_t max_bytes,
+                          int (*read)(void *ctx, uint8_t *buf, size_t n, size_t *got,
+                                      chute_error *err),
+                          void *ctx, void **out, chute_error *err)
+{
+    *out = NULL;
+    if (spec->nfields > CH_FIELD_MAX)
+        return ch_err(err, CHUTE_EINVAL, "more than %d declared fields", CH_FIELD_MAX);
+    tar_reader *r = calloc(1, sizeof *r);
+    if (!r)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    r->p.cancel_fd = -1;
+    r->ts.read = read;
+    r->ts.ctx = ctx;
+    r->ts.name = spec->name ? spec->name : "-";
+    r->ts.ignore_zeros = 1;
+    r->max_bytes = max_bytes;
+    r->spec = spec;
+    r->dir = spec->nfields * sizeof(tar_fent);
     *out = r;
     return CHUTE_OK;
 }
@@ -90,7 +141,7 @@ static int tr_open(const void *spec_, uint64_t epoch, int timeout_ms, uint64_t m
 /* A stream error: add what the command says and stop it. */
 static int broke(tar_reader *r, int rc, chute_error *err)
 {
-    if (rc != CHUTE_EINTERRUPTED) {
+    if (rc != CHUTE_EINTERRUPTED && r->have_proc) {
         if (!strstr(err->message, "; the command ")) /* a timeout already says */
             ch_proc_explain(&r->p, err->message, sizeof err->message);
         /* A command that failed is the cause, whatever its bytes looked
@@ -106,6 +157,10 @@ static int broke(tar_reader *r, int rc, chute_error *err)
 static void at_tar_end(tar_reader *r)
 {
     r->tar_end = 1;
+    if (!r->have_proc) {
+        r->end_rc = CHUTE_END;
+        return;
+    }
     uint8_t b[4096];
     size_t got;
     int rc;
@@ -167,6 +222,62 @@ static void mark_bad(ch_stream_rec *rec, const char *fmt, const char *a)
     }
 }
 
+/* The sample's .cls text (a member's whole data) as its label. */
+static void set_label(ch_stream_rec *rec, const char *text, uint64_t size)
+{
+    int64_t v;
+    if (size >= 32 || parse_cls(text, (size_t)size, &v) != 0 || v < 0 || v >= INT32_MAX)
+        mark_bad(rec, "the .cls member is not a decimal integer%s", "");
+    else
+        rec->label = v;
+}
+
+/* Room for `need` bytes in the record, keeping its first r->used: a
+ * record's buffer grows only while it warms up to the largest sample. */
+static int rec_room(tar_reader *r, ch_stream_rec *rec, size_t need)
+{
+    if (need <= rec->data.cap)
+        return CHUTE_OK;
+    ch_buf nb = {0};
+    if (ch_buf_reserve(&nb, need) != CHUTE_OK)
+        return CHUTE_ENOMEM;
+    if (r->used)
+        memcpy(nb.data, rec->data.data, r->used);
+    ch_buf_free(&rec->data);
+    rec->data = nb;
+    return CHUTE_OK;
+}
+
+/* Keep the current member's data (size bytes) after the record's kept
+ * bytes: *at is where it went, or SIZE_MAX when it was read past (the
+ * sample is already bad, or keeping it would take the sample over
+ * max_sample_bytes: then it is marked bad). */
+static int keep_member(tar_reader *r, ch_stream_rec *rec, const char *ext, uint64_t size,
+                       size_t *at, chute_error *err)
+{
+    *at = SIZE_MAX;
+    if (rec->bad)
+        return fmt_tar_stream_data(&r->ts, NULL, size, err);
+    size_t need;
+    if (size > r->max_bytes - r->kept || __builtin_add_overflow(r->used, size, &need)) {
+        mark_bad(rec,
+                 r->spec->nfields ? "the image and declared fields are over max_sample_bytes "
+                                    "(at member .%s)"
+                                  : "image member .%s is over max_sample_bytes",
+                 ext);
+        return fmt_tar_stream_data(&r->ts, NULL, size, err);
+    }
+    if (rec_room(r, rec, need ? need : 1) != CHUTE_OK)
+        return ch_err(err, CHUTE_ENOMEM, "%s: no memory for a %zu-byte sample", r->ts.name, need);
+    int rc = fmt_tar_stream_data(&r->ts, rec->data.data + r->used, size, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    *at = r->used;
+    r->used = need;
+    r->kept += size;
+    return CHUTE_OK;
+}
+
 /* Fold one member (the walker's current one) into rec. */
 static int take_member(tar_reader *r, ch_stream_rec *rec, const char *name, size_t len,
                        uint64_t size, size_t ext_off, int *img_rank, int *have_cls,
@@ -191,39 +302,83 @@ static int take_member(tar_reader *r, ch_stream_rec *rec, const char *name, size
     for (int k = 0; k < 4; k++)
         if (strcmp(ext, k_images[k]) == 0)
             rank = k;
+    size_t at;
+    int rc;
     if (rank >= 0 && (*img_rank < 0 || rank < *img_rank)) {
-        if (size > r->max_bytes) {
-            mark_bad(rec, "image member .%s is over max_sample_bytes", ext);
-            return fmt_tar_stream_data(&r->ts, NULL, size, err);
+        /* A better image replaces the one kept: its bytes are given back
+         * when they are the last kept. */
+        if (*img_rank >= 0 && rec->len && rec->img_off + rec->len == r->used) {
+            r->used = rec->img_off;
+            r->kept -= rec->len;
         }
-        if (ch_buf_reserve(&rec->data, (size_t)size ? (size_t)size : 1) != CHUTE_OK)
-            return ch_err(err, CHUTE_ENOMEM, "%s: no memory for a %llu-byte image", r->p.name,
-                          (unsigned long long)size);
-        int rc = fmt_tar_stream_data(&r->ts, rec->data.data, size, err);
-        if (rc != CHUTE_OK)
-            return rc;
-        rec->len = (size_t)size;
+        rec->len = 0;
         *img_rank = rank;
+        rc = keep_member(r, rec, ext, size, &at, err);
+        if (rc == CHUTE_OK && at != SIZE_MAX) {
+            rec->img_off = at;
+            rec->len = (size_t)size;
+        }
+        return rc;
+    }
+    int is_cls = strcmp(ext, "cls") == 0;
+    int fk = -1; /* a declared field: kept (the name in full, never a truncated one) */
+    for (uint32_t k = 0; el < sizeof ext && k < r->spec->nfields && fk < 0; k++)
+        if (strcmp(r->spec->keys[2 + k], ext) == 0)
+            fk = (int)k;
+    if (fk >= 0) {
+        tar_fent e;
+        memcpy(&e, rec->data.data + (size_t)fk * sizeof e, sizeof e);
+        if (e.off != UINT64_MAX) /* (the name check above misses it past 512 bytes of names) */
+            mark_bad(rec, "field .%s appears twice in the sample", ext);
+        uint64_t data_at = r->ts.pos;
+        rc = keep_member(r, rec, ext, size, &at, err);
+        if (rc != CHUTE_OK || at == SIZE_MAX)
+            return rc;
+        e = (tar_fent){at, size, data_at};
+        memcpy(rec->data.data + (size_t)fk * sizeof e, &e, sizeof e);
+        if (is_cls && !*have_cls) {
+            *have_cls = 1;
+            set_label(rec, (const char *)rec->data.data + at, size);
+        }
         return CHUTE_OK;
     }
-    if (strcmp(ext, "cls") == 0 && !*have_cls) {
+    if (is_cls && !*have_cls) {
         char text[32];
         *have_cls = 1;
         if (size >= sizeof text) {
             mark_bad(rec, "the .cls member is not a decimal integer%s", "");
             return fmt_tar_stream_data(&r->ts, NULL, size, err);
         }
-        int rc = fmt_tar_stream_data(&r->ts, text, size, err);
-        if (rc != CHUTE_OK)
-            return rc;
-        int64_t v;
-        if (parse_cls(text, (size_t)size, &v) != 0 || v < 0 || v >= INT32_MAX)
-            mark_bad(rec, "the .cls member is not a decimal integer%s", "");
-        else
-            rec->label = v;
-        return CHUTE_OK;
+        rc = fmt_tar_stream_data(&r->ts, text, size, err);
+        if (rc == CHUTE_OK)
+            set_label(rec, text, size);
+        return rc;
     }
     return fmt_tar_stream_data(&r->ts, NULL, size, err);
+}
+
+int ch_stream_tar_fields(const ch_stream_spec *spec, const ch_field *fields,
+                         const ch_stream_rec *rec, const ch_field_req *req, size_t nreq,
+                         const char *where, chute_error *err)
+{
+    size_t dir = spec->nfields * sizeof(tar_fent);
+    if (rec->bad || spec->nfields > CH_FIELD_MAX || !rec->data.data || rec->data.cap < dir)
+        return ch_err(err, CHUTE_ECORRUPT, "%s: no record to read fields from", where);
+    for (size_t q = 0; q < nreq; q++) {
+        uint32_t k = req[q].field;
+        if (k >= spec->nfields)
+            return ch_err(err, CHUTE_EINVAL, "%s: field %u is not declared", where, k);
+        tar_fent e;
+        memcpy(&e, rec->data.data + (size_t)k * sizeof e, sizeof e);
+        if (e.off == UINT64_MAX)
+            return ch_err(err, CHUTE_ECORRUPT, "%s: no .%s member", where, fields[k].name);
+        int rc = fmt_wds_field_decode(&fields[k], &req[q], rec->data.data + e.off, e.size,
+                                      UINT64_MAX, where, spec->name ? spec->name : "-", e.at,
+                                      err);
+        if (rc != CHUTE_OK)
+            return rc;
+    }
+    return CHUTE_OK;
 }
 
 static int tr_next(void *r_, ch_stream_rec *rec, chute_error *err)
@@ -266,12 +421,23 @@ static int tr_next(void *r_, ch_stream_rec *rec, chute_error *err)
     memcpy(r->key, name, key_len);
     r->key[key_len] = '\0';
     rec->len = 0;
+    rec->img_off = 0;
     rec->label = -1;
     rec->bad = 0;
     rec->why[0] = '\0';
     rec->offset = off;
     snprintf(rec->key, sizeof rec->key, "%s", r->key);
     r->seen_len = 0;
+    r->used = 0;
+    r->kept = 0;
+    if (r->dir) { /* the declared fields' directory, every entry "none yet" */
+        if (ch_buf_reserve(&rec->data, r->dir) != CHUTE_OK)
+            return broke(r, ch_err(err, CHUTE_ENOMEM, "out of memory"), err);
+        tar_fent none = {UINT64_MAX, 0, 0};
+        for (size_t k = 0; k < r->dir; k += sizeof none)
+            memcpy(rec->data.data + k, &none, sizeof none);
+        r->used = r->dir;
+    }
     int img_rank = -1, have_cls = 0;
     for (;;) {
         rc = take_member(r, rec, name, len, size, ext_off, &img_rank, &have_cls, err);
@@ -302,14 +468,20 @@ static int tr_next(void *r_, ch_stream_rec *rec, chute_error *err)
     return CHUTE_OK;
 }
 
-static void tr_cancel(void *r_) { ch_proc_cancel(&((tar_reader *)r_)->p); }
+static void tr_cancel(void *r_)
+{
+    tar_reader *r = r_;
+    if (r->have_proc)
+        ch_proc_cancel(&r->p);
+}
 
 static void tr_close(void *r_)
 {
     tar_reader *r = r_;
     if (!r)
         return;
-    ch_proc_close(&r->p);
+    if (r->have_proc)
+        ch_proc_close(&r->p);
     fmt_tar_stream_free(&r->ts);
     free(r->key);
     free(r);

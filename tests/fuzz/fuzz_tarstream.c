@@ -9,10 +9,18 @@
  * offsets), and the data the stream hands out must be the bytes the index
  * points at.  Then the input is walked once more with ignore_zeros (the
  * concatenated-archives mode of streams), which must terminate with every
- * offset inside the input.
+ * offset inside the input.  Last, the stream reader's sample assembly
+ * (stream_tar.c, through ch_stream_tar_open_fn) walks the input with
+ * fields declared as a WebDataset stream declares them, and every field
+ * of every good sample is decoded (ch_stream_tar_fields): OK or a clean
+ * error, never a read outside the record.
  */
 #define _GNU_SOURCE
+#include "format/fields.h"
 #include "format/parse.h"
+#include "pipeline/stream.h"
+
+#include "chute.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -36,6 +44,60 @@ static int feed_read(void *ctx, uint8_t *buf, size_t n, size_t *got, chute_error
     f->off += k;
     *got = k;
     return CHUTE_OK;
+}
+
+/* The names fixtures/fields/wds and corpus/tarstream use. */
+#define DECL "cls:int64,json:bytes,txt:bytes,npy:float32[2x3],ids.npy:int64[4],mask.npy:uint8[4x4]"
+
+static void samples(const uint8_t *data, size_t size)
+{
+    ch_field fields[8];
+    int nf = 0;
+    chute_error err;
+    if (ch_field_decl_parse(DECL, fields, 8, &nf, &err) != CHUTE_OK)
+        __builtin_trap();
+    ch_stream_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.name = "mem";
+    for (int k = 0; k < nf; k++)
+        spec.keys[2 + k] = fields[k].name;
+    spec.nfields = (uint32_t)nf;
+    feed h = {data, size, 0, 5};
+    void *rd = NULL;
+    if (ch_stream_tar_open_fn(&spec, 1u << 20, feed_read, &h, &rd, &err) != CHUTE_OK)
+        return;
+    ch_stream_rec rec;
+    memset(&rec, 0, sizeof rec);
+    static uint8_t val[8][64];
+    int64_t blen[8];
+    ch_field_req req[8];
+    for (int k = 0; k < nf; k++)
+        req[k] = (ch_field_req){(uint32_t)k, val[k], sizeof val[k], &blen[k]};
+    for (int guard = 0; guard < 1 << 16; guard++) {
+        rec.img_off = 0; /* as the pump does */
+        rec.ex_len = 0;
+        if (ch_stream_tar_ops.next(rd, &rec, &err) != CHUTE_OK)
+            break;
+        if (rec.bad) {
+            if (!rec.why[0])
+                __builtin_trap();
+            continue;
+        }
+        if (rec.img_off > rec.data.cap || rec.len > rec.data.cap - rec.img_off || rec.len > size)
+            __builtin_trap();
+        for (int k = 0; k < nf; k++) { /* one at a time: a missing one stops only itself */
+            err.message[0] = 0;
+            blen[k] = -1;
+            int rc = ch_stream_tar_fields(&spec, fields, &rec, &req[k], 1, "fuzz", &err);
+            if (rc != CHUTE_OK && !err.message[0])
+                __builtin_trap();
+            if (rc == CHUTE_OK && fields[k].kind == CHUTE_FIELD_BYTES &&
+                (blen[k] < 0 || blen[k] > (int64_t)sizeof val[k]))
+                __builtin_trap();
+        }
+    }
+    ch_stream_tar_ops.close(rd);
+    ch_buf_free(&rec.data);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -106,5 +168,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fmt_tar_stream_free(&t);
     free(buf);
     fmt_tar_index_free(&ix);
+    samples(data, size);
     return 0;
 }

@@ -8,14 +8,21 @@ Examples for the harness to frame (mode 1), plus declarations (mode 0),
 and whole streams (mode 3): fields.tfrecord plain, gzip'd (two members)
 and zlib'd by Python's gzip/zlib, and TensorFlow's own GZIP/ZLIB files.
 kafka_uri: URIs of every query key, escapes and client properties, one
-with state bytes after a NUL.  Plain Python: no TensorFlow needed.
+with state bytes after a NUL.  tarstream: WebDataset-style tars (tarfile,
+numpy.save) whose members are the fields fuzz_tarstream declares, with a
+broken .npy header, a .npy of another shape, a declared member twice and a
+missing one.  Plain Python and numpy: no TensorFlow needed.
 
     python3 tests/fuzz/make_stream_seeds.py
 """
 import gzip
+import io
 import os
 import struct
+import tarfile
 import zlib
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "..", "fixtures", "fields")
@@ -73,6 +80,47 @@ def main():
     }
     for k, v in uris.items():
         write("kafka_uri", k, v)
+    tar_seeds()
+
+
+def npy(a):
+    b = io.BytesIO()
+    np.save(b, a, allow_pickle=False)
+    return b.getvalue()
+
+
+def tar_of(members):
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w", format=tarfile.USTAR_FORMAT) as t:
+        for name, data in members:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    return b.getvalue()
+
+
+def tar_seeds():
+    """Members named as fuzz_tarstream's DECL declares them."""
+    rng = np.random.default_rng(13)
+    jpg = b"\xff\xd8\xff\xe0" + bytes(12)  # not decoded by the target: any bytes
+
+    def sample(key, **over):
+        m = {"jpg": jpg, "cls": b"3", "json": b'{"a": 1}', "txt": b"hi",
+             "npy": npy(rng.normal(size=(2, 3)).astype(np.float32)),
+             "ids.npy": npy(np.arange(4, dtype=np.int64)),
+             "mask.npy": npy(rng.integers(0, 256, (4, 4), dtype=np.uint8))}
+        m.update(over)
+        return [("%s.%s" % (key, k), v) for k, v in m.items() if v is not None]
+
+    good = sample("a")
+    hdr = npy(np.zeros((2, 3), np.float32))
+    write("tarstream", "fields_good", tar_of(good + sample("b")))
+    write("tarstream", "fields_bad", tar_of(
+        good + sample("c", npy=hdr.replace(b"{", b"[", 1)) +        # header not a dict
+        sample("d", npy=npy(np.zeros((3, 2), np.float32))) +          # another shape
+        sample("e", **{"ids.npy": None}) +                            # a declared one missing
+        sample("f") + [("f.mask.npy", npy(np.ones((4, 4), np.uint8)))] +  # twice
+        sample("g", json=b"j" * 80) + sample("h", cls=b"x1")))       # long json, bad cls
 
 
 if __name__ == "__main__":
