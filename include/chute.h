@@ -135,19 +135,19 @@ typedef struct chute_dataset_options {
      * length list (length from the first record that has the key); a
      * bytes_list (one value) a bytes field, or a tensor field parsed as
      * .npy when the key ends in ".npy".  See chute_dataset_field_info.
-     * Streams (pipe:COMMAND, -, kafka://) with format "tfrecord": every
-     * record is a TFRecord-framed tf.train.Example (pipe:/-: a TFRecord
-     * file's bytes; Kafka: one framed record per message value, CRCs
-     * checked), and since a stream has no first record to learn from at
-     * open, each key declares its type: "NAME:int64", "NAME:float32[4]",
-     * "NAME:bytes", "NAME.npy:uint8[4x4]" (a .npy tensor's dtype and
-     * shape).  A record that disagrees is corrupt content (the loader's
-     * on_corrupt policy).  pipe:COMMAND and - carrying a WebDataset tar
-     * (format unset or "wds") declare members the same way, named and
-     * typed as the "wds" format names them: "cls:int64", "NAME:bytes"
-     * (.json, .txt, ...), "NAME.npy:DTYPE[DIMS]" or "npy:DTYPE[DIMS]"; a
-     * sample lacking a declared member, holding it twice, or whose .npy
-     * disagrees is corrupt content too. */
+     * Streams (pipe:COMMAND, -, kafka://) with format "tfrecord": every record
+     * is a tf.train.Example (pipe:/-: a TFRecord file's bytes, CRCs checked;
+     * Kafka: one Example per message value, TFRecord-framed or bare as
+     * SerializeToString() gives it), and since a stream has no first record to
+     * learn from at open, each key declares its type: "NAME:int64",
+     * "NAME:float32[4]", "NAME:bytes", "NAME.npy:uint8[4x4]" (a .npy tensor's
+     * dtype and shape).  A record that disagrees is corrupt content (the
+     * loader's on_corrupt policy).  pipe:COMMAND and - carrying a WebDataset
+     * tar (format unset or "wds") declare members the same way, named and
+     * typed as the "wds" format names them: "cls:int64", "NAME:bytes" (.json,
+     * .txt, ...), "NAME.npy:DTYPE[DIMS]" or "npy:DTYPE[DIMS]"; a sample
+     * lacking a declared member, holding it twice, or whose .npy disagrees is
+     * corrupt content too. */
     const char *extra_keys;
     /* Where TFRecord indexes are saved when the data's own directory is
      * not writable (or not local): the first open of a TFRecord file

@@ -197,8 +197,11 @@ void ch_tfr_in_free(ch_tfr_in *in);
 /* spec->tfr: check the framed record in rec->data[0, rec->len) (exactly
  * one record: length CRC, length, data CRC) and find its image and label
  * (stream_tfr.c); sets img_off/len, ex_off/ex_len and the label, or marks
- * the record bad (a content error naming `where`).  Pump thread. */
-void ch_stream_tfr_fill(const ch_stream_spec *spec, ch_stream_rec *rec, const char *where);
+ * the record bad (a content error naming `where`).  bare_ok (a Kafka
+ * value): bytes that are not one framed record are read as a bare
+ * tf.train.Example.  Pump thread. */
+void ch_stream_tfr_fill(const ch_stream_spec *spec, ch_stream_rec *rec, const char *where,
+                        int bare_ok);
 /* A worker's read of a record's declared fields (spec->tfr; fields.h):
  * fields are the dataset's (spec->keys[2..] are their names).  Any
  * thread; allocates nothing.  `where` starts messages. */

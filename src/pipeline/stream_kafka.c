@@ -17,8 +17,10 @@
  *   - release(token): ch_kafka_release — the offset moves only over the
  *     released prefix of a partition, so a crash re-delivers exactly the
  *     messages of unreleased batches (and of the shuffle buffer).
- *   - format "tfrecord" (the dataset option): the value is one TFRecord-
- *     framed tf.train.Example, checked and read by stream_tfr.c (image,
+ *   - format "tfrecord" (the dataset option): the value is one
+ *     tf.train.Example, TFRecord-framed (a record copied out of a TFRecord
+ *     file) or bare (what example.SerializeToString() gives a producer),
+ *     told apart per message and read by stream_tfr.c (image,
  *     label, declared typed fields), the same record model as a TFRecord
  *     file's; a label in the Example wins over a header/key label.
  *   - label: from the header or key field the URI names (label_header=,
@@ -159,8 +161,8 @@ static int kr_next(void *r_, ch_stream_rec *rec, chute_error *err)
     }
     memcpy(rec->data.data, m.value, m.value_len);
     rec->len = m.value_len;
-    if (r->spec->tfr) /* format "tfrecord": the value is one framed Example (stream_tfr.c) */
-        ch_stream_tfr_fill(r->spec, rec, where);
+    if (r->spec->tfr) /* format "tfrecord": one Example, framed or bare (stream_tfr.c) */
+        ch_stream_tfr_fill(r->spec, rec, where, 1);
     return CHUTE_OK;
 }
 

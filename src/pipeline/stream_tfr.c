@@ -1,7 +1,8 @@
 /*
  * stream_tfr.c — TFRecord records on streams: `pipe:COMMAND` / `-` reading
  * a TFRecord file's bytes front to back, and the record model shared with
- * Kafka (a message value that is one framed tf.train.Example).  Chosen by
+ * Kafka (a message value that is one tf.train.Example, TFRecord-framed or
+ * bare: a producer's SerializeToString() bytes, told apart per message).  Chosen by
  * the dataset option format = "tfrecord" on a stream path.
  *
  * Why one record model.  The issue asks for stream values that are "an
@@ -86,34 +87,23 @@ static void bad(ch_stream_rec *rec, const char *where, const char *why)
         snprintf(rec->why, sizeof rec->why, "%.199s", why);
 }
 
-void ch_stream_tfr_fill(const ch_stream_spec *spec, ch_stream_rec *rec, const char *where)
+/* The image and label of the Example at data + off (length bytes) into
+ * rec; off 0 is a bare Example (no framing to blame if it does not parse). */
+static void fill_example(const ch_stream_spec *spec, ch_stream_rec *rec, const char *where,
+                         size_t off, size_t length)
 {
     const uint8_t *d = rec->data.data;
-    size_t n = rec->len;
     char why[200];
-    rec->ex_len = 0;
-    rec->img_off = 0;
-    rec->len = 0;
-    if (n < FMT_TFR_OVERHEAD || !d) {
-        snprintf(why, sizeof why, "%zu bytes are shorter than a TFRecord record (16)", n);
-        return bad(rec, where, why);
-    }
-    if (fmt_crc32c_mask(fmt_crc32c(0, d, 8)) != le32(d + 8))
-        return bad(rec, where, "TFRecord length CRC mismatch (not a TFRecord record)");
-    uint64_t length = le64(d);
-    if (length != n - FMT_TFR_OVERHEAD) {
-        snprintf(why, sizeof why, "TFRecord length %llu, but the value holds %zu data bytes",
-                 (unsigned long long)length, n - FMT_TFR_OVERHEAD);
-        return bad(rec, where, why);
-    }
-    if (fmt_crc32c_mask(fmt_crc32c(0, d + FMT_TFR_HEADER, (size_t)length)) !=
-        le32(d + FMT_TFR_HEADER + length))
-        return bad(rec, where, "TFRecord data CRC mismatch");
     fmt_pb_feature f[2];
     chute_error e = {0};
-    if (fmt_pb_example_find(d + FMT_TFR_HEADER, (size_t)length, spec->keys, 2, f, "Example",
-                            0, &e) != CHUTE_OK)
-        return bad(rec, where, e.message);
+    if (fmt_pb_example_find(d + off, length, spec->keys, 2, f, "Example", 0, &e) != CHUTE_OK) {
+        if (off != 0)
+            return bad(rec, where, e.message);
+        snprintf(why, sizeof why,
+                 "not a TFRecord record (length CRC mismatch) nor a tf.train.Example: %.120s",
+                 e.message);
+        return bad(rec, where, why);
+    }
     const uint8_t *v = NULL;
     size_t vn = 0, pos = 0;
     if (f[0].kind != FMT_PB_BYTES || f[0].count != 1 || !fmt_pb_bytes_next(&f[0], &pos, &v, &vn) ||
@@ -136,10 +126,48 @@ void ch_stream_tfr_fill(const ch_stream_spec *spec, ch_stream_rec *rec, const ch
                  spec->keys[1]);
         return bad(rec, where, why);
     }
-    rec->ex_off = FMT_TFR_HEADER;
-    rec->ex_len = (size_t)length;
+    rec->ex_off = off;
+    rec->ex_len = length;
     rec->img_off = (size_t)(v - d);
     rec->len = vn;
+}
+
+void ch_stream_tfr_fill(const ch_stream_spec *spec, ch_stream_rec *rec, const char *where,
+                        int bare_ok)
+{
+    const uint8_t *d = rec->data.data;
+    size_t n = rec->len;
+    char why[200];
+    rec->ex_len = 0;
+    rec->img_off = 0;
+    rec->len = 0;
+    /* Framed: a header whose length CRC holds and whose length is the
+     * value's.  Anything else is a bare Example where one may come (a
+     * Kafka value: what example.SerializeToString() gives a producer); a
+     * bare Example's first 12 bytes pass the CRC and the length check by
+     * chance with odds of 2^-32 at most. */
+    int framed = n >= FMT_TFR_OVERHEAD && d &&
+                 fmt_crc32c_mask(fmt_crc32c(0, d, 8)) == le32(d + 8) &&
+                 le64(d) == n - FMT_TFR_OVERHEAD;
+    if (!framed && bare_ok && n && d) {
+        return fill_example(spec, rec, where, 0, n);
+    }
+    if (n < FMT_TFR_OVERHEAD || !d) {
+        snprintf(why, sizeof why, "%zu bytes are shorter than a TFRecord record (16)", n);
+        return bad(rec, where, why);
+    }
+    if (fmt_crc32c_mask(fmt_crc32c(0, d, 8)) != le32(d + 8))
+        return bad(rec, where, "TFRecord length CRC mismatch (not a TFRecord record)");
+    uint64_t length = le64(d);
+    if (length != n - FMT_TFR_OVERHEAD) {
+        snprintf(why, sizeof why, "TFRecord length %llu, but the value holds %zu data bytes",
+                 (unsigned long long)length, n - FMT_TFR_OVERHEAD);
+        return bad(rec, where, why);
+    }
+    if (fmt_crc32c_mask(fmt_crc32c(0, d + FMT_TFR_HEADER, (size_t)length)) !=
+        le32(d + FMT_TFR_HEADER + length))
+        return bad(rec, where, "TFRecord data CRC mismatch");
+    fill_example(spec, rec, where, FMT_TFR_HEADER, (size_t)length);
 }
 
 int ch_stream_tfr_fields(const ch_stream_spec *spec, const ch_field *fields,
@@ -346,7 +374,7 @@ int ch_tfr_in_next(ch_tfr_in *in, const ch_stream_spec *spec, ch_stream_rec *rec
     if (rc != CHUTE_OK)
         return rc;
     rec->len = (size_t)whole;
-    ch_stream_tfr_fill(spec, rec, "");
+    ch_stream_tfr_fill(spec, rec, "", 0);
     return CHUTE_OK;
 }
 

@@ -9,8 +9,8 @@
  *      every field it gives is known, named, and has a sane shape.
  *   1  the rest is a serialized Example: framed here with correct CRCs
  *      (so the Example parser is reached, not just the CRC check), then
- *   2  the rest is a value as is (a framed record, or anything),
- *      checked by ch_stream_tfr_fill; when it is accepted, the image view
+ *   2  the rest is a Kafka value as is (a framed record, a bare Example,
+ *      or anything), checked by ch_stream_tfr_fill; when it is accepted, the image view
  *      lies inside the value and the declared fields are read with
  *      ch_stream_tfr_fields into fixed buffers: OK or a clean error.
  *   3  the rest is a pipe's bytes (plain TFRecord, or GZIP/ZLIB, which
@@ -164,7 +164,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     rec.len = whole;
     rec.label = -1;
-    ch_stream_tfr_fill(&spec, &rec, "fuzz");
+    ch_stream_tfr_fill(&spec, &rec, "fuzz", mode == 2);
     if (!rec.bad) {
         if (rec.img_off > whole || rec.len > whole - rec.img_off || rec.len == 0 ||
             rec.ex_off + rec.ex_len > whole)
