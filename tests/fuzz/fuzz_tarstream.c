@@ -124,7 +124,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         rcs = fmt_tar_stream_next(&s, &name, &nl, &sz, &ho, &err);
         if (rcs != CHUTE_OK)
             break;
-        if (ho >= size || sz > size)
+        /* A header may claim more data than the input holds (a stream
+         * cannot know its length): then reading the data must fail. */
+        if (ho >= size)
             __builtin_trap();
         if (rci == CHUTE_OK) {
             if (k >= ix.count)
@@ -141,6 +143,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             rcs = rd;
             break;
         }
+        if (at > size || sz > size - at)
+            __builtin_trap(); /* data handed out past the input's end */
         if (rci == CHUTE_OK && (k & 1) &&
             (ix.m[k].data_offset != at || memcmp(buf, data + at, (size_t)sz) != 0))
             __builtin_trap();
