@@ -1279,6 +1279,26 @@ static int parse_rgb(PyObject *o, float out[3], const char *what)
     return 0;
 }
 
+/* v as an unsigned integer for option `name`: the index object (a new
+ * reference, for messages) with *x its value and *bad set when it is
+ * negative or over 2^64 - 1; NULL with TypeError when v is not an int
+ * (a bool is not). */
+static PyObject *opt_uint_from_py(const char *name, PyObject *v, unsigned long long *x, int *bad)
+{
+    if (PyBool_Check(v) || !PyIndex_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", name, Py_TYPE(v)->tp_name);
+        return NULL;
+    }
+    PyObject *i = PyNumber_Index(v);
+    if (!i)
+        return NULL;
+    *x = PyLong_AsUnsignedLongLong(i);
+    *bad = *x == (unsigned long long)-1 && PyErr_Occurred();
+    if (*bad)
+        PyErr_Clear(); /* out of range: the caller's message says so */
+    return i;
+}
+
 /* One option of the table (src/common/loader_options.def) from a Python
  * value into o: None (or absent) leaves the field zero, the C default;
  * otherwise an int within the table's bounds (a bool for flags).  The
@@ -1294,17 +1314,11 @@ static int opt_from_py(const ch_loader_opt *d, PyObject *v, chute_loader_options
         ch_loader_opt_set(o, d, (uint64_t)t);
         return 0;
     }
-    if (PyBool_Check(v) || !PyIndex_Check(v)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", d->name, Py_TYPE(v)->tp_name);
-        return -1;
-    }
-    PyObject *i = PyNumber_Index(v);
+    unsigned long long x;
+    int bad;
+    PyObject *i = opt_uint_from_py(d->name, v, &x, &bad);
     if (!i)
         return -1;
-    unsigned long long x = PyLong_AsUnsignedLongLong(i);
-    int bad = x == (unsigned long long)-1 && PyErr_Occurred();
-    if (bad)
-        PyErr_Clear(); /* negative or above 2^64 - 1: out of range below */
     if (bad || x < d->min || x > d->max) {
         PyErr_Format(PyExc_ValueError, "%s must be in %llu..%llu, got %S", d->name,
                      (unsigned long long)d->min, (unsigned long long)d->max, i);
@@ -2939,18 +2953,11 @@ static int infer_opt_from_py(const ch_opt_row *d, PyObject *v, chute_infer_optio
     }
     case CH_OPT_U32:
     case CH_OPT_U64: {
-        if (PyBool_Check(v) || !PyIndex_Check(v)) {
-            PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", d->name,
-                         Py_TYPE(v)->tp_name);
-            return -1;
-        }
-        PyObject *i = PyNumber_Index(v);
+        unsigned long long x;
+        int bad;
+        PyObject *i = opt_uint_from_py(d->name, v, &x, &bad);
         if (!i)
             return -1;
-        unsigned long long x = PyLong_AsUnsignedLongLong(i);
-        int bad = x == (unsigned long long)-1 && PyErr_Occurred();
-        if (bad)
-            PyErr_Clear(); /* negative or above 2^64 - 1 */
         unsigned long long top = d->kind == CH_OPT_U32 ? UINT32_MAX : UINT64_MAX;
         if (bad || x > top) {
             PyErr_Format(PyExc_ValueError, "%s must be 0 (the default) or in %llu..%llu, got %S",
