@@ -78,6 +78,12 @@ static uint32_t le32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* A TFRecord header's length CRC holds (hdr: FMT_TFR_HEADER bytes). */
+static int header_crc_ok(const uint8_t *hdr)
+{
+    return fmt_crc32c_mask(fmt_crc32c(0, hdr, 8)) == le32(hdr + 8);
+}
+
 static void bad(ch_stream_rec *rec, const char *where, const char *why)
 {
     rec->bad = 1;
@@ -146,17 +152,15 @@ void ch_stream_tfr_fill(const ch_stream_spec *spec, ch_stream_rec *rec, const ch
      * Kafka value: what example.SerializeToString() gives a producer); a
      * bare Example's first 12 bytes pass the CRC and the length check by
      * chance with odds of 2^-32 at most. */
-    int framed = n >= FMT_TFR_OVERHEAD && d &&
-                 fmt_crc32c_mask(fmt_crc32c(0, d, 8)) == le32(d + 8) &&
-                 le64(d) == n - FMT_TFR_OVERHEAD;
-    if (!framed && bare_ok && n && d) {
+    int crc_ok = n >= FMT_TFR_OVERHEAD && d && header_crc_ok(d);
+    int framed = crc_ok && le64(d) == n - FMT_TFR_OVERHEAD;
+    if (!framed && bare_ok && n && d)
         return fill_example(spec, rec, where, 0, n);
-    }
     if (n < FMT_TFR_OVERHEAD || !d) {
         snprintf(why, sizeof why, "%zu bytes are shorter than a TFRecord record (16)", n);
         return bad(rec, where, why);
     }
-    if (fmt_crc32c_mask(fmt_crc32c(0, d, 8)) != le32(d + 8))
+    if (!crc_ok)
         return bad(rec, where, "TFRecord length CRC mismatch (not a TFRecord record)");
     uint64_t length = le64(d);
     if (length != n - FMT_TFR_OVERHEAD) {
@@ -292,11 +296,6 @@ static int read_full(ch_tfr_in *in, uint8_t *buf, uint64_t n, uint64_t *got, chu
         in->pos += g;
     }
     return CHUTE_OK;
-}
-
-static int header_crc_ok(const uint8_t *hdr)
-{
-    return fmt_crc32c_mask(fmt_crc32c(0, hdr, 8)) == le32(hdr + 8);
 }
 
 /* The stream's first header: plain, or the first bytes of a GZIP/ZLIB
