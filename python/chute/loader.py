@@ -102,6 +102,11 @@ def _choice(name: str, value: Any, table: Dict[str, int]) -> int:
 
 
 def _uint(name: str, value: Any, lo: int, hi: int) -> int:
+    # A bool is an int to Python but never a count or a size: size=True
+    # would mean 1x1 images.  Only a 0..1 option (a flag kept as a number,
+    # e.g. direct_io) takes one.
+    if isinstance(value, bool) and (lo, hi) != (0, 1):
+        raise TypeError("%s must be an int, not bool" % name)
     if isinstance(value, bool) or not isinstance(value, int):
         try:
             import operator
@@ -206,10 +211,17 @@ class Loader:
     ``numpy.from_dlpack``, ``torch.from_dlpack`` and ``jax.dlpack`` accept, also
     without copying.
 
-    Every iteration runs one epoch: the epoch set by :meth:`set_epoch` (as with
-    ``DistributedSampler``, the epoch does not advance by itself; call
-    ``set_epoch`` each epoch or the shuffle repeats).  Starting a new iteration
-    abandons the one in progress.
+    Every iteration runs one epoch.  Epochs: :meth:`set_epoch` chooses the
+    epoch of the next iteration exactly (call it every epoch in distributed
+    training, as with ``DistributedSampler``); an iteration started without
+    a ``set_epoch`` call since the previous one began runs the epoch after
+    it (0, 1, 2, ... for a loop that never calls it), so the order and the
+    crops change every epoch as with ``DataLoader(shuffle=True)``.  The
+    advance counts iterations started on this process only, so ranks that
+    run the same loop stay in step; :meth:`load_state_dict` restores it.
+    Starting a new iteration abandons the one in progress: the older
+    iterator's next ``next()`` raises RuntimeError saying so (a Loader runs
+    one epoch at a time; use a second Loader to peek at a batch).
 
     Source
         source: path of an ImageFolder tree (``ROOT/<class>/<image>``, labels are
@@ -516,6 +528,8 @@ class Loader:
             raise ValueError("crop_pct must be in (0, 1], got %r" % (crop_pct,))
         if crop_pct is not None and resize_size is not None:
             raise ValueError("give crop_pct or resize_size, not both")
+        if isinstance(timeout, bool):
+            raise TypeError("timeout must be a number of seconds or None, not bool")
         if timeout is not None and not timeout >= 0:
             raise ValueError("timeout must be >= 0 or None")
         self.timeout = None if timeout is None else float(timeout)
@@ -545,6 +559,8 @@ class Loader:
         if self.as_torch:
             self._from_dlpack = _torch().utils.dlpack.from_dlpack
 
+        if isinstance(label_offset, bool):
+            raise TypeError("label_offset must be an int, not bool")
         if isinstance(source, _chute.Dataset):
             self.dataset = source
         elif format in (None, "arrow", "parquet") and _arrow.is_arrow_source(source):
@@ -632,9 +648,14 @@ class Loader:
         self.on_corrupt = _ROWS[("loader", "on_corrupt")][5][t_corrupt]
         self.hold_policy = ("raise", "copy")[t_hold]
         self._epoch = 0
+        # The next run uses _epoch as it is (a new loader, set_epoch,
+        # load_state_dict) or, once a run has started without one since,
+        # _epoch + 1: the automatic advance.
+        self._epoch_chosen = True
         self._consumed = 0          # batches of the current epoch delivered
         self._resume: Optional[Tuple[int, int]] = None  # (epoch, start_batch) for the next run
-        self._generation = 0        # bumps on every start; stale iterators stop
+        self._generation = 0        # bumps on every start; stale iterators raise
+        self._superseded_by = ""    # what bumped it last, for their message
         self._active = False        # an epoch run is in progress
         self._warned_copy = False
         self._corrupt_base = 0      # stats()["corrupt"] when the current epoch started
@@ -645,21 +666,32 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch the next iteration runs (shuffle and augmentation
-        depend on it).  A pending resume point from :meth:`load_state_dict`
-        is kept only if it belongs to this epoch."""
+        depend on it), exactly: call it every epoch in distributed training,
+        as with ``DistributedSampler``.  Without it each new iteration runs
+        the epoch after the previous one (see the class doc).  A pending
+        resume point from :meth:`load_state_dict` is kept only if it belongs
+        to this epoch."""
         epoch = _uint("epoch", epoch, 0, 2 ** 64 - 1)
         if self._resume is not None and self._resume[0] != epoch:
             self._resume = None
         if epoch != self._epoch:
             self._active = False
-            self._generation += 1
+            self._supersede("set_epoch(%d)" % epoch)
             self._consumed = self._resume[1] if self._resume is not None else 0
         self._epoch = epoch
+        self._epoch_chosen = True
 
     @property
     def epoch(self) -> int:
-        """The epoch set by :meth:`set_epoch` (or restored by :meth:`load_state_dict`)."""
+        """The epoch of the run in progress (or of the last one): the one set
+        by :meth:`set_epoch`, restored by :meth:`load_state_dict`, or reached
+        by the automatic advance."""
         return self._epoch
+
+    def _supersede(self, why: str) -> None:
+        """Invalidate the current epoch's iterator: it raises, naming why."""
+        self._generation += 1
+        self._superseded_by = why
 
     def _report_skips(self) -> None:
         """Warn once, with a count, about samples skipped in the epoch that
@@ -679,6 +711,15 @@ class Loader:
 
     def _begin(self) -> None:
         self._report_skips()
+        if not self._epoch_chosen:
+            # No set_epoch since the last run started: the next epoch, so a
+            # loop that never calls set_epoch reshuffles (and redraws its
+            # crops) every epoch, as DataLoader(shuffle=True) does.  Every
+            # rank starts the same number of runs, so ranks stay in step.
+            if self._epoch >= 2 ** 64 - 1:
+                raise OverflowError("epoch %d is the last one; call set_epoch()" % self._epoch)
+            self._epoch += 1
+        self._epoch_chosen = False
         start = 0
         if self._resume is not None and self._resume[0] == self._epoch:
             start = self._resume[1]
@@ -687,14 +728,18 @@ class Loader:
         self._core.start_epoch(self._epoch, start)
         self._skip_epoch = self._epoch
         self._consumed = start if self._is_stream else min(start, self._core.num_batches)
-        self._generation += 1
+        self._supersede("a new iteration (iter(loader) or next_batch()) that started epoch %d"
+                        % self._epoch)
         self._active = True
 
     def __iter__(self) -> Iterator[Tuple[Any, ...]]:
-        """Run one epoch (the one set by :meth:`set_epoch`), from its start or
-        from the point restored by :meth:`load_state_dict`."""
+        """Run one epoch, from its start or from the point restored by
+        :meth:`load_state_dict`: the one chosen by :meth:`set_epoch` or
+        :meth:`load_state_dict` if called since the last iteration started,
+        else the epoch after the last one.  An iterator still open on the
+        previous run is superseded: its next ``next()`` raises RuntimeError."""
         self._begin()
-        return _EpochIterator(self, self._generation)
+        return _EpochIterator(self, self._generation, self._epoch)
 
     def __len__(self) -> int:
         """Batches per epoch for this rank; the same on every rank.  A stream
@@ -870,7 +915,12 @@ class Loader:
         self._resume = (epoch, consumed)
         self._consumed = consumed
         self._active = False
-        self._generation += 1
+        self._supersede("load_state_dict()")
+        # The saved epoch runs next, from where it stopped; a state saved
+        # after its epoch's last batch means the next iteration starts the
+        # following epoch (as the saving loop's next iteration would have),
+        # unless set_epoch chooses otherwise.
+        self._epoch_chosen = self._is_stream or consumed < self._core.num_batches
 
     # ------------------------------------------------------------------
     # Introspection and shutdown
@@ -923,23 +973,43 @@ class Loader:
 
 
 class _EpochIterator:
-    """One epoch's iterator; stops when the epoch ends or another starts."""
+    """One epoch's iterator; stops when the epoch ends, raises RuntimeError
+    once another run has superseded it.
 
-    __slots__ = ("_loader", "_gen")
+    A Loader has one pipeline, so it runs one epoch at a time: a second
+    iter(loader) (or set_epoch / load_state_dict to another epoch) while
+    this one is open takes the pipeline over.  Independent iterators would
+    need a pipeline (threads, batch ring) each; ending this one with a
+    silent StopIteration would lose the rest of its epoch without a word
+    (issue 22.3), so it raises instead."""
 
-    def __init__(self, loader: Loader, gen: int) -> None:
+    __slots__ = ("_loader", "_gen", "_epoch", "_done")
+
+    def __init__(self, loader: Loader, gen: int, epoch: int) -> None:
         self._loader = loader
         self._gen = gen
+        self._epoch = epoch
+        self._done = False
 
     def __iter__(self) -> "_EpochIterator":
         return self
 
     def __next__(self) -> Tuple[Any, ...]:
         ld = self._loader
-        if ld._generation != self._gen or not ld._active:
+        if self._done:
+            raise StopIteration
+        if ld._generation != self._gen:
+            raise RuntimeError(
+                "this chute.Loader iterator (epoch %d) was superseded by %s: a Loader runs "
+                "one epoch at a time, so the rest of this epoch is gone. Finish (or break out "
+                "of) one loop before starting another, or use a second chute.Loader for a "
+                "validation/peek batch" % (self._epoch, ld._superseded_by))
+        if not ld._active:
+            self._done = True
             raise StopIteration
         b = ld.next_batch()
         if b is None:
+            self._done = True
             raise StopIteration
         return ld._convert(b)
 

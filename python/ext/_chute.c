@@ -1659,7 +1659,10 @@ static PyObject *Loader_next(LoaderObject *self, PyObject *args, PyObject *kw)
             if (PyErr_CheckSignals() < 0)
                 goto fail;
             if (timeout >= 0 && mono_s() - t0 >= timeout) {
-                PyErr_Format(PyExc_TimeoutError, "no batch within %.3f s", timeout);
+                /* PyErr_Format has no %f: format here. */
+                char msg[96];
+                snprintf(msg, sizeof msg, "no batch within %.3f s (timeout)", timeout);
+                PyErr_SetString(PyExc_TimeoutError, msg);
                 goto fail;
             }
             continue;
