@@ -939,7 +939,18 @@ class Loader:
         cache tier's (cache_dir / cache_ram_bytes, since the dataset was opened)
         tier_ram_hits, tier_disk_hits, tier_fetches, tier_fetched_bytes (read
         from the origin), tier_ram_evictions, tier_disk_evictions, tier_corrupt,
-        tier_fallbacks, tier_ram_bytes, tier_ram_budget."""
+        tier_fallbacks, tier_ram_bytes, tier_ram_budget.
+
+        The rates above are lifetime averages: a model build before the
+        first batch, an evaluation or a checkpoint dilutes them.  While
+        training, read the recent figures instead: window_images_per_sec
+        and window_wait_fraction over the last window_s seconds (10 s, from
+        the first batch asked for on), with window_batches and
+        window_samples handed over in it; per batch, last_wait_s (the wait
+        for the last batch, in next()) and last_step_s (time between the
+        last two batches: one step of the loop, its wait included).  All
+        kept by the library under the lock next() already takes, without
+        allocating."""
         return self._core.stats()
 
     def close(self) -> None:

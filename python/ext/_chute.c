@@ -1859,6 +1859,18 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
         Py_DECREF(d);
         return NULL;
     }
+    /* Recent figures (chute_stats window_* and last_*): the loop's rate and
+     * wait over the last CHUTE_STATS_WINDOW_MS, not diluted by idle time
+     * before the first next() or long ago. */
+    double win = s.window_ns / 1e9;
+    if (F("window_s", win) ||
+        F("window_images_per_sec", win > 0 ? s.window_samples / win : 0.0) ||
+        F("window_wait_fraction", win > 0 ? s.window_wait_ns / 1e9 / win : 0.0) ||
+        U("window_batches", s.window_batches) || U("window_samples", s.window_samples) ||
+        F("last_wait_s", s.last_wait_ns / 1e9) || F("last_step_s", s.last_step_ns / 1e9)) {
+        Py_DECREF(d);
+        return NULL;
+    }
     /* The block cache tier (cache_dir / cache_ram_bytes): chute_stats tier_*. */
     if (U("tier_ram_hits", s.tier_ram_hits) || U("tier_disk_hits", s.tier_disk_hits) ||
         U("tier_fetches", s.tier_fetches) || U("tier_fetched_bytes", s.tier_fetched_bytes) ||
