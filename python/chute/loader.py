@@ -408,11 +408,15 @@ class Loader:
     and the buffer returns to the ring when the last tensor referring to it is
     freed.  Write ``images.clone()`` for tensors you keep for long.
 
-    fork: a Loader belongs to the process that created it.  In a ``fork()``
-    child (``multiprocessing`` with the fork start method, a ``DataLoader``
-    with workers wrapping this Loader) its threads do not exist: iterating
-    raises RuntimeError, and freeing it there frees memory without waiting
-    for them.  Create the Loader in the child, or use ``spawn``/``forkserver``.
+    Not inside DataLoader workers: a Loader belongs to the process that
+    created it.  In a ``fork()`` child (a torch ``DataLoader`` with
+    ``num_workers > 0`` wrapping this Loader, ``multiprocessing`` with the
+    fork start method) its threads do not exist: iterating raises
+    RuntimeError saying so, and freeing it there frees memory without
+    waiting for them; under spawn/forkserver it cannot be pickled
+    (TypeError).  Iterate the Loader itself in the training process (its
+    ``workers`` threads decode in parallel; a DataLoader around it adds
+    nothing), or create a Loader in each process.
 
     Resume: :meth:`state_dict` records (seed, epoch, batches consumed); a new
     loader given :meth:`load_state_dict` continues that epoch with exactly the
@@ -965,6 +969,14 @@ class Loader:
     @property
     def closed(self) -> bool:
         return self._core is None or bool(self._core.closed)
+
+    def __reduce__(self) -> Any:
+        # What a torch DataLoader with workers does to its dataset under
+        # spawn/forkserver: say why that cannot work and what to do.
+        raise TypeError("a chute.Loader cannot be pickled (it owns threads and a batch ring): "
+                        "it cannot be sent to torch DataLoader workers or other processes. "
+                        "Iterate the chute.Loader itself (its `workers` threads decode in "
+                        "parallel), or create a Loader in each process")
 
     def __enter__(self) -> "Loader":
         return self

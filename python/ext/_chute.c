@@ -1487,9 +1487,11 @@ static int loader_forked(LoaderObject *self)
         return 0;
     PyErr_Format(PyExc_RuntimeError,
                  "this chute.Loader was created in process %ld and cannot be used in process "
-                 "%ld, a fork() child: its worker threads exist only in the parent. Create the "
-                 "Loader in the child (e.g. in a DataLoader worker_init_fn, or use the 'spawn' "
-                 "or 'forkserver' start method)",
+                 "%ld, a fork() child (such as a torch DataLoader worker): its worker threads "
+                 "exist only in the parent. Do not wrap a chute.Loader in a DataLoader with "
+                 "num_workers > 0: iterate the chute.Loader itself, its `workers` threads "
+                 "already decode in parallel. For other multiprocessing, create the Loader in "
+                 "the child process",
                  (long)self->pid, (long)getpid());
     return -1;
 }

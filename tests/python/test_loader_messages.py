@@ -62,3 +62,24 @@ def test_flag_like_options_still_take_bools(tree):
     ld = chute.Loader(tree, batch_size=4, size=8, drop_last=True, direct_io=False)
     assert ld.drop_last is True
     assert next(iter(ld))[0].shape[-1] == 8
+
+
+def test_inside_dataloader_workers_says_what_to_do_instead(tree):
+    torch = pytest.importorskip("torch")
+    import pickle
+
+    ld = chute.Loader(tree, batch_size=5, size=16)
+
+    class Wrapped(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(ld)
+
+    # Linux's default start method, fork: the worker's first next() raises.
+    dl = torch.utils.data.DataLoader(Wrapped(), batch_size=None, num_workers=1)
+    with pytest.raises(RuntimeError, match=r"(?s)DataLoader worker.*iterate the chute\.Loader"):
+        next(iter(dl))
+    # spawn/forkserver pickle the dataset: refused with the same advice.
+    with pytest.raises(TypeError, match=r"(?s)DataLoader workers.*Iterate the chute\.Loader"):
+        pickle.dumps(ld)
+    # The parent's loader is unaffected.
+    assert len(next(iter(ld))[1]) == 5
