@@ -889,6 +889,60 @@ typedef struct {
 
 static PyTypeObject DatasetType;
 
+static PyObject *opt_uint_from_py(const char *name, PyObject *v, unsigned long long *x, int *bad);
+
+/* The integer keywords of Dataset, checked against their rows of
+ * dataset_options.def before PyArg_ParseTupleAndKeywords converts them:
+ * its "I" and "K" take True as 1 and cut an out-of-range value without a
+ * word (read_delay_us=2**32 + 5 was 5).  An int within the row's bounds,
+ * a bool only for a 0..1 row; else TypeError / ValueError naming it. */
+static int ds_check_int_kwargs(PyObject *kw)
+{
+    const ch_opt_row *r = ch_dataset_opts();
+    for (int i = 0; kw && i < ch_dataset_opt_count(); i++) {
+        ch_opt_kind k = r[i].kind;
+        if (k != CH_OPT_U32 && k != CH_OPT_U64 && k != CH_OPT_I32)
+            continue;
+        PyObject *v = PyDict_GetItemString(kw, r[i].name); /* borrowed */
+        if (!v || v == Py_None || (PyBool_Check(v) && r[i].min == 0 && r[i].max == 1))
+            continue;
+        if (k == CH_OPT_I32) {
+            if (PyBool_Check(v) || !PyIndex_Check(v)) {
+                PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", r[i].name,
+                             Py_TYPE(v)->tp_name);
+                return -1;
+            }
+            PyObject *o = PyNumber_Index(v);
+            if (!o)
+                return -1;
+            int over = 0;
+            long long x = PyLong_AsLongLongAndOverflow(o, &over);
+            long long lo = (long long)(int64_t)r[i].min, hi = (long long)(int64_t)r[i].max;
+            if (over || x < lo || x > hi) {
+                PyErr_Format(PyExc_ValueError, "%s must be in %lld..%lld, got %S", r[i].name, lo,
+                             hi, o);
+                Py_DECREF(o);
+                return -1;
+            }
+            Py_DECREF(o);
+            continue;
+        }
+        unsigned long long x;
+        int bad;
+        PyObject *o = opt_uint_from_py(r[i].name, v, &x, &bad);
+        if (!o)
+            return -1;
+        if (bad || x < r[i].min || x > r[i].max) {
+            PyErr_Format(PyExc_ValueError, "%s must be in %llu..%llu, got %S", r[i].name,
+                         (unsigned long long)r[i].min, (unsigned long long)r[i].max, o);
+            Py_DECREF(o);
+            return -1;
+        }
+        Py_DECREF(o);
+    }
+    return 0;
+}
+
 static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path", "kind", "read_delay_us", "inject_fail_sample",
@@ -914,6 +968,8 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     int kind = CHUTE_SOURCE_AUTO, fail_status = 0;
     unsigned int delay = 0, fail_reads = 0;
     unsigned long long fail_sample = 0;
+    if (ds_check_int_kwargs(kw))
+        return -1;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKKzpzIIpKIK:Dataset", kwlist,
                                      PyUnicode_FSConverter, &path, &kind, &delay, &fail_sample,
                                      &fail_reads, &fail_status, &format, &label_offset,

@@ -83,3 +83,20 @@ def test_inside_dataloader_workers_says_what_to_do_instead(tree):
         pickle.dumps(ld)
     # The parent's loader is unaffected.
     assert len(next(iter(ld))[1]) == 5
+
+
+def test_dataset_integer_keywords_are_checked(tree):
+    # chute.Dataset took True as 1 and cut out-of-range values ("I": 2**32 + 5 -> 5).
+    for name in ("read_delay_us", "cache_bytes", "audio_rate", "label_offset"):
+        with pytest.raises(TypeError, match=r"^%s must be an int, not bool" % name):
+            chute.Dataset(tree, **{name: True})
+    with pytest.raises(ValueError, match=r"^read_delay_us must be in 0\.\.10000000, got 4294967301"):
+        chute.Dataset(tree, read_delay_us=2 ** 32 + 5)
+    with pytest.raises(ValueError, match=r"^label_offset must be in -2147483648\.\.2147483647"):
+        chute.Dataset(tree, label_offset=2 ** 31)
+    with pytest.raises(TypeError, match=r"^audio_samples must be an int, not str"):
+        chute.Dataset(tree, audio_samples="3")
+    # 0..1 rows take bools; in-range ints pass.
+    ds = chute.Dataset(tree, csv_no_header=True, direct_io=False, read_delay_us=5,
+                       label_offset=-1)
+    assert len(ds) > 0
