@@ -1006,13 +1006,17 @@ class _EpochIterator:
     silent StopIteration would lose the rest of its epoch without a word
     (issue 22.3), so it raises instead."""
 
-    __slots__ = ("_loader", "_gen", "_epoch", "_done")
+    __slots__ = ("_loader", "_gen", "_epoch", "_done", "_left")
 
     def __init__(self, loader: Loader, gen: int, epoch: int) -> None:
         self._loader = loader
         self._gen = gen
         self._epoch = epoch
         self._done = False
+        # Batches of the epoch not yet delivered (None for a stream): an
+        # iterator that had delivered them all lost nothing when superseded.
+        self._left = (None if loader._is_stream
+                      else max(0, int(loader._core.num_batches) - loader._consumed))
 
     def __iter__(self) -> "_EpochIterator":
         return self
@@ -1022,6 +1026,9 @@ class _EpochIterator:
         if self._done:
             raise StopIteration
         if ld._generation != self._gen:
+            if self._left == 0:
+                self._done = True
+                raise StopIteration
             raise RuntimeError(
                 "this chute.Loader iterator (epoch %d) was superseded by %s: a Loader runs "
                 "one epoch at a time, so the rest of this epoch is gone. Finish (or break out "
@@ -1034,6 +1041,8 @@ class _EpochIterator:
         if b is None:
             self._done = True
             raise StopIteration
+        if self._left is not None:
+            self._left -= 1
         return ld._convert(b)
 
     def __len__(self) -> int:

@@ -47,6 +47,18 @@ def test_superseded_iterator_raises_naming_why(tree):
         next(it2)
 
 
+def test_iterator_that_delivered_its_whole_epoch_just_stops(tree):
+    # Every batch taken (but StopIteration not yet seen), then a new loop:
+    # nothing was lost, so the old iterator ends normally.
+    ld = chute.Loader(tree, **KW)
+    it = iter(ld)
+    for _ in range(len(ld)):
+        next(it)
+    next(iter(ld))
+    with pytest.raises(StopIteration):
+        next(it)
+
+
 def test_superseded_by_set_epoch_and_load_state_dict(tree):
     ld = chute.Loader(tree, **KW)
     it = iter(ld)
