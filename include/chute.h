@@ -758,7 +758,31 @@ typedef struct chute_stats {
     uint64_t tier_fallbacks;
     uint64_t tier_ram_bytes;
     uint64_t tier_ram_budget;
+    /* Recent figures.  The rates above are lifetime averages: time before
+     * the first next() (model build) and between loops (evaluation,
+     * checkpoints) dilutes them.  The window is the last
+     * CHUTE_STATS_WINDOW_MS before this call, starting no earlier than the
+     * first chute_loader_next*() call (window_ns 0 before it):
+     * window_samples and window_batches were handed over in it and
+     * window_wait_ns of it were spent blocked in next(), so
+     * window_samples / window_ns is the loop's current rate and
+     * window_wait_ns / window_ns its current wait fraction.  Per batch:
+     * last_wait_ns is how long the consumer waited for the last batch
+     * handed over (summed over the timed-out next_timeout calls that
+     * asked for it), last_step_ns the time between the last two batches
+     * handed over (one step of the consumer's loop, its wait included; 0
+     * before the second).  Kept by next() under the lock it already
+     * takes, in a fixed ring: nothing allocated.                       */
+    uint64_t window_ns;
+    uint64_t window_samples;
+    uint64_t window_batches;
+    uint64_t window_wait_ns;
+    uint64_t last_wait_ns;
+    uint64_t last_step_ns;
 } chute_stats;
+
+/* The span of chute_stats' window figures, in milliseconds. */
+#define CHUTE_STATS_WINDOW_MS 10000
 
 /* Snapshot of the counters; callable from any thread. */
 CHUTE_API void chute_loader_stats(const chute_loader *ld, chute_stats *out);

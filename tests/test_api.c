@@ -9,6 +9,7 @@
 #include "unit.h"
 
 #include <math.h>
+#include <time.h>
 
 #include "chute.h"
 
@@ -486,6 +487,64 @@ TEST(stats_from_another_thread)
           (unsigned long long)s.samples, (unsigned long long)s.batches,
           (unsigned long long)s.corrupt, s.workers, (unsigned long long)s.read.items,
           (unsigned long long)s.decode.items);
+    chute_loader_destroy(ld);
+    chute_dataset_close(ds);
+    return 0;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* chute_stats' recent figures (issue 30.5): nothing before the first
+ * next(); after an idle start the window covers the loop only (not the
+ * idle time the lifetime rates include), counts what was handed over, and
+ * last_step_ns is the consumer's step as it timed it. */
+TEST(stats_window_skips_idle_start)
+{
+    NEED_DATA();
+    chute_dataset *ds = open_ds(g_tree);
+    CHECK(ds != NULL, "open");
+    chute_loader_options o = small_opts();
+    chute_loader *ld = NULL;
+    chute_error err = {0};
+    CHECK(chute_loader_create(ds, &o, &ld, &err) == CHUTE_OK, "create");
+    chute_stats s;
+    chute_loader_stats(ld, &s);
+    CHECK(s.window_ns == 0 && s.window_samples == 0 && s.last_wait_ns == 0 &&
+              s.last_step_ns == 0, "recent figures before any next()");
+    usleep(300000); /* idle start */
+    uint64_t t0 = mono_ns(), t_prev = 0, step = 0, samples = 0, batches = 0;
+    chute_batch *b = NULL;
+    while (chute_loader_next(ld, &b) == CHUTE_OK) {
+        uint64_t t = mono_ns();
+        step = t_prev ? t - t_prev : 0;
+        t_prev = t;
+        chute_batch_view v;
+        chute_batch_view_get(b, &v);
+        samples += v.count;
+        batches++;
+        chute_batch_release(b);
+        usleep(20000); /* the consumer's work */
+    }
+    uint64_t t1 = mono_ns();
+    chute_loader_stats(ld, &s);
+    CHECK(batches >= 3 && s.window_samples == samples && s.window_batches == batches,
+          "window counts %llu/%llu of %llu/%llu", (unsigned long long)s.window_samples,
+          (unsigned long long)s.window_batches, (unsigned long long)samples,
+          (unsigned long long)batches);
+    /* The window is the loop (t0..t1 plus the stats call), not the idle 0.3 s. */
+    CHECK(s.window_ns >= t1 - t0 - (t1 - t0) / 20 && s.window_ns <= t1 - t0 + 20000000ull &&
+              s.wall_ns >= s.window_ns + 290000000ull,
+          "window %llu ns, loop %llu ns, wall %llu ns", (unsigned long long)s.window_ns,
+          (unsigned long long)(t1 - t0), (unsigned long long)s.wall_ns);
+    CHECK(s.window_wait_ns <= s.window_ns && s.window_wait_ns <= s.wait_ns, "window wait");
+    uint64_t d = s.last_step_ns > step ? s.last_step_ns - step : step - s.last_step_ns;
+    CHECK(step >= 20000000ull && d <= 2000000ull + step / 10, "last step %llu ns, timed %llu",
+          (unsigned long long)s.last_step_ns, (unsigned long long)step);
     chute_loader_destroy(ld);
     chute_dataset_close(ds);
     return 0;

@@ -102,6 +102,11 @@ def _choice(name: str, value: Any, table: Dict[str, int]) -> int:
 
 
 def _uint(name: str, value: Any, lo: int, hi: int) -> int:
+    # A bool is an int to Python but never a count or a size: size=True
+    # would mean 1x1 images.  Only a 0..1 option (a flag kept as a number,
+    # e.g. direct_io) takes one.
+    if isinstance(value, bool) and (lo, hi) != (0, 1):
+        raise TypeError("%s must be an int, not bool" % name)
     if isinstance(value, bool) or not isinstance(value, int):
         try:
             import operator
@@ -206,10 +211,17 @@ class Loader:
     ``numpy.from_dlpack``, ``torch.from_dlpack`` and ``jax.dlpack`` accept, also
     without copying.
 
-    Every iteration runs one epoch: the epoch set by :meth:`set_epoch` (as with
-    ``DistributedSampler``, the epoch does not advance by itself; call
-    ``set_epoch`` each epoch or the shuffle repeats).  Starting a new iteration
-    abandons the one in progress.
+    Every iteration runs one epoch.  Epochs: :meth:`set_epoch` chooses the
+    epoch of the next iteration exactly (call it every epoch in distributed
+    training, as with ``DistributedSampler``); an iteration started without
+    a ``set_epoch`` call since the previous one began runs the epoch after
+    it (0, 1, 2, ... for a loop that never calls it), so the order and the
+    crops change every epoch as with ``DataLoader(shuffle=True)``.  The
+    advance counts iterations started on this process only, so ranks that
+    run the same loop stay in step; :meth:`load_state_dict` restores it.
+    Starting a new iteration abandons the one in progress: the older
+    iterator's next ``next()`` raises RuntimeError saying so (a Loader runs
+    one epoch at a time; use a second Loader to peek at a batch).
 
     Source
         source: path of an ImageFolder tree (``ROOT/<class>/<image>``, labels are
@@ -396,11 +408,15 @@ class Loader:
     and the buffer returns to the ring when the last tensor referring to it is
     freed.  Write ``images.clone()`` for tensors you keep for long.
 
-    fork: a Loader belongs to the process that created it.  In a ``fork()``
-    child (``multiprocessing`` with the fork start method, a ``DataLoader``
-    with workers wrapping this Loader) its threads do not exist: iterating
-    raises RuntimeError, and freeing it there frees memory without waiting
-    for them.  Create the Loader in the child, or use ``spawn``/``forkserver``.
+    Not inside DataLoader workers: a Loader belongs to the process that
+    created it.  In a ``fork()`` child (a torch ``DataLoader`` with
+    ``num_workers > 0`` wrapping this Loader, ``multiprocessing`` with the
+    fork start method) its threads do not exist: iterating raises
+    RuntimeError saying so, and freeing it there frees memory without
+    waiting for them; under spawn/forkserver it cannot be pickled
+    (TypeError).  Iterate the Loader itself in the training process (its
+    ``workers`` threads decode in parallel; a DataLoader around it adds
+    nothing), or create a Loader in each process.
 
     Resume: :meth:`state_dict` records (seed, epoch, batches consumed); a new
     loader given :meth:`load_state_dict` continues that epoch with exactly the
@@ -516,6 +532,8 @@ class Loader:
             raise ValueError("crop_pct must be in (0, 1], got %r" % (crop_pct,))
         if crop_pct is not None and resize_size is not None:
             raise ValueError("give crop_pct or resize_size, not both")
+        if isinstance(timeout, bool):
+            raise TypeError("timeout must be a number of seconds or None, not bool")
         if timeout is not None and not timeout >= 0:
             raise ValueError("timeout must be >= 0 or None")
         self.timeout = None if timeout is None else float(timeout)
@@ -545,6 +563,8 @@ class Loader:
         if self.as_torch:
             self._from_dlpack = _torch().utils.dlpack.from_dlpack
 
+        if isinstance(label_offset, bool):
+            raise TypeError("label_offset must be an int, not bool")
         if isinstance(source, _chute.Dataset):
             self.dataset = source
         elif format in (None, "arrow", "parquet") and _arrow.is_arrow_source(source):
@@ -632,9 +652,14 @@ class Loader:
         self.on_corrupt = _ROWS[("loader", "on_corrupt")][5][t_corrupt]
         self.hold_policy = ("raise", "copy")[t_hold]
         self._epoch = 0
+        # The next run uses _epoch as it is (a new loader, set_epoch,
+        # load_state_dict) or, once a run has started without one since,
+        # _epoch + 1: the automatic advance.
+        self._epoch_chosen = True
         self._consumed = 0          # batches of the current epoch delivered
         self._resume: Optional[Tuple[int, int]] = None  # (epoch, start_batch) for the next run
-        self._generation = 0        # bumps on every start; stale iterators stop
+        self._generation = 0        # bumps on every start; stale iterators raise
+        self._superseded_by = ""    # what bumped it last, for their message
         self._active = False        # an epoch run is in progress
         self._warned_copy = False
         self._corrupt_base = 0      # stats()["corrupt"] when the current epoch started
@@ -645,21 +670,32 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch the next iteration runs (shuffle and augmentation
-        depend on it).  A pending resume point from :meth:`load_state_dict`
-        is kept only if it belongs to this epoch."""
+        depend on it), exactly: call it every epoch in distributed training,
+        as with ``DistributedSampler``.  Without it each new iteration runs
+        the epoch after the previous one (see the class doc).  A pending
+        resume point from :meth:`load_state_dict` is kept only if it belongs
+        to this epoch."""
         epoch = _uint("epoch", epoch, 0, 2 ** 64 - 1)
         if self._resume is not None and self._resume[0] != epoch:
             self._resume = None
         if epoch != self._epoch:
             self._active = False
-            self._generation += 1
+            self._supersede("set_epoch(%d)" % epoch)
             self._consumed = self._resume[1] if self._resume is not None else 0
         self._epoch = epoch
+        self._epoch_chosen = True
 
     @property
     def epoch(self) -> int:
-        """The epoch set by :meth:`set_epoch` (or restored by :meth:`load_state_dict`)."""
+        """The epoch of the run in progress (or of the last one): the one set
+        by :meth:`set_epoch`, restored by :meth:`load_state_dict`, or reached
+        by the automatic advance."""
         return self._epoch
+
+    def _supersede(self, why: str) -> None:
+        """Invalidate the current epoch's iterator: it raises, naming why."""
+        self._generation += 1
+        self._superseded_by = why
 
     def _report_skips(self) -> None:
         """Warn once, with a count, about samples skipped in the epoch that
@@ -679,6 +715,15 @@ class Loader:
 
     def _begin(self) -> None:
         self._report_skips()
+        if not self._epoch_chosen:
+            # No set_epoch since the last run started: the next epoch, so a
+            # loop that never calls set_epoch reshuffles (and redraws its
+            # crops) every epoch, as DataLoader(shuffle=True) does.  Every
+            # rank starts the same number of runs, so ranks stay in step.
+            if self._epoch >= 2 ** 64 - 1:
+                raise OverflowError("epoch %d is the last one; call set_epoch()" % self._epoch)
+            self._epoch += 1
+        self._epoch_chosen = False
         start = 0
         if self._resume is not None and self._resume[0] == self._epoch:
             start = self._resume[1]
@@ -687,14 +732,18 @@ class Loader:
         self._core.start_epoch(self._epoch, start)
         self._skip_epoch = self._epoch
         self._consumed = start if self._is_stream else min(start, self._core.num_batches)
-        self._generation += 1
+        self._supersede("a new iteration (iter(loader) or next_batch()) that started epoch %d"
+                        % self._epoch)
         self._active = True
 
     def __iter__(self) -> Iterator[Tuple[Any, ...]]:
-        """Run one epoch (the one set by :meth:`set_epoch`), from its start or
-        from the point restored by :meth:`load_state_dict`."""
+        """Run one epoch, from its start or from the point restored by
+        :meth:`load_state_dict`: the one chosen by :meth:`set_epoch` or
+        :meth:`load_state_dict` if called since the last iteration started,
+        else the epoch after the last one.  An iterator still open on the
+        previous run is superseded: its next ``next()`` raises RuntimeError."""
         self._begin()
-        return _EpochIterator(self, self._generation)
+        return _EpochIterator(self, self._generation, self._epoch)
 
     def __len__(self) -> int:
         """Batches per epoch for this rank; the same on every rank.  A stream
@@ -870,7 +919,12 @@ class Loader:
         self._resume = (epoch, consumed)
         self._consumed = consumed
         self._active = False
-        self._generation += 1
+        self._supersede("load_state_dict()")
+        # The saved epoch runs next, from where it stopped; a state saved
+        # after its epoch's last batch means the next iteration starts the
+        # following epoch (as the saving loop's next iteration would have),
+        # unless set_epoch chooses otherwise.
+        self._epoch_chosen = self._is_stream or consumed < self._core.num_batches
 
     # ------------------------------------------------------------------
     # Introspection and shutdown
@@ -889,7 +943,18 @@ class Loader:
         cache tier's (cache_dir / cache_ram_bytes, since the dataset was opened)
         tier_ram_hits, tier_disk_hits, tier_fetches, tier_fetched_bytes (read
         from the origin), tier_ram_evictions, tier_disk_evictions, tier_corrupt,
-        tier_fallbacks, tier_ram_bytes, tier_ram_budget."""
+        tier_fallbacks, tier_ram_bytes, tier_ram_budget.
+
+        The rates above are lifetime averages: a model build before the
+        first batch, an evaluation or a checkpoint dilutes them.  While
+        training, read the recent figures instead: window_images_per_sec
+        and window_wait_fraction over the last window_s seconds (10 s, from
+        the first batch asked for on), with window_batches and
+        window_samples handed over in it; per batch, last_wait_s (the wait
+        for the last batch, in next()) and last_step_s (time between the
+        last two batches: one step of the loop, its wait included).  All
+        kept by the library under the lock next() already takes, without
+        allocating."""
         return self._core.stats()
 
     def close(self) -> None:
@@ -904,6 +969,14 @@ class Loader:
     @property
     def closed(self) -> bool:
         return self._core is None or bool(self._core.closed)
+
+    def __reduce__(self) -> Any:
+        # What a torch DataLoader with workers does to its dataset under
+        # spawn/forkserver: say why that cannot work and what to do.
+        raise TypeError("a chute.Loader cannot be pickled (it owns threads and a batch ring): "
+                        "it cannot be sent to torch DataLoader workers or other processes. "
+                        "Iterate the chute.Loader itself (its `workers` threads decode in "
+                        "parallel), or create a Loader in each process")
 
     def __enter__(self) -> "Loader":
         return self
@@ -923,24 +996,53 @@ class Loader:
 
 
 class _EpochIterator:
-    """One epoch's iterator; stops when the epoch ends or another starts."""
+    """One epoch's iterator; stops when the epoch ends, raises RuntimeError
+    once another run has superseded it.
 
-    __slots__ = ("_loader", "_gen")
+    A Loader has one pipeline, so it runs one epoch at a time: a second
+    iter(loader) (or set_epoch / load_state_dict to another epoch) while
+    this one is open takes the pipeline over.  Independent iterators would
+    need a pipeline (threads, batch ring) each; ending this one with a
+    silent StopIteration would lose the rest of its epoch without a word
+    (issue 22.3), so it raises instead."""
 
-    def __init__(self, loader: Loader, gen: int) -> None:
+    __slots__ = ("_loader", "_gen", "_epoch", "_done", "_left")
+
+    def __init__(self, loader: Loader, gen: int, epoch: int) -> None:
         self._loader = loader
         self._gen = gen
+        self._epoch = epoch
+        self._done = False
+        # Batches of the epoch not yet delivered (None for a stream): an
+        # iterator that had delivered them all lost nothing when superseded.
+        self._left = (None if loader._is_stream
+                      else max(0, int(loader._core.num_batches) - loader._consumed))
 
     def __iter__(self) -> "_EpochIterator":
         return self
 
     def __next__(self) -> Tuple[Any, ...]:
         ld = self._loader
-        if ld._generation != self._gen or not ld._active:
+        if self._done:
+            raise StopIteration
+        if ld._generation != self._gen:
+            if self._left == 0:
+                self._done = True
+                raise StopIteration
+            raise RuntimeError(
+                "this chute.Loader iterator (epoch %d) was superseded by %s: a Loader runs "
+                "one epoch at a time, so the rest of this epoch is gone. Finish (or break out "
+                "of) one loop before starting another, or use a second chute.Loader for a "
+                "validation/peek batch" % (self._epoch, ld._superseded_by))
+        if not ld._active:
+            self._done = True
             raise StopIteration
         b = ld.next_batch()
         if b is None:
+            self._done = True
             raise StopIteration
+        if self._left is not None:
+            self._left -= 1
         return ld._convert(b)
 
     def __len__(self) -> int:

@@ -889,6 +889,60 @@ typedef struct {
 
 static PyTypeObject DatasetType;
 
+static PyObject *opt_uint_from_py(const char *name, PyObject *v, unsigned long long *x, int *bad);
+
+/* The integer keywords of Dataset, checked against their rows of
+ * dataset_options.def before PyArg_ParseTupleAndKeywords converts them:
+ * its "I" and "K" take True as 1 and cut an out-of-range value without a
+ * word (read_delay_us=2**32 + 5 was 5).  An int within the row's bounds,
+ * a bool only for a 0..1 row; else TypeError / ValueError naming it. */
+static int ds_check_int_kwargs(PyObject *kw)
+{
+    const ch_opt_row *r = ch_dataset_opts();
+    for (int i = 0; kw && i < ch_dataset_opt_count(); i++) {
+        ch_opt_kind k = r[i].kind;
+        if (k != CH_OPT_U32 && k != CH_OPT_U64 && k != CH_OPT_I32)
+            continue;
+        PyObject *v = PyDict_GetItemString(kw, r[i].name); /* borrowed */
+        if (!v || v == Py_None || (PyBool_Check(v) && r[i].min == 0 && r[i].max == 1))
+            continue;
+        if (k == CH_OPT_I32) {
+            if (PyBool_Check(v) || !PyIndex_Check(v)) {
+                PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", r[i].name,
+                             Py_TYPE(v)->tp_name);
+                return -1;
+            }
+            PyObject *o = PyNumber_Index(v);
+            if (!o)
+                return -1;
+            int over = 0;
+            long long x = PyLong_AsLongLongAndOverflow(o, &over);
+            long long lo = (long long)(int64_t)r[i].min, hi = (long long)(int64_t)r[i].max;
+            if (over || x < lo || x > hi) {
+                PyErr_Format(PyExc_ValueError, "%s must be in %lld..%lld, got %S", r[i].name, lo,
+                             hi, o);
+                Py_DECREF(o);
+                return -1;
+            }
+            Py_DECREF(o);
+            continue;
+        }
+        unsigned long long x;
+        int bad;
+        PyObject *o = opt_uint_from_py(r[i].name, v, &x, &bad);
+        if (!o)
+            return -1;
+        if (bad || x < r[i].min || x > r[i].max) {
+            PyErr_Format(PyExc_ValueError, "%s must be in %llu..%llu, got %S", r[i].name,
+                         (unsigned long long)r[i].min, (unsigned long long)r[i].max, o);
+            Py_DECREF(o);
+            return -1;
+        }
+        Py_DECREF(o);
+    }
+    return 0;
+}
+
 static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path", "kind", "read_delay_us", "inject_fail_sample",
@@ -914,6 +968,8 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     int kind = CHUTE_SOURCE_AUTO, fail_status = 0;
     unsigned int delay = 0, fail_reads = 0;
     unsigned long long fail_sample = 0;
+    if (ds_check_int_kwargs(kw))
+        return -1;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKKzpzIIpKIK:Dataset", kwlist,
                                      PyUnicode_FSConverter, &path, &kind, &delay, &fail_sample,
                                      &fail_reads, &fail_status, &format, &label_offset,
@@ -1487,9 +1543,11 @@ static int loader_forked(LoaderObject *self)
         return 0;
     PyErr_Format(PyExc_RuntimeError,
                  "this chute.Loader was created in process %ld and cannot be used in process "
-                 "%ld, a fork() child: its worker threads exist only in the parent. Create the "
-                 "Loader in the child (e.g. in a DataLoader worker_init_fn, or use the 'spawn' "
-                 "or 'forkserver' start method)",
+                 "%ld, a fork() child (such as a torch DataLoader worker): its worker threads "
+                 "exist only in the parent. Do not wrap a chute.Loader in a DataLoader with "
+                 "num_workers > 0: iterate the chute.Loader itself, its `workers` threads "
+                 "already decode in parallel. For other multiprocessing, create the Loader in "
+                 "the child process",
                  (long)self->pid, (long)getpid());
     return -1;
 }
@@ -1659,7 +1717,10 @@ static PyObject *Loader_next(LoaderObject *self, PyObject *args, PyObject *kw)
             if (PyErr_CheckSignals() < 0)
                 goto fail;
             if (timeout >= 0 && mono_s() - t0 >= timeout) {
-                PyErr_Format(PyExc_TimeoutError, "no batch within %.3f s", timeout);
+                /* PyErr_Format has no %f: format here. */
+                char msg[96];
+                snprintf(msg, sizeof msg, "no batch within %.3f s (timeout)", timeout);
+                PyErr_SetString(PyExc_TimeoutError, msg);
                 goto fail;
             }
             continue;
@@ -1853,6 +1914,18 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
         F("read_lat_p90_ms", s.read_lat_p90_ns / 1e6) ||
         F("read_lat_p99_ms", s.read_lat_p99_ns / 1e6) ||
         F("read_lat_max_ms", s.read_lat_max_ns / 1e6)) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    /* Recent figures (chute_stats window_* and last_*): the loop's rate and
+     * wait over the last CHUTE_STATS_WINDOW_MS, not diluted by idle time
+     * before the first next() or long ago. */
+    double win = s.window_ns / 1e9;
+    if (F("window_s", win) ||
+        F("window_images_per_sec", win > 0 ? s.window_samples / win : 0.0) ||
+        F("window_wait_fraction", win > 0 ? s.window_wait_ns / 1e9 / win : 0.0) ||
+        U("window_batches", s.window_batches) || U("window_samples", s.window_samples) ||
+        F("last_wait_s", s.last_wait_ns / 1e9) || F("last_step_s", s.last_step_ns / 1e9)) {
         Py_DECREF(d);
         return NULL;
     }

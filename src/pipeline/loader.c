@@ -52,6 +52,16 @@
  * unit of work (fill_record): a field that fails is that sample failing,
  * and the corrupt-sample policy replaces or fails it like a bad image.
  *
+ * Recent figures.  chute_stats' lifetime rates count every second since
+ * create, so a model build or an evaluation before or between loops
+ * dilutes them.  The consumer also records, under the `mu` it already
+ * holds in next(), what it was handed and how long it waited into a ring
+ * of WIN_BUCKETS time buckets of WIN_BUCKET_NS each (a fixed array in the
+ * loader: no allocation, no extra lock); stats() sums the buckets of the
+ * last CHUTE_STATS_WINDOW_MS, never reaching back before the first
+ * next().  A wait is split exactly over the buckets it spans; only the
+ * oldest bucket of a full window is pro-rated (at most 1/8 s of 10 s).
+ *
  * fork().  The loader records the pid that created it.  In a forked child
  * the worker threads are gone and `mu` may be held by a thread that no
  * longer exists, so every call that would wait for a worker or take the
@@ -130,6 +140,16 @@ typedef struct worker {
 } worker;
 
 /* One delivered typed field: where it lives in a slot. */
+/* One bucket of the recent-figures ring (mu): what the consumer got and
+ * waited in period id - 1 (WIN_BUCKET_NS long, counted from create);
+ * id 0 = never used. */
+#define WIN_BUCKETS 128
+#define WIN_BUCKET_NS 125000000ull /* 128 x 1/8 s = 16 s, more than the window */
+typedef struct {
+    uint64_t id;
+    uint64_t samples, batches, wait_ns;
+} win_bucket;
+
 typedef struct lfield {
     uint32_t field;           /* into ds->fields */
     int is_bytes;
@@ -182,6 +202,12 @@ struct chute_loader {
     /* consumer-side stats (mu) */
     uint64_t batches_out, samples_out, wait_ns, fill_sum;
     uint64_t t_created;
+    /* recent figures (mu): see "Recent figures" above */
+    win_bucket win[WIN_BUCKETS];
+    uint64_t t_first_next;    /* first next() call, 0 before */
+    uint64_t t_last_out;      /* last batch handed over, 0 before */
+    uint64_t pend_wait_ns;    /* waited so far for the batch not yet handed over */
+    uint64_t last_wait_ns, last_step_ns;
     pid_t pid;                /* process that created the loader (fork detection) */
     char errmsg[1400];        /* written and read on the caller's thread only */
     char skip_msg[1400];      /* (mu) last skipped sample, from workers */
@@ -1315,6 +1341,7 @@ void chute_loader_destroy(chute_loader *ld)
 static void start_locked(chute_loader *ld, uint64_t epoch, uint64_t start_batch)
 {
     cancel_run_locked(ld);
+    ld->pend_wait_ns = 0; /* a wait for the old run's batch is no new batch's */
     if (ld->st) {
         /* Streams: stop the old run's pump (and command) with mu released,
          * since the pump may be waiting for mu to report its end; the run
@@ -1443,6 +1470,64 @@ static int stream_end_status(chute_loader *ld)
     return ld->st_status;
 }
 
+/* The recent-figures bucket of time t (mu), emptied if it last held an
+ * older period.  Times only grow (one consumer, under mu). */
+static win_bucket *win_at(chute_loader *ld, uint64_t t)
+{
+    uint64_t id = (t - ld->t_created) / WIN_BUCKET_NS + 1;
+    win_bucket *b = &ld->win[id % WIN_BUCKETS];
+    if (b->id != id) {
+        memset(b, 0, sizeof *b);
+        b->id = id;
+    }
+    return b;
+}
+
+/* Account the consumer's wait [t0, t1) (mu): split over the buckets it
+ * spans, the part older than the ring dropped. */
+static void win_add_wait(chute_loader *ld, uint64_t t0, uint64_t t1)
+{
+    const uint64_t span = (uint64_t)WIN_BUCKETS * WIN_BUCKET_NS;
+    if (t1 - t0 > span)
+        t0 = t1 - span;
+    while (t0 < t1) {
+        uint64_t end = ld->t_created + ((t0 - ld->t_created) / WIN_BUCKET_NS + 1) * WIN_BUCKET_NS;
+        if (end > t1)
+            end = t1;
+        win_at(ld, t0)->wait_ns += end - t0;
+        t0 = end;
+    }
+}
+
+/* The window's figures into out (mu): the last CHUTE_STATS_WINDOW_MS
+ * before now, from the first next() at the earliest. */
+static void win_read(const chute_loader *ld, uint64_t now, chute_stats *out)
+{
+    const uint64_t wlen = (uint64_t)CHUTE_STATS_WINDOW_MS * 1000000u;
+    if (!ld->t_first_next || now <= ld->t_first_next)
+        return;
+    uint64_t from = now - ld->t_first_next > wlen ? now - wlen : ld->t_first_next;
+    int clipped = from != ld->t_first_next; /* buckets before `from` may hold activity */
+    double samples = 0, batches = 0, wait = 0;
+    for (uint32_t i = 0; i < WIN_BUCKETS; i++) {
+        const win_bucket *b = &ld->win[i];
+        if (!b->id)
+            continue;
+        uint64_t b0 = ld->t_created + (b->id - 1) * WIN_BUCKET_NS, b1 = b0 + WIN_BUCKET_NS;
+        if (b1 <= from || b0 > now)
+            continue;
+        /* The bucket `from` cuts: its share after `from`, taken as even. */
+        double f = clipped && b0 < from ? (double)(b1 - from) / WIN_BUCKET_NS : 1.0;
+        samples += f * (double)b->samples;
+        batches += f * (double)b->batches;
+        wait += f * (double)b->wait_ns;
+    }
+    out->window_ns = now - from;
+    out->window_samples = (uint64_t)(samples + 0.5);
+    out->window_batches = (uint64_t)(batches + 0.5);
+    out->window_wait_ns = CH_MIN((uint64_t)(wait + 0.5), out->window_ns);
+}
+
 int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **out_batch)
 {
     if (!ld || !out_batch)
@@ -1466,6 +1551,8 @@ int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **ou
         return CHUTE_EBUSY;
     }
     uint64_t t0 = ch_now_ns();
+    if (!ld->t_first_next)
+        ld->t_first_next = t0;
     struct timespec deadline;
     if (timeout_ms >= 0) {
         clock_gettime(CLOCK_REALTIME, &deadline);
@@ -1503,8 +1590,12 @@ int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **ou
             pthread_cond_wait(&ld->ready_cv, &ld->mu);
         }
     }
-    ld->wait_ns += ch_now_ns() - t0;
+    uint64_t t1 = ch_now_ns();
+    ld->wait_ns += t1 - t0;
+    win_add_wait(ld, t0, t1);
+    ld->pend_wait_ns += t1 - t0; /* a timed-out call's wait counts toward the next batch */
     if (s && s->failed) {
+        ld->pend_wait_ns = 0;
         snprintf(ld->errmsg, sizeof ld->errmsg, "%s", s->errmsg);
         int code = s->fail_code ? s->fail_code : CHUTE_ECORRUPT;
         s->state = SLOT_FREE;
@@ -1524,7 +1615,16 @@ int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **ou
         ld->batches_out++;
         ld->samples_out += s->count;
         ld->fill_sum += ready;
+        win_bucket *wb = win_at(ld, t1);
+        wb->samples += s->count;
+        wb->batches++;
+        ld->last_wait_ns = ld->pend_wait_ns;
+        ld->pend_wait_ns = 0;
+        ld->last_step_ns = ld->t_last_out ? t1 - ld->t_last_out : 0;
+        ld->t_last_out = t1;
         *out_batch = &s->handle;
+    } else if (rc != CHUTE_EINTERRUPTED) {
+        ld->pend_wait_ns = 0; /* the end, or an error: no batch is waited for any more */
     }
     pthread_mutex_unlock(&ld->mu);
     return rc;
@@ -1675,9 +1775,13 @@ void chute_loader_stats(const chute_loader *ld, chute_stats *out)
     out->samples = ld->samples_out;
     out->wait_ns = ld->wait_ns;
     out->queue_fill_sum = ld->fill_sum;
+    uint64_t now = ch_now_ns();
+    win_read(ld, now, out);
+    out->last_wait_ns = ld->last_wait_ns;
+    out->last_step_ns = ld->last_step_ns;
     if (lock)
         pthread_mutex_unlock(mu);
-    out->wall_ns = ch_now_ns() - ld->t_created;
+    out->wall_ns = now - ld->t_created;
     out->workers = ld->nworkers;
     out->queue_capacity = ld->nslots;
     ch_hist_snap *h = calloc(1, sizeof *h);

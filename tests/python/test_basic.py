@@ -91,9 +91,10 @@ def test_shuffle_and_epochs(tree):
     assert sorted(orders[0]) == list(range(TREE_IMAGES))
     assert orders[0] != orders[1]
     assert orders[0] == orders[2]
-    # Without set_epoch the epoch repeats (DistributedSampler semantics).
+    # Without set_epoch the next loop runs the next epoch (here 1 again, after 0),
+    # as DataLoader(shuffle=True) reshuffles; test_epochs.py has the rest.
     again = torch.cat([i for _, _, i in ld]).tolist()
-    assert again == orders[2]
+    assert again == orders[1]
     other_seed = chute.Loader(tree, batch_size=50, size=16, return_indices=True, seed=4)
     assert torch.cat([i for _, _, i in other_seed]).tolist() != orders[0]
     ordered = chute.Loader(tree, batch_size=50, size=16, return_indices=True, shuffle=False)
@@ -147,8 +148,9 @@ def test_iterator_len_and_restart(tree):
     assert len(it) == len(ld)
     first = next(it)[2].tolist()
     assert len(it) == len(ld) - 1
-    it2 = iter(ld)  # restarts the epoch; the old iterator stops
-    with pytest.raises(StopIteration):
+    ld.set_epoch(0)
+    it2 = iter(ld)  # restarts epoch 0; the old iterator is superseded and says so
+    with pytest.raises(RuntimeError, match="superseded"):
         next(it)
     assert next(it2)[2].tolist() == first
 
