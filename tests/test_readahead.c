@@ -81,7 +81,7 @@ static chute_loader_options base_opts(uint32_t workers, uint32_t ra)
     o.size = 32;
     o.workers = workers;
     o.seed = 7;
-    o.readahead = ra;
+    o.readahead = ra ? ra : CHUTE_READAHEAD_OFF; /* 0 here: the read-ahead off */
     return o;
 }
 
@@ -346,6 +346,32 @@ TEST(resume_and_cancel)
 }
 
 /* The pool never holds more than depth x the largest sample. */
+/* Issue 22.1: the read-ahead is on with all-zero options (depth 64, the
+ * measured default) and off with CHUTE_READAHEAD_OFF, same batches. */
+TEST(on_by_default)
+{
+    NEED_DATA();
+    char p[4200];
+    snprintf(p, sizeof p, "%s/shards", g_data);
+    chute_dataset *ds = open_ds(p);
+    CHECK(ds, "open");
+    chute_loader_options o = {0};
+    o.batch_size = 8;
+    o.size = 32;
+    o.workers = 2;
+    run_result on, off;
+    CHECK_OK(run(ds, &o, 1, 0, &on));
+    o.readahead = CHUTE_READAHEAD_OFF;
+    CHECK_OK(run(ds, &o, 1, 0, &off));
+    chute_dataset_close(ds);
+    CHECK(on.status == CHUTE_OK && off.status == CHUTE_OK, "%s %s", on.msg, off.msg);
+    CHECK(on.ra.depth == 64 && on.ra.inflight_max > 0, "default: depth %u, in flight %llu",
+          on.ra.depth, (unsigned long long)on.ra.inflight_max);
+    CHECK(off.ra.depth == 0, "off: depth %u", off.ra.depth);
+    CHECK(on.hash == off.hash && on.batches == off.batches, "batches differ");
+    return 0;
+}
+
 TEST(memory_bounded)
 {
     NEED_DATA();
@@ -375,7 +401,7 @@ TEST(memory_bounded)
     o.on_corrupt = CHUTE_CORRUPT_FAIL;
     run_result a, b;
     CHECK_OK(run(ds, &o, 1, 0, &b));
-    o.readahead = 0;
+    o.readahead = CHUTE_READAHEAD_OFF;
     CHECK_OK(run(ds, &o, 1, 0, &a));
     CHECK(a.status != CHUTE_OK && a.status == b.status, "limit: %d vs %d", a.status, b.status);
     chute_dataset_close(ds);

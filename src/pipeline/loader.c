@@ -820,6 +820,10 @@ int ch_loader_options_resolve(const chute_loader_options *in, chute_loader_optio
     const ch_loader_opt *t = ch_loader_opts();
     for (int i = 0; i < CH_LOPT_COUNT; i++) {
         const ch_loader_opt *d = &t[i];
+        if ((d->layers & CH_OPT_ZERO_OFF) && ch_loader_opt_get(o, d) == ch_opt_off_value(d)) {
+            ch_loader_opt_set(o, d, 0); /* off, asked for explicitly */
+            continue;
+        }
         if (d->kind == CH_OPT_BOOL || ch_loader_opt_get(o, d) != 0)
             continue;
         if (d->layers & CH_OPT_AUTO) {
