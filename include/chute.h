@@ -435,7 +435,9 @@ typedef struct chute_loader_options {
     /* Read-ahead (0, the default: 64 samples; CHUTE_READAHEAD_OFF: off):
      * up to this many samples of this rank's epoch order are read ahead
      * of the workers into a pool of as many buffers (each grown to the
-     * largest sample it held, at most max_sample_bytes), so decode threads
+     * largest sample it held, at most max(256 MiB / readahead, 1 MiB) and
+     * max_sample_bytes: 256 MiB in all at the default; a larger sample is
+     * read by its worker), so decode threads
      * find their bytes ready instead of waiting on storage; reads in
      * flight are readahead through io_uring (local files), else
      * min(readahead, 64) threads.  Formats without a locator (format.h)
