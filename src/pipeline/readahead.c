@@ -40,7 +40,9 @@
  * racing another reader).  It never blocks while it has reads in flight:
  * if the next task's buffer is still in use it reaps first (waiting at
  * most 1 ms, so a buffer released meanwhile is refilled promptly), and
- * only with nothing in flight does it sleep on the buffer's word.  read_delay_us is
+ * only with nothing in flight does it sleep, on the word of the buffer
+ * depth/8 tasks ahead (so it wakes once per depth/8 releases, not per
+ * sample: warm data would otherwise cost a wakeup per sample).  read_delay_us is
  * a FIFO of not-yet-submitted requests with due times (the thread cannot
  * sleep per read).  Otherwise (the cache tier, a source without aio, an
  * io_uring the kernel refuses, or CHUTE_READAHEAD_ENGINE=threads in the
