@@ -3,7 +3,16 @@
 # read-ahead (loader option readahead), one command.
 #
 #   bash bench/coldcache.sh [--images N] [--readahead K] [--workers N] [--runs R]
-#                           [--no-build] [--remote] [--fadvise]
+#                           [--no-build] [--remote] [--fadvise] [--defaults]
+#
+# --defaults: the check of issue 22.1 instead of the engine table: chute
+# shards, the JPEG tree and TFRecord (written by `chute convert`), each with
+# the default options and with --readahead 0, R alternating rounds (warm
+# default, warm off, cold off, cold default), medians; prints cold/warm of
+# each and warm default/off, and PASS/FAIL against the targets (default
+# options: cold >= 0.95 x warm for shards and TFRecord, >= 0.90 x for the
+# tree; warm not below read-ahead off by more than 3%).  Exit status 0
+# whatever the verdict (a noisy machine is not a build failure).
 #
 # Builds chute (Release), makes the ImageNet-like JPEG tree of bench/run.sh
 # (bench/make_dataset.py) and packs it into chute shards, then runs
@@ -32,6 +41,7 @@ RUNS=3
 BUILD=1
 REMOTE=0
 FADVISE=0
+DEFAULTS=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --images|--readahead|--workers|--runs)
@@ -46,7 +56,8 @@ while [ $# -gt 0 ]; do
         --no-build) BUILD=0 ;;
         --remote) REMOTE=1 ;;
         --fadvise) FADVISE=1 ;;
-        -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --defaults) DEFAULTS=1 ;;
+        -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "coldcache.sh: unknown option '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -98,11 +109,13 @@ EOF
 warm() { find "$1" -type f -exec cat {} + >/dev/null; }
 
 # "images/s engine inflight_max" of one `chute bench` run (train, the
-# default options) in read-ahead mode $2: off, threads, io_uring, direct.
+# default options) in read-ahead mode $2: off, threads, io_uring, direct,
+# default (no --readahead at all).
 one() { # $1 path, $2 mode
     local args=("$1" --json --quiet --transform train --readahead "$RA") eng=""
     case "$2" in
         off) args=("$1" --json --quiet --transform train --readahead 0) ;;
+        default) args=("$1" --json --quiet --transform train) ;;
         threads) eng=threads ;;
         direct) args+=(--direct-io 1) ;;
     esac
@@ -113,6 +126,40 @@ d = json.load(sys.stdin)
 print(d["images_per_sec"], d.get("readahead_engine", "?"), d.get("readahead_inflight_max", 0))'
 }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+if [ "$DEFAULTS" = 1 ]; then
+    TFR=$DATA/tfrecord
+    if [ -f "$TFR/.done" ] && [ "$TFR/.done" -nt "$TREE.stamp" ]; then
+        echo "TFRecord in $TFR is up to date"
+    else
+        rm -rf "$TFR"
+        build/chute convert "$TREE" "$TFR" --format tfrecord --shard-size 64M | tail -1 &&
+            touch "$TFR/.done" || { echo "coldcache.sh: convert to TFRecord failed" >&2; exit 1; }
+    fi
+    echo "== default options vs --readahead 0: train, $RUNS alternating rounds, median images/s"
+    printf "%-8s %9s %9s %8s | %9s %9s | %9s %9s  %s\n" source warm-def warm-off def/off \
+        cold-def cold-off c/w-def c/w-off verdict
+    for src in shards tree tfrecord; do
+        case "$src" in shards) path=$SHARDS; want=0.95 ;; tree) path=$TREE; want=0.90 ;;
+                       tfrecord) path=$TFR; want=0.95 ;; esac
+        log=$DATA/defaults-$src.txt
+        : >"$log"
+        for r in $(seq "$RUNS"); do
+            for m in default off; do warm "$path"; echo "warm $m $(one "$path" "$m")" >>"$log"; done
+            for m in off default; do drop_caches "$path"; echo "cold $m $(one "$path" "$m")" >>"$log"; done
+        done
+        med() { awk -v t="$1" -v m="$2" '$1 == t && $2 == m {print $3}' "$log" | median; }
+        wd=$(med warm default); wo=$(med warm off); cd_=$(med cold default); co=$(med cold off)
+        [ -n "$wd" ] && [ -n "$wo" ] && [ -n "$cd_" ] && [ -n "$co" ] ||
+            { echo "coldcache.sh: a bench run failed (see $log)" >&2; exit 1; }
+        echo "$src $wd $wo $cd_ $co $want" | awk '{
+            dw = $2 / $3; cw = $4 / $2; cwo = $5 / $3
+            v = (cw >= $6 && dw >= 0.97) ? "PASS" : "FAIL"
+            printf "%-8s %9.1f %9.1f %8.3f | %9.1f %9.1f | %9.3f %9.3f  %s (cold/warm >= %.2f, def/off >= 0.97)\n",
+                   $1, $2, $3, dw, $4, $5, cw, cwo, v, $6 }'
+    done
+    exit 0
+fi
 
 echo "== bench: train, $RUNS runs each, median images/s (readahead $RA)"
 printf "%-7s %-9s %10s %10s %10s  %-9s %s\n" source read-ahead warm cold cold/warm engine in-flight

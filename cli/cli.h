@@ -33,6 +33,10 @@ typedef struct cli_opt {
      * flags): a float is checked against its bounds, a choice's index
      * becomes the row's C value. */
     const struct ch_opt_row *row;
+    /* A loader row with CH_OPT_ZERO_OFF: 0 on the command line is stored
+     * as the C spelling of off (all ones), since a zero field is the
+     * default. */
+    int zero_off;
 } cli_opt;
 
 /* The loader options of src/common/loader_options.def that the CLI exposes

@@ -26,16 +26,20 @@
 #define _GNU_SOURCE
 #include "cli.h"
 #include "common/common.h"
+#include "common/loader_options.h"
 #include "doctor.h"
 #include "format/format.h"
 #include "io/io.h"
 #include "util.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct store_job {
@@ -86,6 +90,70 @@ static void *store_thread(void *arg)
     return NULL;
 }
 
+/* How much of the data is in the page cache now: mincore() over each
+ * distinct file of up to 2,000 samples in `order`, pages resident / pages.
+ * Cheap (one mmap per file, no read) and honest about what a training run
+ * started now would find: under ~50% it starts cold.  -1 when the source
+ * is not local or nothing could be mapped. */
+static double page_cache_share(const chute_dataset *ds, const uint64_t *order, uint64_t n,
+                               uint32_t *nfiles)
+{
+    *nfiles = 0;
+    if (ds->src != &ch_source_local || !ds->fmt->file_of)
+        return -1;
+    enum { SEEN = 4096 };
+    uint64_t seen[SEEN] = {0}; /* path hashes, open addressing (0: empty) */
+    long pg = sysconf(_SC_PAGESIZE);
+    uint64_t pages = 0, resident = 0;
+    unsigned char *vec = NULL;
+    size_t vcap = 0;
+    char path[4096];
+    for (uint64_t k = 0; k < n && k < 2000; k++) {
+        ds->fmt->file_of(ds, order[k], path, sizeof path);
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (const char *c = path; *c; c++)
+            h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+        h |= 1;
+        size_t slot = h % SEEN;
+        while (seen[slot] && seen[slot] != h)
+            slot = (slot + 1) % SEEN;
+        if (seen[slot] == h)
+            continue;
+        seen[slot] = h;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0)
+            continue;
+        if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+            close(fd);
+            continue;
+        }
+        size_t np = ((size_t)st.st_size + (size_t)pg - 1) / (size_t)pg;
+        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED)
+            continue;
+        if (np > vcap) {
+            unsigned char *v = realloc(vec, np);
+            if (!v) {
+                munmap(m, (size_t)st.st_size);
+                break;
+            }
+            vec = v;
+            vcap = np;
+        }
+        if (mincore(m, (size_t)st.st_size, vec) == 0) {
+            for (size_t i = 0; i < np; i++)
+                resident += vec[i] & 1;
+            pages += np;
+            (*nfiles)++;
+        }
+        munmap(m, (size_t)st.st_size);
+    }
+    free(vec);
+    return pages ? (double)resident / (double)pages : -1;
+}
+
 /* Stage 1. */
 static int measure_storage(const chute_dataset *ds, uint32_t threads, double seconds,
                            doctor_result *r)
@@ -96,6 +164,8 @@ static int measure_storage(const chute_dataset *ds, uint32_t threads, double sec
         return -1;
     ch_rng rng = ch_rng_for(1234, 5, 6);
     ch_permutation(order, n, &rng);
+    /* Before evicting: how much of it a run started now would find cached. */
+    r->resident_frac = page_cache_share(ds, order, n, &r->resident_files);
     /* Evict what we may read: bounded so huge datasets don't spend minutes here. */
     uint64_t evict = n < 200000 ? n : 200000;
     for (uint64_t i = 0; i < evict; i++)
@@ -313,6 +383,39 @@ static void cache_stage(doctor_result *r)
     }
 }
 
+/* Cold runs (issue 22.1): say when the data is cold and what the
+ * read-ahead hides.  Without it each worker reads its own samples, so a
+ * cold read's time adds to every image's: workers / storage_ips seconds
+ * per image per worker (stage 1 measured exactly that many blocking
+ * readers), on top of decode + transform.  With it the reads are in
+ * flight ahead of the workers, who only decode, as long as the cold
+ * ceiling with its reads in flight (storage_ra_ips) stays above the
+ * pipeline's rate. */
+static void cold_note(doctor_result *r)
+{
+    if (r->resident_frac < 0 || r->resident_frac >= 0.5 || r->storage_ips <= 0)
+        return;
+    double wait_ms = 1e3 * r->workers / r->storage_ips;
+    double cpu_ms = 1e3 * (r->decode_s + r->transform_s);
+    double slower = cpu_ms > 0 ? 100 * wait_ms / (cpu_ms + wait_ms) : 0;
+    if (r->storage_ra_ips > 0)
+        add_advice(r,
+                   "data cold (%.0f%% in the page cache; every epoch is, for data larger than "
+                   "RAM): a worker reading for itself waits %.2f ms per image (%.0f%% fewer "
+                   "images/s than warm); the read-ahead (readahead %u) hides this: %s %.0f "
+                   "images/s cold",
+                   100 * r->resident_frac, wait_ms, slower, r->ra_depth,
+                   r->storage_ra_ips >= r->pipeline_ips ? "storage keeps up, delivering"
+                                                         : "only partly, storage delivers",
+                   r->storage_ra_ips);
+    else
+        add_advice(r,
+                   "data cold (%.0f%% in the page cache) and the read-ahead off: a worker reading "
+                   "for itself waits %.2f ms per image (%.0f%% fewer images/s than warm); the "
+                   "default read-ahead (without --readahead 0) reads ahead of the workers",
+                   100 * r->resident_frac, wait_ms, slower);
+}
+
 static void diagnose(doctor_result *r)
 {
     /* Seconds of CPU per image on one core.  Reading is left out: its time
@@ -321,11 +424,17 @@ static void diagnose(doctor_result *r)
     r->decode_ips = r->decode_s > 0 ? r->workers / r->decode_s : 0;
     r->transform_ips = r->transform_s > 0 ? r->workers / r->transform_s : 0;
     r->cpu_ips = per_img_cpu > 0 ? r->workers / per_img_cpu : 0;
-    r->deliverable_ips = r->pipeline_ips < r->storage_ips ? r->pipeline_ips : r->storage_ips;
-    if (r->storage_ips < r->cpu_ips && r->cache_on && r->cache_hit_rate >= 0 &&
+    /* With the read-ahead on, cold reads come at its rate, not the
+     * workers' own (stage 1 run both ways). */
+    double st = r->storage_ra_ips > r->storage_ips ? r->storage_ra_ips : r->storage_ips;
+    uint32_t readers = r->storage_ra_ips > r->storage_ips ? (r->ra_depth < 64 ? r->ra_depth : 64)
+                                                         : r->workers;
+    r->storage_ceiling_ips = st;
+    r->deliverable_ips = r->pipeline_ips < st ? r->pipeline_ips : st;
+    if (st < r->cpu_ips && r->cache_on && r->cache_hit_rate >= 0 &&
         r->cache_hit_rate < 0.9)
         snprintf(r->bottleneck, sizeof r->bottleneck, "cache"); /* cache_stage says why */
-    else if (r->storage_ips < r->cpu_ips)
+    else if (st < r->cpu_ips)
         snprintf(r->bottleneck, sizeof r->bottleneck, "storage");
     else if (r->decode_s >= r->transform_s)
         snprintf(r->bottleneck, sizeof r->bottleneck, "decode");
@@ -372,8 +481,8 @@ static void diagnose(doctor_result *r)
                    "storage delivers %.0f images/s (%.0f MB/s) cold with %u readers, %.1fx less "
                    "than the CPUs could decode: put a local NVMe or RAM cache tier in front of it, "
                    "or use faster storage (check it with chute iobench)",
-                   r->storage_ips, r->storage_mbs, r->workers,
-                   r->storage_ips > 0 ? r->cpu_ips / r->storage_ips : 0);
+                   st, st == r->storage_ips ? r->storage_mbs : r->storage_ra_mbs, readers,
+                   st > 0 ? r->cpu_ips / st : 0);
         if (r->read_p99_ms > 5)
             add_advice(r,
                        "read latency p99 is %.1f ms: more reads in flight (more workers) hide "
@@ -504,6 +613,31 @@ int cmd_doctor(int argc, char **argv)
     if (!quiet)
         fprintf(stderr, "doctor: 1/4 storage (cold reads, %u threads)...\n", o.workers);
     measure_storage(ds, o.workers, secs, r);
+    /* Stage 1 again with the read-ahead's reads in flight (local sources
+     * whose format locates samples, as the loader's read-ahead needs): the
+     * cold ceiling a run with the default options gets.  Its threads
+     * engine's reader count, min(depth, 64); io_uring keeps as many reads
+     * in flight from one thread. */
+    {
+        chute_loader_options ores;
+        chute_error rerr = {0};
+        if (ch_loader_options_resolve(&o, &ores, &rerr) == CHUTE_OK && !r->source_remote &&
+            ds->fmt->locate && ores.readahead > 0) {
+            r->ra_depth = ores.readahead;
+            uint32_t th = ores.readahead < 64 ? ores.readahead : 64;
+            doctor_result *t = calloc(1, sizeof *t);
+            if (t) {
+                if (!quiet)
+                    fprintf(stderr, "doctor: 1/4 storage again with the read-ahead (cold reads, "
+                                    "%u in flight)...\n", th);
+                if (measure_storage(ds, th, secs, t) == 0) {
+                    r->storage_ra_ips = t->storage_ips;
+                    r->storage_ra_mbs = t->storage_mbs;
+                }
+                free(t);
+            }
+        }
+    }
     if (r->source_remote)
         snprintf(r->storage_method, sizeof r->storage_method,
                  "remote %s source: every read a request (no page cache to evict), %u reader "
@@ -572,6 +706,7 @@ int cmd_doctor(int argc, char **argv)
     r->cache_bottleneck = !strcmp(r->bottleneck, "cache");
     cache_stage(r);
     source_stage(r);
+    cold_note(r);
     /* The last hop: what a batch costs to reach the GPU (GPU hosts only). */
     char h2d_why[512];
     if (cli_h2d_measure(64u << 20, &r->h2d_pinned_gbs, &r->h2d_pageable_gbs, h2d_why,
@@ -590,6 +725,16 @@ int cmd_doctor(int argc, char **argv)
                r->transform, r->workers, r->cores);
         printf("  storage    %8.0f images/s  %7.1f MB/s   %s%s\n", r->storage_ips, r->storage_mbs,
                r->storage_method, delay_us ? " + injected latency" : "");
+        if (r->storage_ra_ips > 0)
+            printf("  + readahead %7.0f images/s  %7.1f MB/s   the same, %u reads in flight as the "
+                   "read-ahead keeps (readahead %u; --readahead 0 turns it off)\n",
+                   r->storage_ra_ips, r->storage_ra_mbs, r->ra_depth < 64 ? r->ra_depth : 64,
+                   r->ra_depth);
+        if (r->resident_frac >= 0)
+            printf("  page cache %7.0f%%  of the data was cached when doctor started (mincore, "
+                   "%u file(s)): a training run started now is %s\n",
+                   100 * r->resident_frac, r->resident_files,
+                   r->resident_frac < 0.5 ? "COLD (reads from storage)" : "warm");
         if (r->source_remote)
             printf("  source     %8.0f images/s  %7.1f MB/s   remote %s: read latency p50 %.1f ms, "
                    "p99 %.1f ms (loader's read histogram)%s\n",

@@ -27,6 +27,17 @@ typedef struct doctor_result {
     uint64_t storage_samples, storage_errors; /* reads tried; of them failed */
     char storage_first_error[512];            /* the first failure, naming the sample */
     char storage_method[256];
+    /* Cold or warm (local files): the share of the pages of the files of
+     * up to 2,000 samples in the page cache when doctor started (mincore;
+     * -1: not local or not measured), over resident_files files; and stage
+     * 1 again with the read-ahead's reads in flight (ra_depth, 0: the
+     * read-ahead is off): the cold ceiling a run with it gets. */
+    double resident_frac;
+    uint32_t resident_files, ra_depth;
+    double storage_ra_ips, storage_ra_mbs;
+    /* the storage ceiling the verdict uses: the larger of the two (a run
+     * with the read-ahead reads cold at storage_ra_ips) */
+    double storage_ceiling_ips;
     /* stages 2-3: seconds per image on one core */
     double read_cpu_s, decode_s, transform_s;
     double mean_bytes, mean_decoded_px;

@@ -132,6 +132,8 @@ int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int argc,
                         (unsigned long long)x);
                 return 2;
             }
+            if (x == 0 && o->zero_off)
+                x = o->type == CLI_U32 ? UINT32_MAX : UINT64_MAX;
             if (o->type == CLI_U32)
                 *(uint32_t *)o->dst = (uint32_t)x;
             else

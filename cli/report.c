@@ -31,10 +31,15 @@ void doctor_print_json(FILE *f, const doctor_result *r)
             "\"storage_mb_per_sec\":%.2f,\"storage_method\":",
             r->format, (unsigned long long)r->samples, r->transform,
             r->cores, r->workers, r->bottleneck, r->deliverable_ips, r->pipeline_ips,
-            r->pipeline_wait, r->storage_ips, r->decode_ips, r->transform_ips, r->cpu_ips,
+            r->pipeline_wait, r->storage_ceiling_ips, r->decode_ips, r->transform_ips, r->cpu_ips,
             r->pipeline_ips, r->decode_s * 1e3, r->transform_s * 1e3, r->read_cpu_s * 1e3,
             r->storage_mbs);
     cli_json_str(f, r->storage_method);
+    fprintf(f, ",\"storage_own_reads\":%.1f", r->storage_ips); /* workers reading themselves */
+    fprintf(f, ",\"page_cache_fraction\":%.4f,\"page_cache_files\":%u,\"readahead\":%u,"
+               "\"storage_readahead\":%.1f,\"storage_readahead_mb_per_sec\":%.2f",
+            r->resident_frac, r->resident_files, r->ra_depth, r->storage_ra_ips,
+            r->storage_ra_mbs);
     fprintf(f, ",\"read_delay_us\":%u,\"read_p50_ms\":%.3f,\"read_p99_ms\":%.3f,", r->read_delay_us,
             r->read_p50_ms, r->read_p99_ms);
     fprintf(f,
@@ -73,7 +78,8 @@ void doctor_print_json(FILE *f, const doctor_result *r)
     cli_json_str(f, r->source_kind);
     fprintf(f, ",\"remote\":%s,\"images_per_sec\":%.1f,\"mb_per_sec\":%.2f,\"read_p50_ms\":%.3f,"
                "\"read_p99_ms\":%.3f,\"bottleneck\":%s},",
-            r->source_remote ? "true" : "false", r->storage_ips, r->storage_mbs, r->read_p50_ms,
+            r->source_remote ? "true" : "false", r->storage_ceiling_ips,
+            r->storage_ceiling_ips > r->storage_ips ? r->storage_ra_mbs : r->storage_mbs, r->read_p50_ms,
             r->read_p99_ms, r->source_bottleneck ? "true" : "false");
     fprintf(f, "\"cache_stage\":"); /* the pipeline stage's lookups; null without a tier */
     if (r->cache_on) {
@@ -114,7 +120,7 @@ static void html_text(cli_sb *b, const char *s)
 static void bar_chart(cli_sb *b, const doctor_result *r)
 {
     const char *names[] = {"storage (cold)", "decode", "transform", "CPU total", "pipeline"};
-    double vals[] = {r->storage_ips, r->decode_ips, r->transform_ips, r->cpu_ips, r->pipeline_ips};
+    double vals[] = {r->storage_ceiling_ips, r->decode_ips, r->transform_ips, r->cpu_ips, r->pipeline_ips};
     int n = 5;
     double vmax = 1;
     for (int i = 0; i < n; i++)

@@ -314,6 +314,7 @@ int cli_loader_opts(chute_loader_options *o, cli_opt *out, cli_opt_text *text, i
         r->dst = (char *)o + d->offset;
         r->min = d->min;
         r->max = d->max;
+        r->zero_off = (d->layers & CH_OPT_ZERO_OFF) != 0;
         /* Flags are off by default; computed defaults are told in the help. */
         if (d->kind != CH_OPT_BOOL && !(d->layers & CH_OPT_AUTO))
             snprintf(tx->help, sizeof tx->help, "%s (default %llu)", d->help,

@@ -350,6 +350,10 @@ typedef enum chute_shuffle {
     CHUTE_SHUFFLE_SHARDS = 1
 } chute_shuffle;
 
+/* chute_loader_options.readahead's value for "off" (0 there takes the
+ * default depth, as every zero field takes its default). */
+#define CHUTE_READAHEAD_OFF 0xffffffffu
+
 /* Zero means default for every field.  The numeric options' defaults and
  * bounds are one table (src/common/loader_options.def, listed in
  * docs/OPTIONS.md) shared by C, the CLI and Python.                    */
@@ -428,14 +432,21 @@ typedef struct chute_loader_options {
      * found)").  See "CUDA batches" below chute_batch_view.  The string is
      * read during chute_loader_create only. */
     const char *device;
-    /* Read-ahead (0, the default: off): up to this many samples of this
-     * rank's epoch order are read ahead of the workers into a pool of as
-     * many buffers (each at most max_sample_bytes), so decode threads find
-     * their bytes ready instead of waiting on storage; reads in flight are
-     * min(readahead, 64).  Formats without a locator (format.h) read as
-     * before.  Output is identical with or without it; I/O errors are
-     * retried and fail exactly as without it.  docs/DESIGN.md "Read-ahead"
-     * says how to size it (in flight = throughput x latency). */
+    /* Read-ahead (0, the default: 64 samples; CHUTE_READAHEAD_OFF: off):
+     * up to this many samples of this rank's epoch order are read ahead
+     * of the workers into a pool of as many buffers (each grown to the
+     * largest sample it held, at most max(256 MiB / readahead, 1 MiB) and
+     * max_sample_bytes: 256 MiB in all at the default; a larger sample is
+     * read by its worker), so decode threads
+     * find their bytes ready instead of waiting on storage; reads in
+     * flight are readahead through io_uring (local files), else
+     * min(readahead, 64) threads.  Formats without a locator (format.h)
+     * and streams read as before.  Output is identical with or without
+     * it; I/O errors are retried and fail exactly as without it.  On by
+     * default since a cold page cache cost 20-40% of images/s without it
+     * (docs/DESIGN.md "Measured choices"); the CLI's --readahead 0 and
+     * Python's readahead=0 turn it off.  docs/DESIGN.md "Read-ahead" says
+     * how to size it (in flight = throughput x latency). */
     uint32_t readahead;
     /* Streams (a dataset opened from "pipe:COMMAND" or "-", see
      * chute_dataset_is_stream): stream_samples ends each epoch after that

@@ -1100,7 +1100,7 @@ TEST(loader_stats_count_tier)
         lo.batch_size = 16;
         lo.size = 32;
         lo.workers = 2;
-        lo.readahead = 0; /* one read per sample: one lookup each */
+        lo.readahead = CHUTE_READAHEAD_OFF; /* one read per sample: one lookup each */
         chute_loader *ld = NULL;
         CHECK(chute_loader_create(ds, &lo, &ld, &e) == CHUTE_OK, "%s", e.message);
         uint64_t n0 = run_epoch(ld, 0);

@@ -58,6 +58,23 @@ def cli(ctx):
 
     ctx.need_data()
     tree = ctx.tree
+    # Issue 22.1: the read-ahead is on by default (64 reads in flight at
+    # most) and --readahead 0 turns it off (0 is not "the default" here,
+    # though a zero C field is).
+    for extra, want in (([], "on"), (["--readahead", "0"], "off"), (["--readahead", "3"], "on")):
+        p = ctx.run([ctx.chute, "bench", ctx.shards, "--json", "--quiet", "--batch-size", "8",
+                     "--workers", "2"] + extra, what="bench " + " ".join(extra))
+        try:
+            j = json.loads(p.out)
+        except ValueError:
+            ctx.check(False, "bench %s: no JSON: %r" % (extra, p.out[:300]))
+            continue
+        eng = j.get("readahead_engine")
+        ctx.check((eng == "off") == (want == "off"), "bench %s: read-ahead %r" % (extra, eng))
+        if want == "on":
+            top = 3 if extra else 64
+            ctx.check(0 < j.get("readahead_inflight_max", 0) <= top,
+                      "bench %s: %r reads in flight" % (extra, j.get("readahead_inflight_max")))
     bad = [
         (["bench", tree, "--workers", "0"], "--workers"),
         (["bench", tree, "--workers", "-1"], "--workers"),

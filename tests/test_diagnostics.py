@@ -7,6 +7,10 @@ Cases:
                     an injected read delay shows in the read-latency
                     percentiles; queue fill follows the consumer/producer
                     speed ratio (slow consumer: full, slow source: empty)
+  cold_note         data evicted (posix_fadvise): doctor's page_cache_fraction
+                    (mincore) < 0.5 and its advice says cold and what the
+                    default read-ahead (64) hides; read back: > 0.9, no note;
+                    --readahead 0: the note says the read-ahead is off
   slow_consumer     a consumer slower than the pipeline waits ~0
   slow_source       injected read latency: the consumer waits most of the
                     time and doctor names storage
@@ -87,7 +91,10 @@ def case_counters(ctx):
         if j:
             ctx.check(j["queue_fill_avg"] >= 3.0,
                       "slow consumer found only %.2f of 4 prefetched batches ready" % j["queue_fill_avg"])
-    d = doctor_json(ctx, ctx.shards, "--read-delay-us", 20000, "--workers", 2, "--batch-size", 4)
+    # --readahead 0: the workers read for themselves, so the delay reaches
+    # the consumer (the default read-ahead would hide it: case cold_note).
+    d = doctor_json(ctx, ctx.shards, "--read-delay-us", 20000, "--workers", 2, "--batch-size", 4,
+                    "--readahead", 0)
     if d:
         ctx.check(d["pipeline_queue_fill_avg"] < 0.5,
                   "slow source: consumer found %.2f batches ready (expected ~0)" % d["pipeline_queue_fill_avg"])
@@ -127,7 +134,8 @@ def case_slow_source(ctx):
         return
     per_image_us = 1e6 / max(free["images_per_sec"], 1e-3)
     delay = int(max(20000, 10 * per_image_us))
-    d = doctor_json(ctx, ctx.shards, "--read-delay-us", delay, "--workers", 2, "--batch-size", 4)
+    d = doctor_json(ctx, ctx.shards, "--read-delay-us", delay, "--workers", 2, "--batch-size", 4,
+                    "--readahead", 0)  # workers reading for themselves (see cold_note)
     if d:
         ctx.check(d["bottleneck"] == "storage", "slow source: doctor named %r, not storage" % d.get("bottleneck"))
         ctx.check(d["pipeline_wait_fraction"] > 0.5,
@@ -137,6 +145,51 @@ def case_slow_source(ctx):
         ctx.check(any("cache" in a or "storage" in a for a in d["advice"]), "no storage advice: %r" % d["advice"])
         for k in ("images_per_sec", "ceilings", "verdict", "advice", "storage_method"):
             ctx.check(k in d, "doctor JSON lacks %s" % k)
+
+
+def case_cold_note(ctx):
+    """Issue 22.1: doctor says when the data is cold (mincore before it
+    evicts anything) and what the read-ahead hides; --readahead 0 is off."""
+    ctx.need_data()
+    files = [os.path.join(dp, f) for dp, _, fs in os.walk(ctx.shards) for f in fs]
+
+    def evict():
+        for f in files:
+            fd = os.open(f, os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+
+    def warm():
+        for f in files:
+            with open(f, "rb") as fh:
+                while fh.read(1 << 20):
+                    pass
+
+    evict()
+    d = doctor_json(ctx, ctx.shards, "--workers", 2, "--batch-size", 8, "--time", "0.3s")
+    if d:
+        ctx.check(0 <= d["page_cache_fraction"] < 0.5 and d["page_cache_files"] >= 1,
+                  "evicted data: page cache %r of %r files" % (d["page_cache_fraction"],
+                                                              d["page_cache_files"]))
+        ctx.check(d["readahead"] == 64 and d["storage_readahead"] > 0,
+                  "default read-ahead not measured: %r, %r" % (d["readahead"], d["storage_readahead"]))
+        ctx.check(any(a.startswith("data cold") and "read-ahead (readahead 64) hides" in a
+                      for a in d["advice"]), "no cold note: %r" % d["advice"])
+    warm()
+    d = doctor_json(ctx, ctx.shards, "--workers", 2, "--batch-size", 8, "--time", "0.3s")
+    if d:
+        ctx.check(d["page_cache_fraction"] > 0.9,
+                  "data just read: page cache %r" % d["page_cache_fraction"])
+        ctx.check(not any(a.startswith("data cold") for a in d["advice"]),
+                  "warm data called cold: %r" % d["advice"])
+    evict()
+    d = doctor_json(ctx, ctx.shards, "--workers", 2, "--batch-size", 8, "--time", "0.3s",
+                    "--readahead", 0)
+    if d:
+        ctx.check(d["readahead"] == 0 and d["storage_readahead"] == 0,
+                  "--readahead 0: %r, %r" % (d["readahead"], d["storage_readahead"]))
+        ctx.check(any(a.startswith("data cold") and "read-ahead off" in a for a in d["advice"]),
+                  "no cold note with the read-ahead off: %r" % d["advice"])
 
 
 def case_cpu_starved(ctx):
@@ -461,8 +514,11 @@ def case_doctor_reports_errors(ctx):
             if i % 2 == 0:
                 os.rename(os.path.join(root, f), os.path.join(root, "bad_" + f))
                 broken += 1
+    # The shim fails libc reads; io_uring reads never pass through libc, so
+    # the read-ahead (on by default) uses its reader threads here, whose
+    # reads the shim sees, as the workers' own.
     env = dict(os.environ, LD_PRELOAD=lib, CHUTE_FAULT_PATH="/bad_", CHUTE_FAULT_OP="read",
-               CHUTE_FAULT_ERRNO="EIO",
+               CHUTE_FAULT_ERRNO="EIO", CHUTE_READAHEAD_ENGINE="threads",
                ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0")
     p = ctx.run([ctx.chute, "doctor", t, "--json", "--time", "1s", "--workers", 2,
                  "--batch-size", 8], expect=1, timeout=240, env=env)
@@ -531,6 +587,7 @@ def case_doctor_report_target(ctx):
 
 
 cases = {
+    "cold_note": case_cold_note,
     "counters": case_counters,
     "slow_consumer": case_slow_consumer,
     "slow_source": case_slow_source,

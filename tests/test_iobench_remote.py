@@ -257,9 +257,10 @@ def no_overwrite(ctx):
 def doctor_source(ctx):
     ctx.need_data()
     # 150 ms per read: 2 readers give ~13 images/s, far below what even a
-    # sanitizer build decodes and transforms
+    # sanitizer build decodes and transforms (--readahead 0: the workers
+    # read for themselves, as the loader's read percentiles then show)
     p = ctx.run([ctx.chute, "doctor", ctx.shards, "--json", "--time", "1.5s", "--read-delay-us",
-                 150000, "--workers", 2, "--batch-size", 4], timeout=120)
+                 150000, "--workers", 2, "--batch-size", 4, "--readahead", 0], timeout=120)
     d = json.loads(p.out)
     s = d.get("source_stage", {})
     ctx.check(s.get("name") == "local" and s.get("remote") is False, "local stage: %r" % s)

@@ -37,6 +37,7 @@ TEST(zero_means_documented_default)
     CHECK(o.resize_size == 256, "eval resize side %u, timm's floor(224 / 0.875) = 256",
           o.resize_size);
     CHECK(o.workers == chute_default_workers(NULL, 0), "workers %u", o.workers);
+    CHECK(o.readahead == 64, "readahead %u: on by default, 64 samples (issue 22.1)", o.readahead);
     const ch_loader_opt *t = ch_loader_opts();
     for (int i = 0; i < CH_LOPT_COUNT; i++)
         if (!(t[i].layers & CH_OPT_AUTO))
@@ -59,6 +60,26 @@ TEST(given_values_kept)
     CHECK(o.batch_size == 7 && o.max_held == 5 && o.drop_last == 1, "kept");
     CHECK(o.scale_min_pct == 50 && o.scale_max_pct == 100, "scale %u..%u", o.scale_min_pct,
           o.scale_max_pct);
+    return 0;
+}
+
+/* readahead: 0 is the default (64), CHUTE_READAHEAD_OFF is off, and the
+ * CLI's and Python's 0 arrive as CHUTE_READAHEAD_OFF (tests/test_cli.py,
+ * tests/python/test_options.py). */
+TEST(readahead_off_is_all_ones)
+{
+    chute_loader_options in = {0}, o;
+    chute_error err = {0};
+    CHECK(ch_loader_options_resolve(&in, &o, &err) == CHUTE_OK && o.readahead == 64,
+          "zero: %u", o.readahead);
+    in.readahead = CHUTE_READAHEAD_OFF;
+    CHECK(ch_loader_options_resolve(&in, &o, &err) == CHUTE_OK, "off: %s", err.message);
+    CHECK(o.readahead == 0, "off resolves to %u", o.readahead);
+    in.readahead = 4096;
+    CHECK(ch_loader_options_resolve(&in, &o, &err) == CHUTE_OK && o.readahead == 4096, "max");
+    in.readahead = CHUTE_READAHEAD_OFF - 1; /* not off: out of range */
+    CHECK(ch_loader_options_resolve(&in, &o, &err) == CHUTE_EINVAL &&
+              strstr(err.message, "readahead"), "all ones - 1: %s", err.message);
     return 0;
 }
 

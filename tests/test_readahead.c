@@ -81,7 +81,7 @@ static chute_loader_options base_opts(uint32_t workers, uint32_t ra)
     o.size = 32;
     o.workers = workers;
     o.seed = 7;
-    o.readahead = ra;
+    o.readahead = ra ? ra : CHUTE_READAHEAD_OFF; /* 0 here: the read-ahead off */
     return o;
 }
 
@@ -346,6 +346,98 @@ TEST(resume_and_cancel)
 }
 
 /* The pool never holds more than depth x the largest sample. */
+/* Issue 22.1: the read-ahead is on with all-zero options (depth 64, the
+ * measured default) and off with CHUTE_READAHEAD_OFF, same batches. */
+TEST(on_by_default)
+{
+    NEED_DATA();
+    char p[4200];
+    snprintf(p, sizeof p, "%s/shards", g_data);
+    chute_dataset *ds = open_ds(p);
+    CHECK(ds, "open");
+    chute_loader_options o = {0};
+    o.batch_size = 8;
+    o.size = 32;
+    o.workers = 2;
+    run_result on, off;
+    CHECK_OK(run(ds, &o, 1, 0, &on));
+    o.readahead = CHUTE_READAHEAD_OFF;
+    CHECK_OK(run(ds, &o, 1, 0, &off));
+    chute_dataset_close(ds);
+    CHECK(on.status == CHUTE_OK && off.status == CHUTE_OK, "%s %s", on.msg, off.msg);
+    CHECK(on.ra.depth == 64 && on.ra.inflight_max > 0, "default: depth %u, in flight %llu",
+          on.ra.depth, (unsigned long long)on.ra.inflight_max);
+    CHECK(off.ra.depth == 0, "off: depth %u", off.ra.depth);
+    CHECK(on.hash == off.hash && on.batches == off.batches, "batches differ");
+    return 0;
+}
+
+/* A 24-bit BMP of w x h (rows padded to 4 bytes), pixels from a seed. */
+static int write_bmp(const char *path, uint32_t w, uint32_t h, uint32_t seed)
+{
+    uint32_t row = (w * 3 + 3) & ~3u, size = 54 + row * h;
+    uint8_t *b = calloc(1, size);
+    if (!b)
+        return -1;
+    b[0] = 'B';
+    b[1] = 'M';
+    memcpy(b + 2, &size, 4);
+    uint32_t off = 54, hdr = 40, img = row * h;
+    int32_t sw = (int32_t)w, sh = (int32_t)h;
+    uint16_t planes = 1, bpp = 24;
+    memcpy(b + 10, &off, 4);
+    memcpy(b + 14, &hdr, 4);
+    memcpy(b + 18, &sw, 4);
+    memcpy(b + 22, &sh, 4);
+    memcpy(b + 26, &planes, 2);
+    memcpy(b + 28, &bpp, 2);
+    memcpy(b + 34, &img, 4);
+    for (uint32_t i = 0; i < img; i++)
+        b[54 + i] = (uint8_t)((i * 2654435761u + seed) >> 13);
+    int rc = unit_write_file(path, b, size);
+    free(b);
+    return rc;
+}
+
+/* The default read-ahead's memory bound (docs/DESIGN.md "Read-ahead"): a
+ * pool buffer never grows past max(256 MiB / depth, 1 MiB), 4 MiB at the
+ * default 64.  A 4.2 MB sample is read by its worker instead (ch_buf
+ * would have grown a buffer to 8 MiB for it), and batches are unchanged. */
+TEST(default_pool_bounded)
+{
+    char dir[4200], p[4300];
+    unit_scratch("ra_pool_bound", dir, sizeof dir);
+    for (int c = 0; c < 2; c++) {
+        snprintf(p, sizeof p, "%s/c%d", dir, c);
+        unit_mkdirs(p);
+        for (int i = 0; i < 6; i++) {
+            snprintf(p, sizeof p, "%s/c%d/s%d.bmp", dir, c, i);
+            CHECK_OK(write_bmp(p, 40, 30, (uint32_t)(c * 10 + i)));
+        }
+    }
+    snprintf(p, sizeof p, "%s/c0/big.bmp", dir);
+    CHECK_OK(write_bmp(p, 1400, 1000, 99)); /* 4,200,054 bytes > 4 MiB */
+    chute_dataset *ds = open_ds(dir);
+    CHECK(ds, "open");
+    chute_loader_options o = {0};
+    o.batch_size = 4;
+    o.size = 32;
+    o.workers = 2;
+    run_result on, off;
+    CHECK_OK(run(ds, &o, 2, 0, &on));
+    o.readahead = CHUTE_READAHEAD_OFF;
+    CHECK_OK(run(ds, &o, 2, 0, &off));
+    chute_dataset_close(ds);
+    CHECK(on.status == CHUTE_OK && off.status == CHUTE_OK, "%s %s", on.msg, off.msg);
+    CHECK(on.hash == off.hash && on.batches == off.batches, "batches differ");
+    CHECK(on.ra.depth == 64, "depth %u", on.ra.depth);
+    CHECK(on.ra.pool_bytes > 0 && on.ra.pool_bytes <= 64ull * (4u << 20),
+          "pool %llu bytes", (unsigned long long)on.ra.pool_bytes);
+    CHECK(on.ra.pool_bytes < (8u << 20), "pool %llu bytes: a buffer grew for the 4.2 MB sample",
+          (unsigned long long)on.ra.pool_bytes);
+    return 0;
+}
+
 TEST(memory_bounded)
 {
     NEED_DATA();
@@ -375,7 +467,7 @@ TEST(memory_bounded)
     o.on_corrupt = CHUTE_CORRUPT_FAIL;
     run_result a, b;
     CHECK_OK(run(ds, &o, 1, 0, &b));
-    o.readahead = 0;
+    o.readahead = CHUTE_READAHEAD_OFF;
     CHECK_OK(run(ds, &o, 1, 0, &a));
     CHECK(a.status != CHUTE_OK && a.status == b.status, "limit: %d vs %d", a.status, b.status);
     chute_dataset_close(ds);

@@ -374,8 +374,8 @@ class Loader:
             drawn fresh per (seed, epoch, sample), and every batch is bit-identical to
             a run without the cache (see chute.h).  stats(): cache_hits, cache_misses,
             cache_bytes, cache_entries.
-        readahead: samples read ahead of the workers in the sampler's order, 0 = off
-            (default).  Hides storage latency (cold page cache, network) from the
+        readahead: samples read ahead of the workers in the sampler's order (default
+            64), 0 = off.  Hides storage latency (cold page cache, network) from the
             decode threads; batches are identical either way (docs/DESIGN.md).
         direct_io: 1 (or True): the read-ahead reads 4 KiB-aligned local records
             (chute shards) with O_DIRECT, bypassing the page cache (io_uring

@@ -1382,6 +1382,8 @@ static int opt_from_py(const ch_loader_opt *d, PyObject *v, chute_loader_options
         return -1;
     }
     Py_DECREF(i);
+    if (x == 0 && (d->layers & CH_OPT_ZERO_OFF))
+        x = ch_opt_off_value(d); /* 0 is off; a zero field would be the default */
     ch_loader_opt_set(o, d, x);
     return 0;
 }
@@ -2214,7 +2216,8 @@ static PyObject *mod_features(PyObject *m, PyObject *unused)
 /* loader_options(): the option table, one tuple per option:
  * (name, kind, default, min, max, layers, help) with kind "u32", "u64" or
  * "bool", default 0 for a computed default ("auto" in layers), and layers
- * a tuple of "c", "cli", "python", "auto".  chute/loader.py takes its
+ * a tuple of "c", "cli", "python", "auto", "zero_off" (a nonzero default
+ * that 0 turns off).  chute/loader.py takes its
  * defaults and bounds from it. */
 static PyObject *mod_loader_options(PyObject *m, PyObject *unused)
 {
@@ -2224,7 +2227,7 @@ static PyObject *mod_loader_options(PyObject *m, PyObject *unused)
         return NULL;
     for (int i = 0; i < CH_LOPT_COUNT; i++) {
         const ch_loader_opt *d = &t[i];
-        const char *lay[4];
+        const char *lay[5];
         int nl = 0;
         lay[nl++] = "c";
         if (d->layers & CH_OPT_CLI)
@@ -2233,6 +2236,8 @@ static PyObject *mod_loader_options(PyObject *m, PyObject *unused)
             lay[nl++] = "python";
         if (d->layers & CH_OPT_AUTO)
             lay[nl++] = "auto";
+        if (d->layers & CH_OPT_ZERO_OFF)
+            lay[nl++] = "zero_off"; /* 0 is off, not the default */
         PyObject *layers = PyTuple_New(nl);
         if (!layers)
             goto fail;

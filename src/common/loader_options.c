@@ -94,6 +94,11 @@ void ch_loader_opt_set(chute_loader_options *o, const ch_loader_opt *d, uint64_t
     }
 }
 
+uint64_t ch_opt_off_value(const ch_loader_opt *d)
+{
+    return d->kind == CH_OPT_U32 ? UINT32_MAX : UINT64_MAX;
+}
+
 const char *ch_opt_kind_name(ch_opt_kind k)
 {
     return k == CH_OPT_U32 ? "u32" : k == CH_OPT_U64 ? "u64" : "bool";

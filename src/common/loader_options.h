@@ -28,6 +28,10 @@ enum {
     CH_OPT_CLI = 1,  /* the CLI takes --name (bench and doctor; infer rows: bench --latency) */
     CH_OPT_PY = 2,   /* chute.Loader takes name= */
     CH_OPT_AUTO = 4, /* default 0: computed when the loader is created */
+    /* The default is on (nonzero) and 0 means off: the CLI and Python take
+     * 0 for off; C cannot (a zero field takes the default), so C spells
+     * off as all ones (CHUTE_READAHEAD_OFF), which the resolve makes 0. */
+    CH_OPT_ZERO_OFF = 8,
 };
 
 typedef struct ch_loader_opt {
@@ -116,6 +120,8 @@ const ch_loader_opt *ch_loader_opts(void);
  * (narrowed to the field's type: callers check bounds first). */
 uint64_t ch_loader_opt_get(const chute_loader_options *o, const ch_loader_opt *d);
 void ch_loader_opt_set(chute_loader_options *o, const ch_loader_opt *d, uint64_t v);
+/* A CH_OPT_ZERO_OFF row's C spelling of off: all ones of its width. */
+uint64_t ch_opt_off_value(const ch_loader_opt *d);
 /* "kind" as a word: "u32", "u64", "bool". */
 const char *ch_opt_kind_name(ch_opt_kind k);
 

@@ -846,6 +846,10 @@ int ch_loader_options_resolve(const chute_loader_options *in, chute_loader_optio
     const ch_loader_opt *t = ch_loader_opts();
     for (int i = 0; i < CH_LOPT_COUNT; i++) {
         const ch_loader_opt *d = &t[i];
+        if ((d->layers & CH_OPT_ZERO_OFF) && ch_loader_opt_get(o, d) == ch_opt_off_value(d)) {
+            ch_loader_opt_set(o, d, 0); /* off, asked for explicitly */
+            continue;
+        }
         if (d->kind == CH_OPT_BOOL || ch_loader_opt_get(o, d) != 0)
             continue;
         if (d->layers & CH_OPT_AUTO) {
@@ -1191,8 +1195,13 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
             return rc;
         }
     }
-    rc = ch_ra_create(&ld->ra, ds, &ld->sampler, o->readahead, o->max_sample_bytes, &ld->next_task,
-                      err);
+    /* The read-ahead's memory is bounded (it is on by default): a pool
+     * buffer grows to at most max(256 MiB / depth, 1 MiB), 4 MiB at the
+     * default depth 64, so 256 MiB in all, and never past max_sample_bytes;
+     * a larger sample is read by its worker, as without read-ahead. */
+    uint64_t ra_cap = o->readahead ? CH_MAX((256ull << 20) / o->readahead, 1ull << 20) : 0;
+    rc = ch_ra_create(&ld->ra, ds, &ld->sampler, o->readahead,
+                      CH_MIN(ra_cap, o->max_sample_bytes), &ld->next_task, err);
     if (rc != CHUTE_OK) {
         chute_loader_destroy(ld);
         return rc;

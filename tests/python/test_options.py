@@ -92,7 +92,18 @@ def test_c_accepts_each_bound(row):
             continue
         got = _chute.resolve_loader_options(**kw)
         if row["kind"] != "bool" and (v or "auto" not in row["layers"]):
-            assert got[row["name"]] == (v if v else row["default"]), row["name"]
+            # 0 is the default, except in a row whose 0 means off (readahead).
+            want = v if v or "zero_off" in row["layers"] else row["default"]
+            assert got[row["name"]] == want, row["name"]
+
+
+def test_readahead_on_by_default_and_0_turns_it_off():
+    # Issue 22.1: read-ahead on by default (64, docs/DESIGN.md "Measured
+    # choices"), and readahead=0 still off (not the default, as a zero
+    # C field would be).
+    assert _chute.resolve_loader_options()["readahead"] == 64
+    assert _chute.resolve_loader_options(readahead=0)["readahead"] == 0
+    assert _chute.resolve_loader_options(readahead=5)["readahead"] == 5
 
 
 def test_max_held_copy_keeps_a_spare_slot(tree):
