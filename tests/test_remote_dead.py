@@ -29,7 +29,7 @@ STALL_S = 2
 CONNECT_MS = 1000
 SLACK_S = 2.0  # process exit, the loader's own 0.21 s of I/O backoff, a loaded CI machine
 BOUND_S = BUDGET_MS / 1000 + STALL_S + SLACK_S
-KILL_AFTER = 30  # requests through the proxy (listing, manifest, HEADs, then samples)
+KILL_AFTER = 80  # requests through the proxy: the open (listing, manifest, HEADs, footers) is ~50, an epoch ~205
 
 
 def dead_env(w, ep, **kw):
