@@ -314,3 +314,4 @@ def test_restart_within_budget_every_sample_once(s3env, bucket, tmp_path, extra)
         pr.wait()
         if w.proc is None or w.proc.poll() is not None:
             w.start()
+
