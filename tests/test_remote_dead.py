@@ -13,7 +13,7 @@ the read-ahead and the cache tier.  The budget is made small here
 the budget was per server outage, every sample spent it four times and
 the time grew with the batch.
 
-Cases: bench
+Cases: bench doctor
 """
 import os
 import subprocess
@@ -110,5 +110,37 @@ def bench(ctx):
         w.stop(hard=True)
 
 
+def doctor(ctx):
+    """chute doctor s3://.../shards/ with the server SIGKILLed during its
+    measurements: an error within budget + one stall timeout, naming an
+    object, at batch 4 and 256."""
+    ctx.need_data()
+    w, c = R.server(ctx, "remote_dead_doctor")
+    work = os.path.join(ctx.work, "remote_dead_doctor")
+    for f in os.listdir(ctx.shards):
+        c.upload_file(os.path.join(ctx.shards, f), R.BUCKET, "ds/shards/" + f)
+    pr, ep, st = R.proxy(ctx, w, work, "--delay-ms", "10")
+    u = "s3://%s/ds/shards/" % R.BUCKET
+    try:
+        for i, batch in enumerate((4, 256)):
+            if i:
+                w.start()
+            what = "doctor batch %d" % batch
+            cmd = [ctx.chute, "doctor", u, "--time", "30s", "--batch-size", str(batch),
+                   "--workers", "2", "--size", "32"]
+            dt, rc, err = kill_mid_run(ctx, w, st, cmd, dead_env(w, ep), what)
+            ctx.note("%s: exit %s %.2f s after the kill: %s" % (what, rc, dt, err.strip()[-400:]))
+            ctx.check(rc is not None and rc > 0,
+                      "%s: exit %s after the server died: %s" % (what, rc, err[-800:]))
+            ctx.check(dt <= BOUND_S, "%s: %.1f s from the kill to the error (bound %.1f s)"
+                      % (what, dt, BOUND_S))
+            ctx.check("s3://%s/ds/shards/shard-0000" % R.BUCKET in err,
+                      "%s: the message names no object: %r" % (what, err[-800:]))
+    finally:
+        pr.kill()
+        pr.wait()
+        w.stop(hard=True)
+
+
 if __name__ == "__main__":
-    sys.exit(T.main({"bench": bench}))
+    sys.exit(T.main({"bench": bench, "doctor": doctor}))
