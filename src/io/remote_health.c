@@ -4,10 +4,10 @@
  *
  * A small fixed table (HOSTS entries, found by the origin of the URL)
  * under one mutex, taken only while some server is in trouble (`trouble`
- * counts the entries that are): a healthy run never locks.  When the
- * table is full the least recently troubled healthy entry is reused; a
- * process talking to more than HOSTS failing servers at once shares the
- * last entry among them (a wider "server" for budgeting, never a hang).
+ * counts the entries that are): a healthy run never locks.  An entry
+ * whose server is healthy again is reused; a process with more than
+ * HOSTS servers failing at once keeps the per-request budget for the
+ * ones without an entry (no fast failure for those, never a hang).
  */
 #define _GNU_SOURCE
 #include "remote_health.h"
@@ -65,14 +65,11 @@ static host *find(const char *url, int create)
         if (!free_slot && !in_trouble(&g_hosts[i]))
             free_slot = &g_hosts[i];
     }
-    if (!create)
+    if (!create || !free_slot)
         return NULL;
-    host *h = free_slot ? free_slot : &g_hosts[HOSTS - 1];
-    if (free_slot) {
-        memset(h, 0, sizeof *h);
-        snprintf(h->origin, sizeof h->origin, "%s", o);
-    }
-    return h;
+    memset(free_slot, 0, sizeof *free_slot);
+    snprintf(free_slot->origin, sizeof free_slot->origin, "%s", o);
+    return free_slot;
 }
 
 static void set_trouble(host *h, int was)
@@ -125,6 +122,10 @@ uint64_t ch_rhealth_failed(const char *url, uint64_t now, uint64_t budget_ns)
 {
     pthread_mutex_lock(&g_mu);
     host *h = find(url, 1);
+    if (!h) { /* no entry to spare: this request's own budget */
+        pthread_mutex_unlock(&g_mu);
+        return now + budget_ns;
+    }
     if (!h->down_since) {
         int was = in_trouble(h);
         h->down_since = now;
@@ -141,7 +142,7 @@ void ch_rhealth_dead(const char *url, const chute_error *e, uint64_t budget_ns)
     pthread_mutex_lock(&g_mu);
     host *h = find(url, 1);
     uint64_t now = ch_now_ns();
-    if (!h->dead_until || now >= h->dead_until) {
+    if (h && (!h->dead_until || now >= h->dead_until)) {
         int was = in_trouble(h);
         h->dead_until = now + (budget_ns > MIN_DEAD_NS ? budget_ns : MIN_DEAD_NS);
         if (!h->down_since)
