@@ -49,6 +49,7 @@
  */
 #define _GNU_SOURCE
 #include "remote.h"
+#include "remote_health.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -753,17 +754,26 @@ static int req_judge(const rconf *c, easy *x, req *r, CURLcode cc, const char *p
 }
 
 /* After a try req_judge did not settle (CH_ESMALL): CHUTE_OK if another
- * try is allowed, else the final CHUTE_EIO message (attempts, time). */
-static int retry_allowed(const rconf *c, unsigned attempt, uint64_t start, uint64_t deadline,
-                         int transient, const char *path, const char *what, const char *why,
-                         chute_error *err)
+ * try is allowed, else the final CHUTE_EIO message (attempts, time).
+ * The budget is the server's outage's (remote_health.h): *deadline is
+ * brought forward to the outage's, and a request that gives up on a
+ * transient failure declares the server dead, so no other request
+ * spends the budget again. */
+static int retry_allowed(const rconf *c, const char *url, unsigned attempt, uint64_t start,
+                         uint64_t *deadline, int transient, const char *path, const char *what,
+                         const char *why, chute_error *err)
 {
     uint64_t now = ch_now_ns();
-    if (transient && attempt < c->retries && now < deadline)
+    if (transient)
+        *deadline = CH_MIN(*deadline, ch_rhealth_failed(url, now, c->retry_total_ns));
+    if (transient && attempt < c->retries && now < *deadline)
         return CHUTE_OK;
-    return ch_err(err, CHUTE_EIO, "%s: %s: %s%s (after %u attempt%s in %.1f s)", path, what,
-                  transient ? "failed: " : "", why, attempt + 1, attempt ? "s" : "",
-                  (double)(now - start) / 1e9);
+    int rc = ch_err(err, CHUTE_EIO, "%s: %s: %s%s (after %u attempt%s in %.1f s)", path, what,
+                    transient ? "failed: " : "", why, attempt + 1, attempt ? "s" : "",
+                    (double)(now - start) / 1e9);
+    if (transient)
+        ch_rhealth_dead(url, err, c->retry_total_ns);
+    return rc;
 }
 
 /* Run r with retries; classifies the outcome.  `what` names the request
@@ -774,13 +784,18 @@ static int req_run(client *cl, easy *x, req *r, const char *path, const char *wh
     const rconf *c = &cl->c;
     uint64_t start = ch_now_ns(), deadline = start + c->retry_total_ns;
     char why[256];
+    int rc = ch_rhealth_check(r->url, path, what, err);
+    if (rc != CHUTE_OK)
+        return rc;
     for (unsigned attempt = 0;; attempt++) {
         CURLcode cc = req_setup_and_run(x, r);
         int transient;
-        int rc = req_judge(c, x, r, cc, path, what, off, len, ranged, why, &transient, err);
+        rc = req_judge(c, x, r, cc, path, what, off, len, ranged, why, &transient, err);
+        if (rc == CHUTE_OK)
+            ch_rhealth_ok(r->url);
         if (rc != CH_ESMALL)
             return rc;
-        rc = retry_allowed(c, attempt, start, deadline, transient, path, what, why, err);
+        rc = retry_allowed(c, r->url, attempt, start, &deadline, transient, path, what, why, err);
         if (rc != CHUTE_OK)
             return rc;
         backoff(c, attempt, deadline, r);
@@ -1328,6 +1343,11 @@ static void xfer_start(aio *a, int head, client *cl, const char *url, uint64_t o
         xfer_complete(a, t, CHUTE_ENOMEM, &e, 0);
         return;
     }
+    chute_error e;
+    if (ch_rhealth_check(url, t->path, t->what, &e) != CHUTE_OK) { /* given up on: no GET */
+        xfer_complete(a, t, CHUTE_EIO, &e, 0);
+        return;
+    }
     easy_configure(&t->x, cl, NULL);
     curl_easy_setopt(t->x.e, CURLOPT_PRIVATE, t);
     xfer_go(a, t);
@@ -1447,9 +1467,11 @@ static void xfer_done(aio *a, xfer *t, CURLcode cc)
     size_t got = 0;
     int rc = req_judge(c, &t->x, &t->r, cc, t->path, t->what, t->off, t->len, t->ranged, why,
                        &transient, &e);
+    if (rc == CHUTE_OK)
+        ch_rhealth_ok(t->r.url);
     if (rc == CH_ESMALL) {
-        rc = retry_allowed(c, t->attempt, t->start, t->deadline, transient, t->path, t->what, why,
-                           &e);
+        rc = retry_allowed(c, t->r.url, t->attempt, t->start, &t->deadline, transient, t->path,
+                           t->what, why, &e);
         if (rc == CHUTE_OK) {
             t->due = ch_now_ns() + backoff_ns(c, t->attempt, t->deadline, t);
             t->attempt++;

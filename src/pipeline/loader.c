@@ -189,6 +189,12 @@ struct chute_loader {
     int running;              /* (mu) a run has been started */
     uint64_t gen;             /* (mu) run generation */
     _Atomic uint64_t cancel_gen; /* workers drop out when != their gen */
+    /* gen + 1 of the run in which a sample failed for good with an I/O
+     * error (io_fail_run): every sample of that run not yet made fails at
+     * once with io_fail_msg, so no other read spends the retries again. */
+    _Atomic uint64_t io_fail_gen;
+    int io_fail_code;         /* (mu) */
+    char io_fail_msg[1280];   /* (mu) */
     uint32_t active;          /* (mu) workers inside the current run */
     uint64_t epoch;           /* (mu) */
     uint64_t first_batch;     /* (mu) */
@@ -621,7 +627,8 @@ static int make_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     int rc = fill_record(ld, w, idx, dst, s, pos, err);
     int attempts = 1;
     while (rc != CHUTE_OK && ch_error_kind(rc) == CH_ERR_IO && attempts < IO_ATTEMPTS &&
-           atomic_load_explicit(&ld->cancel_gen, memory_order_acquire) == gen) {
+           atomic_load_explicit(&ld->cancel_gen, memory_order_acquire) == gen &&
+           atomic_load_explicit(&ld->io_fail_gen, memory_order_acquire) != gen + 1) {
         sleep_ms(io_backoff_ms[attempts - 1]);
         ch_counter_inc(&w->stats->io_retries);
         attempts++;
@@ -638,7 +645,7 @@ static int make_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
  * names it (I/O messages carry the path). */
 static void locate(char *out, size_t n, const char *where, const char *reason)
 {
-    if (strstr(reason, where))
+    if (!where[0] || strstr(reason, where))
         snprintf(out, n, "%s", reason);
     else
         snprintf(out, n, "%s: %s", where, reason);
@@ -656,6 +663,23 @@ static void fail_slot(chute_loader *ld, slot *s, int code, const char *where, co
         size_t n = strnlen(s->errmsg, sizeof s->errmsg);
         if (extra)
             snprintf(s->errmsg + n, sizeof s->errmsg - n, "%s", extra);
+    }
+    pthread_mutex_unlock(&ld->mu);
+}
+
+/* A sample of run `gen` failed for good with an I/O error: the run has
+ * failed (the storage, not the sample, is at fault), and its other
+ * samples fail at once with this message (run_task) instead of each
+ * retrying the storage again: the time to an error is one read's retry
+ * budget, not one per sample. */
+static void io_fail_run(chute_loader *ld, uint64_t gen, int code, const char *where,
+                        const char *reason)
+{
+    pthread_mutex_lock(&ld->mu);
+    if (ld->gen == gen && atomic_load_explicit(&ld->io_fail_gen, memory_order_relaxed) != gen + 1) {
+        ld->io_fail_code = code;
+        locate(ld->io_fail_msg, sizeof ld->io_fail_msg, where, reason);
+        atomic_store_explicit(&ld->io_fail_gen, gen + 1, memory_order_release);
     }
     pthread_mutex_unlock(&ld->mu);
 }
@@ -697,6 +721,16 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
         w->rng_key = k;
     }
     uint8_t *dst = s->data + pos * ld->sample_bytes;
+    if (atomic_load_explicit(&ld->io_fail_gen, memory_order_acquire) == gen + 1) {
+        pthread_mutex_lock(&ld->mu); /* the run has failed (io_fail_run): nothing to read */
+        int code = ld->io_fail_code;
+        char msg[sizeof ld->io_fail_msg];
+        memcpy(msg, ld->io_fail_msg, sizeof msg);
+        pthread_mutex_unlock(&ld->mu);
+        fail_slot(ld, s, code, "", msg, NULL);
+        finish_task(ld, s);
+        return;
+    }
     chute_error err = {0};
     int rc = make_sample(ld, w, idx, dst, s, pos, gen, &err);
     w->ra_task = UINT64_MAX; /* replacements read for themselves */
@@ -707,6 +741,8 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
         int kind = ch_error_kind(rc);
         if (kind != CH_ERR_CONTENT) {
             fail_slot(ld, s, rc, where, err.message, NULL);
+            if (kind == CH_ERR_IO)
+                io_fail_run(ld, gen, rc, where, err.message);
         } else if (ld->o.on_corrupt == CHUTE_CORRUPT_FAIL) {
             ch_counter_inc(&w->stats->corrupt);
             fail_slot(ld, s, CHUTE_ECORRUPT, where, err.message, NULL);
@@ -737,6 +773,8 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
                     char extra[600];
                     snprintf(extra, sizeof extra, " (while replacing skipped sample %s)", where);
                     fail_slot(ld, s, rc, rwhere, rerr.message, extra);
+                    if (ch_error_kind(rc) == CH_ERR_IO)
+                        io_fail_run(ld, gen, rc, rwhere, rerr.message);
                     done = 1;
                 } else {
                     note_skip(ld, w, rwhere, rerr.message);

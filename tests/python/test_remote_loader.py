@@ -166,3 +166,152 @@ def test_coalesce_gap_bytes_keyword_merges_gets(s3env, bucket, tmp_path):
     finally:
         pr.kill()
         pr.wait()
+
+
+# ---- a server that dies, or restarts, mid-epoch (issues 22.5, 31.1) ----
+# The module's server is SIGKILLed while a Loader reads from it through
+# the fault proxy (which only counts requests, so the kill lands after the
+# open and mid-epoch), and started again on the same ports afterwards.
+
+BUDGET_MS, STALL_S, SLACK_S = 1500, 2, 2.0
+
+
+def _count(st):
+    for _ in range(200):
+        try:
+            v = R.stats(st)
+            if v:
+                return v[0]
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.01)
+    return 0
+
+
+def _budget_env(mp, ep, budget_ms):
+    mp.setenv("AWS_ENDPOINT_URL", ep)
+    mp.setenv("CHUTE_REMOTE_RETRY_TOTAL_MS", str(budget_ms))
+    mp.setenv("CHUTE_REMOTE_RETRIES", "1000")
+    mp.setenv("CHUTE_REMOTE_BACKOFF_MS", "20")
+    mp.setenv("CHUTE_REMOTE_BACKOFF_CAP_MS", "200")
+    mp.setenv("CHUTE_REMOTE_STALL_S", str(STALL_S))
+    mp.setenv("CHUTE_REMOTE_CONNECT_TIMEOUT_MS", "1000")
+
+
+def _killer(w, st, after, restart_after=None):
+    """A thread that SIGKILLs the server once `after` more requests went
+    through the proxy (and starts it again restart_after s later); its
+    `t_kill` says when the kill was done."""
+    import threading
+    r0 = _count(st)
+    box = {"t_kill": None, "error": None}
+
+    def run():
+        try:
+            t0 = time.time()
+            while _count(st) - r0 < after and time.time() - t0 < 60:
+                time.sleep(0.005)
+            w.stop(hard=True)
+            box["t_kill"] = time.time()
+            if restart_after is not None:
+                time.sleep(restart_after)
+                w.start()
+        except Exception as e:  # reported by the test
+            box["error"] = e
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th, box
+
+
+class _ProxyCtx(_Ctx):
+    tools = os.path.join(ROOT, "tests", "tools")
+
+
+DEAD_CASES = [(4, {}), (256, {}), (128, {"readahead": 64}),
+              (128, {"cache_ram_bytes": 64 << 20, "cache_block_bytes": 65536}),
+              (256, {"readahead": 64, "cache_ram_bytes": 64 << 20, "cache_block_bytes": 65536})]
+
+
+@pytest.mark.parametrize("batch,extra", DEAD_CASES,
+                         ids=["b4", "b256", "b128-readahead", "b128-cache", "b256-readahead-cache"])
+def test_dead_server_fails_within_budget(s3env, bucket, tmp_path, batch, extra):
+    """ChuteIOError naming an object within the retry budget plus one
+    stall timeout of the kill, whatever the batch; close() then prompt."""
+    mp, _ = s3env
+    w, _ = bucket
+    pr, ep, st = R.proxy(_ProxyCtx(), w, str(tmp_path), "--delay-ms", "10")
+    try:
+        _budget_env(mp, ep, BUDGET_MS)
+        ld = chute.Loader("s3://%s/shards/" % R.BUCKET, batch_size=batch, size=32,
+                          dtype="uint8", workers=2, seed=7, **extra)
+        th, box = _killer(w, st, 20)
+        t_err = None
+        with pytest.raises(chute.ChuteIOError) as ei:
+            for e in range(1000):
+                ld.set_epoch(e)
+                for _ in ld:
+                    pass
+        t_err = time.time()
+        th.join(60)
+        assert box["error"] is None and box["t_kill"] is not None, box
+        dt = t_err - box["t_kill"]
+        t0 = time.time()
+        ld.close()
+        dclose = time.time() - t0
+        print("batch %d %s: ChuteIOError %.2f s after the kill, close() %.3f s: %s"
+              % (batch, extra, dt, dclose, str(ei.value)[:300]))
+        assert dt <= BUDGET_MS / 1000 + STALL_S + SLACK_S, (dt, str(ei.value))
+        assert "s3://%s/shards/shard-" % R.BUCKET in str(ei.value), str(ei.value)
+        assert "attempt" in str(ei.value), str(ei.value)  # the last error, with its count
+        assert dclose < 0.5, dclose
+    finally:
+        pr.kill()
+        pr.wait()
+        w.stop(hard=True)
+        w.start()
+
+
+@pytest.mark.parametrize("extra", [{}, {"readahead": 64},
+                                   {"cache_ram_bytes": 64 << 20, "cache_block_bytes": 65536}],
+                         ids=["plain", "readahead", "cache"])
+def test_restart_within_budget_every_sample_once(s3env, bucket, tmp_path, extra):
+    """The server SIGKILLed mid-epoch and started again within the retry
+    budget: the run completes, every sample exactly once, and the batches
+    equal an uninterrupted local run's."""
+    mp, local = s3env
+    w, _ = bucket
+
+    def run(src):
+        ld = chute.Loader(src, batch_size=16, size=32, dtype="uint8", workers=2, seed=7,
+                          return_indices=True, **extra)
+        if src.startswith("s3://"):
+            th, box = _killer(w, st, 20, restart_after=0.5)
+        out = []
+        for e in range(2):
+            ld.set_epoch(e)
+            out += [(i.numpy().copy(), l.numpy().copy(), x.numpy().copy()) for i, l, x in ld]
+        ld.close()
+        if src.startswith("s3://"):
+            th.join(120)
+            assert box["error"] is None and box["t_kill"] is not None, box
+        return out
+
+    pr, ep, st = R.proxy(_ProxyCtx(), w, str(tmp_path), "--delay-ms", "10")
+    try:
+        want = run(local["shards"])
+        _budget_env(mp, ep, 60000)
+        got = run("s3://%s/shards/" % R.BUCKET)
+        assert len(got) == len(want) > 0
+        for (gi, gl, gx), (wi, wl, wx) in zip(got, want):
+            assert (gx == wx).all() and (gl == wl).all() and (gi == wi).all()
+        per_epoch = len(want) // 2
+        for half in (got[:per_epoch], got[per_epoch:]):
+            idx = sorted(int(v) for _, _, x in half for v in x)
+            assert idx == sorted(set(idx)), "a sample repeated"
+    finally:
+        pr.kill()
+        pr.wait()
+        if w.proc is None or w.proc.poll() is not None:
+            w.start()
+
