@@ -1137,8 +1137,19 @@ static int shards_probe(const ch_source_ops *src, const char *path, int is_dir, 
         snprintf(why, n, "not a directory");
         return CH_PROBE_NO;
     }
-    if ((size_t)snprintf(m, sizeof m, "%s/%s", path, CH_MANIFEST_NAME) >= sizeof m ||
-        ch_src_stat(src, m, &st, &e) != CHUTE_OK || (st.is_link && st.type == CH_ENT_OTHER)) {
+    if ((size_t)snprintf(m, sizeof m, "%s/%s", path, CH_MANIFEST_NAME) >= sizeof m) {
+        snprintf(why, n, "no %s", CH_MANIFEST_NAME);
+        return CH_PROBE_NO;
+    }
+    int rc = ch_src_stat(src, m, &st, &e);
+    /* Only "not found" means "not a shard directory".  Any other failure
+     * (an I/O error after retries, a TLS server chute may not trust, a bad
+     * remote setting) says nothing about the format: claim the directory,
+     * so that open reads the manifest and reports that very error instead
+     * of a later "no format recognises it" or "no directory listing". */
+    if (rc != CHUTE_OK && rc != CHUTE_ENOTFOUND)
+        return CH_PROBE_CERTAIN;
+    if (rc != CHUTE_OK || (st.is_link && st.type == CH_ENT_OTHER)) {
         snprintf(why, n, "no %s", CH_MANIFEST_NAME);
         return CH_PROBE_NO;
     }

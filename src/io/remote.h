@@ -41,6 +41,18 @@ void ch_s3_error_code(const char *doc, size_t n, char *code, size_t cap);
  * (size_t)-1 when it does not fit. */
 size_t ch_s3_encode(const char *src, int keep_slash, char *dst, size_t cap);
 
+/* The CA bundle file and/or directory https requests trust
+ * (src/io/tls_ca.c): AWS_CA_BUNDLE, else CURL_CA_BUNDLE, else
+ * SSL_CERT_FILE/SSL_CERT_DIR, else the usual system locations found at
+ * run time.  Empty strings: none found, libcurl's built-in default stays.
+ * A variable naming an unreadable path is CHUTE_EINVAL naming both. */
+typedef struct ch_tls_ca {
+    char file[1024];
+    char dir[1024];
+    const char *from; /* static text: which rule chose them, for messages */
+} ch_tls_ca;
+int ch_tls_ca_resolve(ch_tls_ca *ca, chute_error *err);
+
 #endif
 
 /* ---- a session over many objects (src/io/s3.c; only with CHUTE_HAVE_CURL) ----

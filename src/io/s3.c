@@ -78,6 +78,7 @@ typedef struct rconf {
     uint64_t backoff_ns, backoff_cap_ns;
     long connect_ms, stall_s;
     long recv_buf;           /* CURLOPT_BUFFERSIZE: at most this much per recv() (easy_new) */
+    ch_tls_ca ca;            /* CURLOPT_CAINFO / CAPATH (tls_ca.c) */
 } rconf;
 
 static void wipe(void *p, size_t n)
@@ -197,6 +198,9 @@ static int conf_load(rconf *c, int s3, chute_error *err)
     c->stall_s = (long)env_u64("CHUTE_REMOTE_STALL_S", 30, 3600);
     c->recv_buf =
         (long)CH_MAX(env_u64("CHUTE_REMOTE_RECV_BUFFER_KB", RECV_BUF_KB, 10240), 16) * 1024;
+    int carc = ch_tls_ca_resolve(&c->ca, err);
+    if (carc != CHUTE_OK)
+        return carc;
     if (!s3)
         return CHUTE_OK;
     const char *r = getenv("AWS_REGION");
@@ -420,6 +424,10 @@ static void easy_configure(easy *x, const client *cl, CURLSH *share)
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, c->stall_s);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (c->ca.file[0] || c->ca.dir[0]) { /* else libcurl's built-in default */
+        curl_easy_setopt(e, CURLOPT_CAINFO, c->ca.file[0] ? c->ca.file : NULL);
+        curl_easy_setopt(e, CURLOPT_CAPATH, c->ca.dir[0] ? c->ca.dir : NULL);
+    }
     curl_easy_setopt(e, CURLOPT_FILETIME, 1L);
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, c->s3 ? 0L : 1L);
     if (!c->s3) {
@@ -722,6 +730,19 @@ static int req_judge(const rconf *c, easy *x, req *r, CURLcode cc, const char *p
     if (cc == CURLE_WRITE_ERROR && r->grow)
         return ch_err(err, CHUTE_ENOMEM, "%s: %s: the answer is too large or memory ran out",
                       path, what);
+    if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE) {
+        const ch_tls_ca *ca = &c->ca;
+        char where[2100] = "";
+        if (ca->file[0] || ca->dir[0])
+            snprintf(where, sizeof where, " (%s%s%s)", ca->file,
+                     ca->file[0] && ca->dir[0] ? ", " : "", ca->dir);
+        return ch_err(err, CHUTE_EIO,
+                      "%s: %s: the server's TLS certificate is not trusted (%s); CAs trusted "
+                      "from %s%s: set AWS_CA_BUNDLE (or CURL_CA_BUNDLE, SSL_CERT_FILE, "
+                      "SSL_CERT_DIR) to the CA that signed it",
+                      path, what, x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc), ca->from,
+                      where);
+    }
     if (cc != CURLE_OK) {
         *transient = curl_transient(cc);
         snprintf(why, 256, "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc));

@@ -5,7 +5,10 @@ HTTP/1.1 keep-alive.  The standard library's SimpleHTTPRequestHandler
 ignores Range, which is what --no-range keeps (to test that chute refuses
 a server that ignores it).
 
-    range_http.py DIR --port-file F [--no-range]
+    range_http.py DIR --port-file F [--no-range] [--tls CERT KEY]
+
+--tls serves https with that certificate chain and key (the private-CA
+tests, test_tls_ca.py).
 """
 import argparse
 import http.server
@@ -19,6 +22,7 @@ def main():
     ap.add_argument("root")
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--no-range", action="store_true")
+    ap.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
     a = ap.parse_args()
     root = os.path.realpath(a.root)
 
@@ -69,6 +73,11 @@ def main():
         daemon_threads = True
 
     s = S(("127.0.0.1", 0), H)
+    if a.tls:
+        import ssl
+        tc = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tc.load_cert_chain(a.tls[0], a.tls[1])
+        s.socket = tc.wrap_socket(s.socket, server_side=True)
     with open(a.port_file + ".tmp", "w") as f:
         f.write(str(s.server_address[1]))
     os.replace(a.port_file + ".tmp", a.port_file)

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""tls_ca_*: trusting a private CA for https:// (and S3 over TLS).
+
+A CA and a server certificate for 127.0.0.1 are made here with the
+openssl command; tools/range_http.py serves the fixture shards over https
+with them.  chute must refuse the server while nothing names that CA
+(with a message that says which CAs it trusted and which variables to
+set), read it through each of AWS_CA_BUNDLE, CURL_CA_BUNDLE,
+SSL_CERT_FILE and SSL_CERT_DIR (an `openssl rehash`ed directory), prefer
+AWS_CA_BUNDLE over the others (the AWS CLI's order), and name the
+variable and the path when a variable points at nothing.  What is
+compared is the local run's listing and batches, never a value computed
+from chute.
+
+The machine's own environment may already set these variables (to the
+system bundle): every run here starts from an environment without them.
+
+Cases: refuse trust precedence missing
+"""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chute_testlib as T  # noqa: E402
+
+VARS = ("AWS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR")
+DUMP = ("--transform", "eval", "--dtype", "uint8", "--size", "32", "--batch-size", "8",
+        "--workers", "2", "--seed", "3")
+
+
+def openssl(ctx, *args, cwd=None):
+    if not shutil.which("openssl"):
+        raise T.Skip("no openssl command")
+    p = subprocess.run(["openssl"] + list(args), cwd=cwd, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+    if p.returncode != 0:
+        raise RuntimeError("openssl %s: %s" % (" ".join(args), p.stderr.decode()[-500:]))
+
+
+def make_ca(ctx, d, name):
+    """A CA (name.crt/.key) and a server cert for 127.0.0.1 signed by it."""
+    openssl(ctx, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            "-subj", "/CN=chute test CA %s" % name, "-keyout", name + "-ca.key",
+            "-out", name + "-ca.crt", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
+    openssl(ctx, "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+            "-keyout", name + "-srv.key", "-out", name + "-srv.csr", cwd=d)
+    with open(os.path.join(d, name + "-ext.cnf"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                "extendedKeyUsage=serverAuth\n")
+    openssl(ctx, "x509", "-req", "-in", name + "-srv.csr", "-CA", name + "-ca.crt",
+            "-CAkey", name + "-ca.key", "-CAcreateserial", "-days", "2",
+            "-extfile", name + "-ext.cnf", "-out", name + "-srv.crt", cwd=d)
+    return os.path.join(d, name + "-ca.crt")
+
+
+class Server:
+    def __init__(self, ctx, work):
+        ctx.need_data()
+        self.dir = os.path.join(work, "pki")
+        os.makedirs(self.dir, exist_ok=True)
+        self.ca = make_ca(ctx, self.dir, "good")
+        self.other = make_ca(ctx, self.dir, "other")   # a CA that did not sign the server
+        self.cadir = os.path.join(self.dir, "cadir")
+        os.makedirs(self.cadir)
+        shutil.copy(self.ca, self.cadir)
+        openssl(ctx, "rehash", self.cadir)
+        root = os.path.join(work, "www")
+        shutil.copytree(ctx.shards, os.path.join(root, "shards"))
+        pf = os.path.join(work, "port")
+        self.p = subprocess.Popen([sys.executable, os.path.join(ctx.tools, "range_http.py"), root,
+                                   "--port-file", pf, "--tls",
+                                   os.path.join(self.dir, "good-srv.crt"),
+                                   os.path.join(self.dir, "good-srv.key")])
+        for _ in range(200):
+            if os.path.exists(pf):
+                break
+            time.sleep(0.05)
+        with open(pf) as f:
+            self.url = "https://127.0.0.1:%d/shards/" % int(f.read())
+
+    def stop(self):
+        self.p.kill()
+        self.p.wait()
+
+
+def env(work, **kw):
+    e = {k: v for k, v in os.environ.items() if k not in VARS}
+    e["XDG_CACHE_HOME"] = os.path.join(work, "xdg")
+    e["CHUTE_REMOTE_RETRIES"] = "1"
+    e["CHUTE_REMOTE_BACKOFF_MS"] = "10"
+    e.update(kw)
+    return e
+
+
+def read(p):
+    with open(p, "rb") as f:
+        return f.read()
+
+
+def same_batches(ctx, srv, work, what, e):
+    a, b = os.path.join(work, "local.bin"), os.path.join(work, "https.bin")
+    if not os.path.exists(a):
+        ctx.run([ctx.dump, ctx.shards, a] + list(DUMP), what="dump local shards")
+    p = ctx.run([ctx.dump, srv.url, b] + list(DUMP), env=e, what="dump %s (%s)" % (srv.url, what))
+    ctx.check(p.returncode == 0 and read(a) == read(b) and len(read(a)) > 0,
+              "%s: batches over https differ from the local run's (rc %d): %s"
+              % (what, p.returncode, p.err[-600:]))
+
+
+def with_server(fn):
+    def case(ctx):
+        work = ctx.scratch(fn.__name__)
+        srv = Server(ctx, work)
+        try:
+            fn(ctx, srv, work)
+        finally:
+            srv.stop()
+    return case
+
+
+@with_server
+def refuse(ctx, srv, work):
+    """No variable names the CA: the system's CAs do not trust it, and the
+    message says so, which CAs were used and what to set."""
+    p = ctx.run([ctx.chute, "inspect", srv.url], env=env(work), expect="nonzero")
+    ctx.check("not trusted" in p.err and "AWS_CA_BUNDLE" in p.err and "127.0.0.1" in p.err,
+              "no CA given: want a 'not trusted' message naming AWS_CA_BUNDLE: %r" % p.err[-600:])
+    # A variable naming the wrong CA: refused too, and the message names it.
+    p = ctx.run([ctx.chute, "inspect", srv.url], env=env(work, SSL_CERT_FILE=srv.other), expect="nonzero")
+    ctx.check("not trusted" in p.err and "SSL_CERT_FILE" in p.err and srv.other in p.err,
+              "wrong CA in SSL_CERT_FILE: %r" % p.err[-600:])
+
+
+@with_server
+def trust(ctx, srv, work):
+    """Each variable alone makes the server trusted: the whole epoch's
+    batches (manifest, index and every record read over https) equal the
+    local run's."""
+    for var, val in (("AWS_CA_BUNDLE", srv.ca), ("CURL_CA_BUNDLE", srv.ca),
+                     ("SSL_CERT_FILE", srv.ca), ("SSL_CERT_DIR", srv.cadir)):
+        e = env(work, **{var: val})
+        same_batches(ctx, srv, work, var, e)
+
+
+@with_server
+def precedence(ctx, srv, work):
+    """AWS_CA_BUNDLE wins over the curl/OpenSSL variables, CURL_CA_BUNDLE
+    over OpenSSL's, as the AWS CLI and curl order them."""
+    same_batches(ctx, srv, work, "AWS_CA_BUNDLE right, SSL_CERT_FILE wrong",
+                 env(work, AWS_CA_BUNDLE=srv.ca, SSL_CERT_FILE=srv.other, CURL_CA_BUNDLE=srv.other))
+    p = ctx.run([ctx.chute, "inspect", srv.url], env=env(work, AWS_CA_BUNDLE=srv.other, SSL_CERT_FILE=srv.ca),
+                expect="nonzero")
+    ctx.check("AWS_CA_BUNDLE" in p.err and "not trusted" in p.err,
+              "AWS_CA_BUNDLE wrong, SSL_CERT_FILE right: AWS_CA_BUNDLE must win: %r" % p.err[-500:])
+    same_batches(ctx, srv, work, "CURL_CA_BUNDLE right, SSL_CERT_FILE wrong",
+                 env(work, CURL_CA_BUNDLE=srv.ca, SSL_CERT_FILE=srv.other))
+
+
+@with_server
+def missing(ctx, srv, work):
+    """A variable naming a path that does not exist or is not a file is
+    the user's mistake: a clear error naming the variable and the path."""
+    nope = os.path.join(work, "no-such-bundle.pem")
+    for var, val in (("AWS_CA_BUNDLE", nope), ("CURL_CA_BUNDLE", nope), ("SSL_CERT_FILE", nope),
+                     ("SSL_CERT_DIR", nope), ("AWS_CA_BUNDLE", srv.cadir)):
+        p = ctx.run([ctx.chute, "inspect", srv.url], env=env(work, **{var: val}), expect="nonzero")
+        ctx.check("%s=%s" % (var, val) in p.err and "cannot read" in p.err,
+                  "%s=%s: want an error naming both: %r" % (var, val, p.err[-500:]))
+
+
+cases = {"refuse": refuse, "trust": trust, "precedence": precedence, "missing": missing}
+
+if __name__ == "__main__":
+    sys.exit(T.main(cases))
