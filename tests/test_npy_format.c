@@ -161,7 +161,15 @@ TEST(uint8_nhwc_array_is_images)
 {
     chute_dataset *ds = NULL;
     chute_error e = {0};
-    CHECK(open_npy("img/rgb.npy", &ds, &e) == CHUTE_OK, "%s", e.message);
+    /* No labels beside it: refused unless label_key "" says so. */
+    CHECK(open_npy("img/rgb.npy", &ds, &e) == CHUTE_EFORMAT && strstr(e.message, "no labels") &&
+              strstr(e.message, "label.npy"),
+          "%s", e.message);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/npy/img/rgb.npy", CHUTE_FIXTURES);
+    chute_dataset_options no = {0};
+    no.label_key = "";
+    CHECK(chute_dataset_open_ex(path, &no, &ds, &e) == CHUTE_OK, "%s", e.message);
     CHECK(chute_dataset_has_images(ds) && chute_dataset_num_fields(ds) == 0, "images");
     chute_loader_options o = {0};
     o.batch_size = 3;

@@ -11,8 +11,10 @@
  *     the source: the array is never read whole nor mapped, so it can be
  *     far larger than memory and live on any source.  Labels come from a
  *     second array: the dataset option label_key names its file (relative
- *     paths are taken beside the data file), else "labels.npy" beside the
- *     data when it exists, else every label is 0.  It must be a 1-D integer
+ *     paths are taken beside the data file), else the first of
+ *     labels.npy, label.npy, targets.npy, target.npy, y.npy beside the
+ *     data; none is an error (never labels of 0 without a word), and
+ *     label_key "" says "no labels" (every label 0).  It must be a 1-D integer
  *     array of the same length, read whole at open (n labels are what every
  *     format keeps in memory anyway).
  *       An N x H x W x 3 (or x 1) uint8 array is images: read() returns each
@@ -23,7 +25,9 @@
  *     ("features.npy" -> "features"), of shape shape[1:], and the samples
  *     have no image (ds->no_image): the loader delivers label + fields.
  *   - A directory of `.npy` files, one sample each (the path is a
- *     directory): the files directly inside it (every label 0), or inside
+ *     directory): the files directly inside it (only with label_key "",
+ *     every label 0; a directory holding one array and its labels file,
+ *     images.npy + labels.npy, is that array's N samples), or inside
  *     its subdirectories, one per class in ImageFolder's manner (classes
  *     sorted by name, files sorted by name, label = class index).  Each
  *     file is a tensor field named "npy" whose dtype and shape come from
@@ -44,6 +48,20 @@
 
 #define NPY_FIELD_DIR "npy"    /* the field of directory-layout samples */
 #define NPY_LABELS "labels.npy"
+/* Where labels are looked for when label_key is not given, in this order
+ * (what NumPy users name them); none found is an error, never labels of
+ * 0: label_key "" says "this dataset has no labels". */
+static const char *const npy_label_names[] = {"labels.npy", "label.npy", "targets.npy",
+                                              "target.npy", "y.npy"};
+#define NPY_LABEL_NAMES "labels.npy, label.npy, targets.npy, target.npy or y.npy"
+
+static int is_label_name(const char *name)
+{
+    for (size_t k = 0; k < sizeof npy_label_names / sizeof *npy_label_names; k++)
+        if (!strcmp(name, npy_label_names[k]))
+            return 1;
+    return 0;
+}
 #define CHRAW_HDR 16
 
 typedef struct npy_impl {
@@ -240,17 +258,28 @@ static int open_single(chute_dataset *ds, npy_impl *t, const char *path,
     const char *slash = strrchr(path, '/');
     int dirlen = slash ? (int)(slash - path) : 1;
     const char *dir = slash ? path : ".";
-    if (opt->label_key && opt->label_key[0] == '/')
+    if (opt->label_key && !opt->label_key[0])
+        lpath[0] = '\0'; /* label_key "": no labels, by the user's choice */
+    else if (opt->label_key && opt->label_key[0] == '/')
         snprintf(lpath, sizeof lpath, "%s", opt->label_key);
     else if (opt->label_key)
         snprintf(lpath, sizeof lpath, "%.*s/%s", dirlen, dir, opt->label_key);
     else {
-        snprintf(lpath, sizeof lpath, "%.*s/%s", dirlen, dir, NPY_LABELS);
-        ch_stat st;
-        chute_error e = {0};
-        if (ch_src_stat(t->src, lpath, &st, &e) != CHUTE_OK || st.type != CH_ENT_FILE ||
-            strcmp(lpath, path) == 0)
-            lpath[0] = '\0';
+        size_t k = 0;
+        for (; k < sizeof npy_label_names / sizeof *npy_label_names; k++) {
+            snprintf(lpath, sizeof lpath, "%.*s/%s", dirlen, dir, npy_label_names[k]);
+            ch_stat st;
+            chute_error e = {0};
+            if (ch_src_stat(t->src, lpath, &st, &e) == CHUTE_OK && st.type == CH_ENT_FILE &&
+                strcmp(lpath, path) != 0)
+                break;
+        }
+        if (k == sizeof npy_label_names / sizeof *npy_label_names)
+            return ch_err(err, CHUTE_EFORMAT,
+                          "%s: no labels: none of " NPY_LABEL_NAMES " is beside it in %.*s; "
+                          "name the label file with label_key, or set label_key to \"\" for a "
+                          "dataset without labels",
+                          path, dirlen, dir);
     }
     int64_t maxlabel = 0;
     if (lpath[0]) {
@@ -388,7 +417,8 @@ static int learn_npz(chute_dataset *ds, npy_impl *t, chute_error *err)
     return rc;
 }
 
-static int open_dir(chute_dataset *ds, npy_impl *t, const char *path, chute_error *err)
+static int open_dir(chute_dataset *ds, npy_impl *t, const char *path,
+                    const chute_dataset_options *opt, chute_error *err)
 {
     name_list top;
     int rc = list_sorted(t->src, path, 0, &top, err);
@@ -396,7 +426,45 @@ static int open_dir(chute_dataset *ds, npy_impl *t, const char *path, chute_erro
         return rc;
     uint64_t cap = 0;
     uint32_t nclasses = 1;
-    if (top.n) { /* flat: every label 0 */
+    size_t nlab = 0, other = 0, lab = 0;
+    for (size_t k = 0; k < top.n; k++) {
+        if (is_label_name(top.v[k]))
+            lab = nlab++ ? lab : k;
+        else
+            other = k;
+    }
+    if (nlab && top.n - nlab == 1 && !strstr(top.v[other], ".npz")) {
+        /* images.npy + labels.npy: NumPy's usual layout is one array of N
+         * samples and its labels beside it, not two one-sample files. */
+        char *full = NULL;
+        if (asprintf(&full, "%s/%s", path, top.v[other]) < 0)
+            rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+        names_free(&top);
+        if (rc != CHUTE_OK)
+            return rc;
+        rc = open_single(ds, t, full, opt, err);
+        free(full);
+        return rc;
+    }
+    if (nlab) {
+        rc = ch_err(err, CHUTE_EFORMAT,
+                    "%s: holds %s beside %zu other arrays: for one array of N samples with its "
+                    "labels, open the array's file (labels are found beside it); for one file "
+                    "per sample, put the files in class directories",
+                    path, top.v[lab], top.n - nlab);
+        names_free(&top);
+        return rc;
+    }
+    if (top.n && !(opt->label_key && !opt->label_key[0])) {
+        rc = ch_err(err, CHUTE_EFORMAT,
+                    "%s: %zu .npy files and no class directories: no labels. Put the files in "
+                    "one directory per class, or set label_key to \"\" for a dataset without "
+                    "labels",
+                    path, top.n);
+        names_free(&top);
+        return rc;
+    }
+    if (top.n) { /* flat, label_key "": every label 0 */
         for (size_t k = 0; k < top.n && rc == CHUTE_OK; k++) {
             char *full = NULL;
             if (asprintf(&full, "%s/%s", path, top.v[k]) < 0)
@@ -484,7 +552,7 @@ static int npy_open(chute_dataset *ds, const char *path, const chute_dataset_opt
     if (rc != CHUTE_OK)
         return rc;
     if (st.type == CH_ENT_DIR)
-        return open_dir(ds, t, path, err);
+        return open_dir(ds, t, path, opt, err);
     return open_single(ds, t, path, opt, err);
 }
 

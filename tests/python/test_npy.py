@@ -71,11 +71,57 @@ def test_open_memmap_int_and_label_key(tmp_path):
     assert val.dtype == np.int64
 
 
-def test_no_labels_means_zero_and_plain_iteration_is_a_dict(tmp_path):
+def test_no_labels_is_an_error_unless_label_key_empty(tmp_path):
+    """Issue 22.2: an array with no labels beside it used to give labels of
+    0 without a word; now it is refused naming the files looked for, and
+    label_key="" is the explicit "no labels" (then plain iteration is a
+    dict of labels 0)."""
     np.save(tmp_path / "v.npy", np.arange(10, dtype=np.float32))
-    with L(tmp_path / "v.npy", batch_size=4, return_indices=False) as ld:
+    with pytest.raises(chute.FormatError, match=r"no labels.*label\.npy.*label_key"):
+        L(tmp_path / "v.npy", batch_size=4)
+    with L(tmp_path / "v.npy", batch_size=4, return_indices=False, label_key="") as ld:
         b = next(iter(ld))
     assert set(b) == {"labels"} and np.asarray(b["labels"]).tolist() == [0] * 4
+
+
+@pytest.mark.parametrize("name", ["labels.npy", "label.npy", "targets.npy", "y.npy"])
+def test_images_and_labels_directory_is_n_samples(tmp_path, name):
+    """Issue 31.3: a directory holding images.npy + labels.npy (NumPy's
+    usual layout) was read as 2 one-sample files with labels 0; now it is
+    N samples with their labels, whatever the labels file's usual name."""
+    d = tmp_path / "d"
+    d.mkdir()
+    imgs = np.random.RandomState(3).randint(0, 256, (20, 16, 16, 3), dtype=np.uint8)
+    np.save(d / "images.npy", imgs)
+    np.save(d / name, np.arange(20) % 5)
+    seen, labs, out = [], [], []
+    for im, y, idx in L(d, batch_size=8, size=16, transform="none", dtype="uint8",
+                        layout="nhwc", shuffle=False):
+        out.append(np.asarray(im))
+        labs += np.asarray(y).tolist()
+        seen += np.asarray(idx).tolist()
+    assert seen == list(range(20)) and labs == [i % 5 for i in range(20)]
+    assert np.array_equal(np.concatenate(out), imgs)
+    # the file itself finds the same labels beside it
+    labs2 = [v for _, y, _ in L(d / "images.npy", batch_size=20, size=16, transform="none",
+                                dtype="uint8", shuffle=False) for v in np.asarray(y).tolist()]
+    assert labs2 == labs
+
+
+def test_flat_npy_directory_without_labels_is_an_error(tmp_path):
+    """One-sample files directly in a directory have no labels: refused
+    (label_key="" reads them with labels 0); several arrays beside a
+    labels file is refused naming the layout."""
+    for i in range(3):
+        np.save(tmp_path / ("s%d.npy" % i), np.full(4, i, np.float32))
+    with pytest.raises(chute.FormatError, match="no class directories"):
+        L(tmp_path, batch_size=3)
+    with L(tmp_path, batch_size=3, label_key="", shuffle=False, return_indices=False) as ld:
+        b = next(iter(ld))
+    assert np.asarray(b["labels"]).tolist() == [0, 0, 0]
+    np.save(tmp_path / "labels.npy", np.arange(3))
+    with pytest.raises(chute.FormatError, match="labels.npy beside 3 other arrays"):
+        L(tmp_path, batch_size=3)
 
 
 def test_uint8_nhwc_array_is_images(tmp_path):
@@ -101,7 +147,7 @@ def test_uint8_grey_array_is_images(tmp_path):
     d.mkdir()
     np.save(d / "g.npy", g)
     (im, _, _), = list(L(d / "g.npy", batch_size=5, size=6, transform="none", dtype="uint8",
-                         layout="nhwc", shuffle=False))
+                         layout="nhwc", shuffle=False, label_key=""))
     assert np.array_equal(np.asarray(im), np.repeat(g, 3, axis=3))  # grey -> RGB, as PIL
 
 
@@ -189,10 +235,11 @@ def test_directory_flat_and_bad_file_policy(tmp_path):
         np.save(d / ("%d.npy" % k), np.full(4, k, np.float32))
     np.save(d / "3.npy", np.zeros(5, np.float32))  # another shape: corrupt content
     with pytest.raises(chute.ChuteError) as e:
-        collect(L(d, batch_size=6, fields=["npy"], on_corrupt="fail", shuffle=False), "npy")
+        collect(L(d, batch_size=6, fields=["npy"], on_corrupt="fail", shuffle=False,
+                  label_key=""), "npy")
     assert "3.npy" in str(e.value) and "float32[5]" in str(e.value)
     with pytest.warns(chute.SkippedSamplesWarning):
-        with L(d, batch_size=6, fields=["npy"], shuffle=False) as ld:
+        with L(d, batch_size=6, fields=["npy"], shuffle=False, label_key="") as ld:
             idx, lab, val = collect(ld, "npy")
             assert ld.stats()["corrupt"] >= 1
     for pos, i in enumerate(idx):
@@ -240,5 +287,6 @@ def test_compressed_npz_is_refused_naming_it(tmp_path):
     np.savez(tmp_path / "z" / "0.npz", a=np.zeros(3, np.int16))
     np.savez_compressed(tmp_path / "z" / "1.npz", a=np.zeros(3, np.int16))
     with pytest.raises(chute.ChuteError) as e:
-        list(L(tmp_path / "z", batch_size=2, fields=["a"], on_corrupt="fail", shuffle=False))
+        list(L(tmp_path / "z", batch_size=2, fields=["a"], on_corrupt="fail", shuffle=False,
+               label_key=""))
     assert "1.npz" in str(e.value) and "savez_compressed" in str(e.value)
