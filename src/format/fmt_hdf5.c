@@ -9,8 +9,11 @@
  *               train/eval transforms apply), or a 1-D variable-length
  *               uint8 dataset of encoded images (JPEG/PNG/BMP bytes,
  *               h5py.vlen_dtype(np.uint8)), decoded as usual.
- *   label_key   (default "labels"): N integers.  When the default name is
- *               absent every label is 0 (one class); a named one must exist.
+ *   label_key   (default: the first of labels, label, targets, target, y
+ *               that exists): N integers.  None of them is an error that
+ *               lists the file's datasets, never labels of 0; label_key ""
+ *               means "no labels" (every label 0, one class); a named one
+ *               must exist.
  *   extra_keys  further datasets with N rows, delivered as typed fields of
  *               the row's shape and dtype (little-endian ints, uint8..int64,
  *               IEEE float32/float64).
@@ -462,6 +465,23 @@ static int open_images(chute_dataset *ds, h5_impl *t, const char *name, chute_er
     return rc;
 }
 
+/* Label datasets looked for when label_key is not given, in this order. */
+static const char *const h5_label_names[] = {"labels", "label", "targets", "target", "y"};
+#define H5_LABEL_NAMES "labels, label, targets, target, y"
+
+/* H5Literate2 callback: the root group's names, comma-separated, into a
+ * 1 KiB buffer (for a message; cut when long). */
+static herr_t list_name(hid_t g, const char *name, const H5L_info_t *info, void *u)
+{
+    (void)g;
+    (void)info;
+    char *have = u;
+    size_t l = strlen(have);
+    if (l + strlen(name) + 3 < 1024)
+        snprintf(have + l, 1024 - l, "%s%s", l ? ", " : "", name);
+    return 0;
+}
+
 static int open_labels(chute_dataset *ds, h5_impl *t, const char *name, int must,
                        const chute_dataset_options *opt, chute_error *err)
 {
@@ -471,9 +491,34 @@ static int open_labels(chute_dataset *ds, h5_impl *t, const char *name, int must
     ds->labels = calloc(n ? (size_t)n : 1, sizeof *ds->labels);
     if (!ds->labels || n > SIZE_MAX / 8)
         return ch_err(err, CHUTE_ENOMEM, "out of memory for %llu labels", (unsigned long long)n);
-    hid_t d = open_dset(t, name, must, err);
-    if (d < 0)
-        return must ? err->code : ch_ds_synth_classes(ds, 1, err);
+    if (!name[0]) /* label_key "": no labels, by the user's choice */
+        return ch_ds_synth_classes(ds, 1, err);
+    hid_t d = -1;
+    if (must) {
+        d = open_dset(t, name, 1, err);
+        if (d < 0)
+            return err->code;
+    } else { /* the usual names, in order; none found is an error, never labels of 0 */
+        int found = 0;
+        for (size_t k = 0; k < sizeof h5_label_names / sizeof *h5_label_names && !found; k++) {
+            found = H5Lexists(t->file, h5_label_names[k], H5P_DEFAULT) > 0;
+            H5Eclear2(H5E_DEFAULT);
+            if (found)
+                d = open_dset(t, name = h5_label_names[k], 1, err);
+        }
+        if (!found) {
+            char have[1024] = "";
+            H5Literate(t->file, H5_INDEX_NAME, H5_ITER_INC, NULL, list_name, have);
+            H5Eclear2(H5E_DEFAULT);
+            return ch_err(err, CHUTE_EFORMAT,
+                          "%s: no label dataset (looked for " H5_LABEL_NAMES "; the file has: "
+                          "%s): name it with label_key, or set label_key to \"\" for a dataset "
+                          "without labels",
+                          t->path, have[0] ? have : "nothing else");
+        }
+        if (d < 0)
+            return err->code;
+    }
     hid_t type = H5Dget_type(d), space = H5Dget_space(d);
     hsize_t dims[2] = {0, 0};
     int rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;

@@ -69,3 +69,30 @@ def test_wrong_dataset_named(h5file):
         chute.Dataset(h5file)          # default image_key: no "images" here
     with pytest.raises(chute.ChuteError, match=r'x\.h5: dataset "y": images must be uint8'):
         chute.Dataset(h5file, image_key="y")
+
+
+@pytest.mark.parametrize("name", ["labels", "label", "targets", "target", "y", None])
+def test_label_dataset_found_by_usual_names_or_refused(tmp_path, name):
+    """Issue 22.2: a label dataset named `label` (not `labels`) gave all-zero
+    labels without a word.  Now the usual names are found, in the documented
+    order; with none of them the open fails listing the file's datasets;
+    label_key="" is the explicit "no labels"."""
+    if not chute.features()["hdf5"]:
+        pytest.skip("built without libhdf5")
+    imgs = np.random.default_rng(3).integers(0, 256, size=(6, 8, 8, 3), dtype=np.uint8)
+    with h5py.File(tmp_path / "d.h5", "w") as f:
+        f.create_dataset("images", data=imgs)
+        f.create_dataset("extra", data=np.zeros(6, np.float32))
+        if name:
+            f.create_dataset(name, data=np.arange(6, dtype=np.int64) % 3 + 1)
+    p = str(tmp_path / "d.h5")
+    if name is None:
+        with pytest.raises(chute.FormatError, match=r"no label dataset.*label, targets.*"
+                           r"the file has: extra, images.*label_key"):
+            chute.Loader(p, batch_size=6)
+        b = next(iter(chute.Loader(p, batch_size=6, shuffle=False, size=8, label_key="")))
+        assert np.asarray(b[1]).tolist() == [0] * 6
+        return
+    labs = [v for b in chute.Loader(p, batch_size=6, shuffle=False, size=8)
+            for v in np.asarray(b[1]).tolist()]
+    assert labs == [i % 3 + 1 for i in range(6)]
