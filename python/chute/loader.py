@@ -601,6 +601,16 @@ class Loader:
                                           direct_io=_dopt("direct_io", direct_io),
                                           coalesce_gap_bytes=_dopt("coalesce_gap_bytes",
                                                                    coalesce_gap_bytes))
+        # A CSV read without a schema: every column but the label is a
+        # float32 scalar field; delivered by default, and stacked as one
+        # (N, columns) "features" tensor in header order (issue 22.2).
+        self._csv_features: Tuple[str, ...] = ()
+        if (fields is None and schema is None and not isinstance(source, _chute.Dataset)
+                and self.dataset.kind == "csv"):
+            self._csv_features = tuple(f["name"] for f in self.dataset.fields()
+                                       if f["dtype"] == "float32")
+            if self._csv_features:
+                fields = list(self._csv_features)
         self._core = _chute._Loader(
             self.dataset,
             batch_size=self.batch_size,
@@ -817,6 +827,10 @@ class Loader:
             out[name] = fd(b.field(name))
             if name in self._bytes_fields:
                 out[name + "_lengths"] = fd(b.field_lengths(name))
+        if self._csv_features:
+            import numpy as np
+            out["features"] = fd(np.stack([np.asarray(b.field(n)) for n in self._csv_features],
+                                          axis=1))
         return out
 
     @property

@@ -79,6 +79,7 @@ typedef struct csv_impl {
     csv_col cols[CH_FIELD_MAX];
     uint32_t ncols;
     int64_t label_src;        /* column of the label, -1: none */
+    char auto_label[CH_FIELD_NAME_MAX]; /* the header's label column found by name (no schema, no label_key) */
     size_t ncells;            /* cells per row (the header's, or the first row's) */
     int header;
     int from_schema;          /* columns given by the schema option */
@@ -262,6 +263,39 @@ static void note_bad(csv_impl *t, const char *file, uint64_t line, const char *w
                  (unsigned long long)line, why);
 }
 
+/* The label column of a header when neither label_key nor a schema says:
+ * the first of these names (any case), in this order.  None is an error
+ * naming the columns, never labels of 0 without a word. */
+static const char *const csv_label_names[] = {"label", "labels", "target", "targets", "class"};
+#define CSV_LABEL_NAMES "label, labels, target, targets or class"
+
+static int find_label_column(csv_impl *t, const char *file, const ch_csv_cell *cells, size_t n,
+                             chute_error *err)
+{
+    for (size_t j = 0; j < sizeof csv_label_names / sizeof *csv_label_names; j++)
+        for (size_t k = 0; k < n; k++)
+            if (cells[k].n == strlen(csv_label_names[j]) && cells[k].n < sizeof t->auto_label &&
+                !strncasecmp(cells[k].p, csv_label_names[j], cells[k].n)) {
+                memcpy(t->auto_label, cells[k].p, cells[k].n);
+                t->auto_label[cells[k].n] = '\0';
+                return CHUTE_OK;
+            }
+    char have[400] = "";
+    for (size_t k = 0; k < n; k++) {
+        size_t l = strlen(have);
+        if (l + cells[k].n + 8 >= sizeof have) {
+            snprintf(have + l, sizeof have - l, ", ...");
+            break;
+        }
+        snprintf(have + l, sizeof have - l, "%s%.*s", k ? ", " : "", (int)cells[k].n, cells[k].p);
+    }
+    return ch_err(err, CHUTE_EFORMAT,
+                  "%s:1: no label column: the header has %s, and a column named "
+                  CSV_LABEL_NAMES " (any case) is the label; name another with label_key, give "
+                  "a schema, or set label_key to \"\" for rows without labels",
+                  file, have);
+}
+
 /* The header (first record of a file): where each schema column is. */
 static int use_header(chute_dataset *ds, csv_impl *t, const char *file, ch_csv_cell *cells,
                       size_t n, const chute_dataset_options *opt, chute_error *err)
@@ -270,10 +304,20 @@ static int use_header(chute_dataset *ds, csv_impl *t, const char *file, ch_csv_c
         return ch_err(err, CHUTE_EFORMAT, "%s:1: the header has %zu columns, the first file's "
                       "has %zu", file, n, t->ncells);
     t->ncells = n;
+    /* The label column's name: label_key; "" = none; else, without a
+     * schema, found by name in the first file's header. */
+    const char *lk = opt->label_key && opt->label_key[0] ? opt->label_key : NULL;
+    if (!opt->label_key && !t->from_schema) {
+        if (!t->auto_label[0]) {
+            int rc = find_label_column(t, file, cells, n, err);
+            if (rc != CHUTE_OK)
+                return rc;
+        }
+        lk = t->auto_label;
+    }
     if (!t->from_schema && t->ncols == 0) { /* every column but the label's: float32 */
         for (size_t k = 0; k < n && t->ncols < CH_FIELD_MAX; k++) {
-            if (opt->label_key && cells[k].n == strlen(opt->label_key) &&
-                !memcmp(cells[k].p, opt->label_key, cells[k].n))
+            if (lk && cells[k].n == strlen(lk) && !memcmp(cells[k].p, lk, cells[k].n))
                 continue;
             if (cells[k].n == 0 || cells[k].n >= CH_FIELD_NAME_MAX)
                 return ch_err(err, CHUTE_EFORMAT, "%s:1: header column %zu: an empty or too "
@@ -300,14 +344,14 @@ static int use_header(chute_dataset *ds, csv_impl *t, const char *file, ch_csv_c
                           "in the first file", file, c->name, (long long)at, (long long)c->src);
         c->src = at;
     }
-    if (opt->label_key) {
+    if (lk) {
         int64_t at = -1;
         for (size_t k = 0; k < n && at < 0; k++)
-            if (cells[k].n == strlen(opt->label_key) && !memcmp(cells[k].p, opt->label_key, cells[k].n))
+            if (cells[k].n == strlen(lk) && !memcmp(cells[k].p, lk, cells[k].n))
                 at = (int64_t)k;
         if (at < 0)
             return ch_err(err, CHUTE_EFORMAT, "%s:1: the header has no label column \"%s\"",
-                          file, opt->label_key);
+                          file, lk);
         t->label_src = at;
     }
     (void)ds;
@@ -362,7 +406,7 @@ static int index_record(chute_dataset *ds, csv_impl *t, uint32_t fi, char *r, si
         t->ncells = n;
         if (!t->from_schema)
             for (size_t k = 0; k < n && t->ncols < CH_FIELD_MAX; k++) {
-                if (opt->label_key && (size_t)atoll(opt->label_key) == k)
+                if (opt->label_key && opt->label_key[0] && (size_t)atoll(opt->label_key) == k)
                     continue;
                 csv_col *c = &t->cols[t->ncols++];
                 snprintf(c->name, sizeof c->name, "c%zu", k);
@@ -476,7 +520,7 @@ static int csv_open(chute_dataset *ds, const char *path, const chute_dataset_opt
             for (uint32_t j = 0; j < t->ncols; j++)
                 t->cols[j].src = j;
     }
-    if (!t->header && opt->label_key) {
+    if (!t->header && opt->label_key && opt->label_key[0]) {
         int64_t v;
         if (ch_csv_int64(opt->label_key, strlen(opt->label_key), &v) || v < 0)
             return ch_err(err, CHUTE_EINVAL, "label_key \"%s\": without a header, the label "

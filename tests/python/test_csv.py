@@ -162,9 +162,48 @@ def test_inspect(table):
     d, _ = table
     p = subprocess.run([sys.executable, "-m", "chute", "inspect", "--json", str(d)],
                        capture_output=True, text=True)
-    # the CLI opens with no schema: every column but none is float32; the
-    # text columns make no difference to the count
+    # no schema and no column named label/labels/target/targets/class: the
+    # label is not guessed (issue 22.2), the error names the columns seen
+    assert p.returncode != 0 and "no label column" in p.stderr and "y, a, b, c" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "chute", "inspect", "--json", "--label-key", "",
+                        str(d)], capture_output=True, text=True)
+    # label_key "": no labels; every column is float32; the text columns
+    # make no difference to the count
     assert p.returncode == 0, p.stderr
     j = json.loads(p.stdout)
     assert j["format"] == "csv" and j["samples"] == 110 and j["images"] is False
     assert [f["name"] for f in j["fields"]] == ["y", "a", "b", "c", "unused"]
+
+
+@pytest.mark.parametrize("lab", ["label", "Labels", "target", "class", None])
+def test_no_schema_label_column_by_name_and_features(tmp_path, lab):
+    """Issue 22.2: Loader("rows.csv") on a header a,b,c,label gave every label
+    as 0 and no feature columns.  Now a column named label/labels/target/
+    targets/class (any case) is the label and the other columns arrive as
+    fields and as one (N, columns) float32 "features" tensor, equal to what
+    pandas reads; with no such column the open fails naming the columns;
+    label_key="" is the explicit "no labels"."""
+    rs = np.random.RandomState(4)
+    df = pd.DataFrame({"a": rs.randint(-50, 50, 12), "b": rs.randn(12).astype(np.float32),
+                       "c": rs.rand(12).astype(np.float32)})
+    if lab:
+        df[lab] = rs.randint(0, 4, 12)
+    df.to_csv(tmp_path / "rows.csv", index=False)
+    p = str(tmp_path / "rows.csv")
+    want = pd.read_csv(p)
+    if lab is None:
+        with pytest.raises(chute.FormatError, match=r"no label column: the header has a, b, c"):
+            chute.Loader(p, batch_size=12)
+        b = next(iter(chute.Loader(p, batch_size=12, shuffle=False, label_key="",
+                                   as_torch=False, return_indices=False)))
+        assert np.asarray(b["labels"]).tolist() == [0] * 12
+        assert np.array_equal(np.asarray(b["features"]),
+                              want[["a", "b", "c"]].to_numpy(np.float64).astype(np.float32))
+        return
+    b = next(iter(chute.Loader(p, batch_size=12, shuffle=False, as_torch=False,
+                               return_indices=False)))
+    assert np.asarray(b["labels"]).tolist() == want[lab].tolist()
+    f = np.asarray(b["features"])
+    assert f.shape == (12, 3) and f.dtype == np.float32
+    assert np.array_equal(f, want[["a", "b", "c"]].to_numpy(np.float64).astype(np.float32))
+    assert np.array_equal(np.asarray(b["b"]), f[:, 1]) and lab not in b
