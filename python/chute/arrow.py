@@ -179,6 +179,70 @@ class _RowGroups:
         return batches[0]
 
 
+# The label column when label_key does not name one: the first of these
+# names (Hugging Face's datasets use "label"; others "labels", "target").
+LABEL_NAMES = ("label", "labels", "target", "targets", "class")
+
+
+def _label_column(schema: Any, label_key: Optional[str], f: str) -> Optional[str]:
+    """The label column's name, None for label_key "" (no labels); a
+    missing one is an error naming the columns, never labels of 0."""
+    if label_key == "":
+        return None
+    if label_key is not None:
+        if label_key not in schema.names:
+            raise ValueError("%s: no column %s (label_key); the columns are %s"
+                             % (f, label_key, ", ".join(schema.names)))
+        return label_key
+    for n in LABEL_NAMES:
+        if n in schema.names:
+            return n
+    raise _chute.FormatError(
+        "%s: no label column: a column named %s is the label, and the columns are %s; name "
+        "one with label_key, or set label_key to \"\" for rows without labels"
+        % (f, ", ".join(LABEL_NAMES), ", ".join("%s (%s)" % (fl.name, fl.type) for fl in schema)))
+
+
+def _label_values(pa: Any, np: Any, cols: List[Any], name: str, files: Sequence[str]) -> Any:
+    """int64 labels of the label column's chunks, one per file: integers
+    and booleans as they are; floats that are whole numbers as those
+    numbers (else an error); dictionary-encoded (pandas category) columns
+    as their codes in the first file's dictionary order; strings numbered
+    in sorted order, as ImageFolder numbers class directories."""
+    ty = cols[0].type
+    if pa.types.is_integer(ty) or pa.types.is_boolean(ty):
+        return np.concatenate([np.asarray(c.cast(pa.int64()).to_numpy(zero_copy_only=False),
+                                          dtype=np.int64) for c in cols])
+    if pa.types.is_floating(ty):
+        v = np.concatenate([np.asarray(c.to_numpy(zero_copy_only=False), dtype=np.float64)
+                            for c in cols])
+        bad = np.flatnonzero(~np.isfinite(v) | (v != np.round(v)))
+        if bad.size:
+            raise ValueError("%s: label column %s (%s): row %d holds %r, not a whole number; "
+                             "labels must be class indices" % (files[0], name, ty, bad[0],
+                                                               float(v[bad[0]])))
+        return v.astype(np.int64)
+    if pa.types.is_dictionary(ty):
+        first = cols[0].combine_chunks() if hasattr(cols[0], "combine_chunks") else cols[0]
+        cats = first.dictionary.to_pylist()
+        index = {c: k for k, c in enumerate(cats)}
+        out = []
+        for f, c in zip(files, cols):
+            vals = c.cast(ty.value_type).to_pylist()
+            miss = [x for x in vals if x not in index]
+            if miss:
+                raise ValueError("%s: label column %s: category %r is not in %s's categories"
+                                 % (f, name, miss[0], files[0]))
+            out.append(np.fromiter((index[x] for x in vals), np.int64, len(vals)))
+        return np.concatenate(out)
+    if pa.types.is_string(ty) or pa.types.is_large_string(ty):
+        vals = [x for c in cols for x in c.to_pylist()]
+        index = {c: k for k, c in enumerate(sorted(set(vals)))}
+        return np.fromiter((index[x] for x in vals), np.int64, len(vals))
+    raise ValueError("%s: label column %s has type %s: labels must be integers, whole-number "
+                     "floats, strings or categories" % (files[0], name, ty))
+
+
 def parquet_dataset(files: Sequence[str], *, image_key: Optional[str] = None,
                     label_key: Optional[str] = None, label_offset: int = 0,
                     read_delay_us: int = 0, columns: Optional[Sequence[str]] = None,
@@ -213,12 +277,7 @@ def parquet_dataset(files: Sequence[str], *, image_key: Optional[str] = None,
             [pf.schema_arrow.field(c) for c in columns])
         if want is None:
             want = got
-            if label_key is not None:
-                lab_col = label_key if label_key in want.names else None
-            elif "label" in want.names:
-                ty = want.field("label").type
-                if pa.types.is_integer(ty) or pa.types.is_boolean(ty):
-                    lab_col = "label"
+            lab_col = _label_column(want, label_key, f)
             fixed = sum(_fixed_bytes(pa, fl.type) for fl in want)
         elif not got.equals(want, check_metadata=False):
             raise ValueError("%s: its schema differs from %s's:\n%s\nvs\n%s"
@@ -237,9 +296,6 @@ def parquet_dataset(files: Sequence[str], *, image_key: Optional[str] = None,
             # bytes there), plus the encoded size for variable-width ones
             biggest = max(biggest, rg.num_rows * fixed + rg.total_byte_size)
         if lab_col is not None:
-            ty = want.field(lab_col).type
-            if not (pa.types.is_integer(ty) or pa.types.is_boolean(ty)):
-                break  # the library refuses it with its own message
             try:
                 col = pf.read(columns=[lab_col]).column(0)
             except Exception as e:
@@ -255,8 +311,8 @@ def parquet_dataset(files: Sequence[str], *, image_key: Optional[str] = None,
                     "with schema=\"%s=VALUE\")" % (f, g, r, lab_col, lab_col))
             if col.null_count:
                 col = col.fill_null(pa.scalar(int(dflt[lab_col]), col.type))
-            labels.append(np.asarray(col.cast(pa.int64()).to_numpy(zero_copy_only=False),
-                                     dtype=np.int64))
+            labels.append(col)
+
     if not units:
         raise ValueError("%s: the Parquet files have no rows" % (name,))
     budget = PARQUET_MEMORY_BYTES if memory_bytes is None else int(memory_bytes)
@@ -269,12 +325,12 @@ def parquet_dataset(files: Sequence[str], *, image_key: Optional[str] = None,
                       "parquet_memory_bytes re-reads row groups; shuffle='shards' reads each "
                       "once per epoch" % (len(units), max_resident), stacklevel=3)
     assert want is not None
-    lab = (np.concatenate(labels).tobytes() if labels and lab_col is not None
-           and len(labels) == len(files) else None)
+    lab = (_label_values(pa, np, labels, lab_col, files).tobytes()
+           if labels and lab_col is not None and len(labels) == len(files) else None)
     return _chute._dataset_from_arrow_units(
         want.__arrow_c_schema__(), np.asarray(rows, dtype=np.uint64).tobytes(), lab,
         _RowGroups(units, metas, want, columns), max_resident=max_resident, unit_names=names,
-        image_key=image_key, label_key=label_key, label_offset=int(label_offset),
+        image_key=image_key, label_key=label_key if lab_col is None else lab_col, label_offset=int(label_offset),
         read_delay_us=int(read_delay_us), name=name, null_defaults=schema)
 
 

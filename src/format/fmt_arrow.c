@@ -89,6 +89,7 @@ typedef struct arrow_impl {
     arrow_col cols[CH_FIELD_MAX + 2];
     uint32_t ncols;
     int img, lab;             /* cols index or -1 */
+    int labels_given;         /* units mode: the producer gives the labels (any column type) */
     int fcol[CH_FIELD_MAX];   /* ds field -> cols index */
     /* Units mode (chute_dataset_open_arrow_units): batches[u] is unit u,
      * present when state[u] == U_RESIDENT.  mu guards state, resident,
@@ -1039,8 +1040,47 @@ static int columns(chute_dataset *ds, arrow_impl *t, const chute_dataset_options
 {
     const struct ArrowSchema *s = &t->schema;
     const char *img = opt->image_key, *lab = opt->label_key;
-    int img_found = 0, lab_found = 0;
+    int img_found = 0, lab_found = 0, no_labels = lab && !lab[0];
     t->img = t->lab = -1;
+    /* Without label_key the label column is the first of these names that
+     * is an integer column (or any column whose labels the units producer
+     * gives); none is an error, never labels of 0 without a word, and
+     * label_key "" says "no labels". */
+    static const char *const names[] = {"label", "labels", "target", "targets", "class"};
+    if (!lab) {
+        for (size_t j = 0; j < sizeof names / sizeof *names && !lab; j++)
+            for (int64_t k = 0; k < s->n_children && !lab; k++) {
+                const struct ArrowSchema *ch = s->children[k];
+                arrow_col c;
+                memset(&c, 0, sizeof c);
+                if (!schema_ok(ch) || !ch->name || strcmp(ch->name, names[j]) != 0)
+                    continue;
+                int kind = classify(ch, &c);
+                if (t->labels_given || kind == AK_INT || kind == AK_UINT || kind == AK_BOOL)
+                    lab = names[j];
+            }
+        if (!lab && !t->labels_given) {
+            char have[400] = "";
+            for (int64_t k = 0; k < s->n_children; k++) {
+                const struct ArrowSchema *ch = s->children[k];
+                size_t l = strlen(have);
+                const char *nm = ch && ch->name ? ch->name : "?";
+                if (l + strlen(nm) + 8 >= sizeof have) {
+                    snprintf(have + l, sizeof have - l, ", ...");
+                    break;
+                }
+                snprintf(have + l, sizeof have - l, "%s%s (%s)", k ? ", " : "", nm,
+                         ch && ch->format ? ch->format : "?");
+            }
+            return ch_err(err, CHUTE_EFORMAT,
+                          "arrow: no label column: an integer column named label, labels, "
+                          "target, targets or class is the label, and the columns are %s; name "
+                          "one with label_key, or set label_key to \"\" for rows without labels",
+                          have);
+        }
+    }
+    if (no_labels)
+        lab = NULL;
     for (int64_t k = 0; k < s->n_children; k++) {
         const struct ArrowSchema *ch = s->children[k];
         if (!schema_ok(ch) || !ch->name)
@@ -1055,7 +1095,7 @@ static int columns(chute_dataset *ds, arrow_impl *t, const chute_dataset_options
         snprintf(c.name, sizeof c.name, "%s", ch->name);
         int is_img = img ? strcmp(ch->name, img) == 0
                          : strcmp(ch->name, "image") == 0 && (kind == AK_IMAGE || kind == AK_BIN);
-        int is_lab = lab ? strcmp(ch->name, lab) == 0 : strcmp(ch->name, "label") == 0;
+        int is_lab = lab && strcmp(ch->name, lab) == 0;
         if (is_img) {
             if (kind != AK_IMAGE && kind != AK_BIN)
                 return ch_err(err, CHUTE_EUNSUPPORTED, "arrow: image column %s has format "
@@ -1064,12 +1104,9 @@ static int columns(chute_dataset *ds, arrow_impl *t, const chute_dataset_options
             img_found = 1;
             t->img = (int)t->ncols;
         } else if (is_lab) {
-            if (kind != AK_INT && kind != AK_UINT && kind != AK_BOOL) {
-                if (lab)
-                    return ch_err(err, CHUTE_EUNSUPPORTED, "arrow: label column %s has format "
-                                  "\"%s\" (want an integer type)", ch->name, ch->format);
-                continue;
-            }
+            if (kind != AK_INT && kind != AK_UINT && kind != AK_BOOL && !t->labels_given)
+                return ch_err(err, CHUTE_EUNSUPPORTED, "arrow: label column %s has format "
+                              "\"%s\" (want an integer type)", ch->name, ch->format);
             lab_found = 1;
             t->lab = (int)t->ncols;
         } else if (kind == 0 || kind == AK_IMAGE || t->ncols >= CH_FIELD_MAX) {
@@ -1116,6 +1153,8 @@ static int check_batch(const arrow_impl *t, const struct ArrowArray *a, size_t b
     if (rc)
         return rc;
     for (uint32_t j = 0; j < t->ncols; j++) {
+        if ((int)j == t->lab && t->labels_given)
+            continue; /* its values came from the producer (any type); never read here */
         k.col = t->cols[j].name;
         rc = check_col(&t->cols[j], a->children[t->cols[j].child], a->offset + a->length, &k);
         if (rc)
@@ -1349,6 +1388,7 @@ int chute_dataset_open_arrow_units(chute_arrow_units *src, const chute_dataset_o
                     "columns (\"+s\")", t->schema.format ? t->schema.format : "(null)");
         goto out;
     }
+    t->labels_given = src->labels != NULL;
     rc = columns(ds, t, opt, err);
     if (rc == CHUTE_OK && t->lab >= 0 && !src->labels)
         rc = ch_err(err, CHUTE_EINVAL, "arrow: column %s is the label column: the units "

@@ -231,15 +231,18 @@ def test_unsupported_named_columns_and_misuse(tmp_path):
     with pytest.raises(chute.UnsupportedError, match="label column label"):
         _loader(t, fields=["x"], label_key="label")
     with pytest.raises(chute.NotFoundError, match="no column nope"):
-        _loader(t, fields=["x"], image_key="nope")
-    # a default-named string "label" is just left out: labels are 0
-    got = _epoch(_loader(t, fields=["x"]))
+        _loader(t, fields=["x"], image_key="nope", label_key="")
+    # a default-named string "label" of a stream is no longer left out with
+    # labels of 0 (issue 31.2): refused naming it; label_key="" = no labels
+    with pytest.raises(chute.FormatError, match=r"no label column.*label \(u\)"):
+        _loader(t, fields=["x"])
+    got = _epoch(_loader(t, fields=["x"], label_key=""))
     assert list(got["labels"].values()) == [0, 0] and got["x"][1] == 2
     r = pa.RecordBatchReader.from_batches(t.schema, t.to_batches())
     cap = r.__arrow_c_stream__()
-    chute._chute._dataset_from_arrow(cap)
+    chute._chute._dataset_from_arrow(cap, label_key="")
     with pytest.raises(ValueError, match="already consumed"):
-        chute._chute._dataset_from_arrow(cap)
+        chute._chute._dataset_from_arrow(cap, label_key="")
 
 
 # ---- Parquet larger than memory (row groups on demand), null defaults ----
@@ -546,3 +549,47 @@ print("exiting with the loader open")
     r = subprocess.run([sys.executable, "-W", "ignore", "-c", code], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, env=_cli_env(), timeout=120)
     assert r.returncode == 0 and b"exiting with the loader open" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("case", ["labels", "target", "float", "category", "string", "none",
+                                  "fraction"])
+def test_parquet_label_columns_never_silently_zero(tmp_path, case):
+    """Issues 22.2 / 31.2: Hugging Face-style Parquet whose label column is
+    named labels or target, or whose label is float, dictionary-encoded
+    (pandas category) or string, gave labels of 0 and classes ('0',)
+    without a word.  Now: the usual names are found, whole-number floats
+    are their numbers, categories their codes (pandas' cat.codes), strings
+    their index in sorted order; no label column, or a float that is not
+    a whole number, is an error naming the column."""
+    import pandas as pd
+    rs = np.random.RandomState(5)
+    y = rs.randint(0, 4, 12)
+    names = np.array(["cat", "dog", "emu", "ant"])
+    col = {"labels": ("labels", y), "target": ("target", y),
+           "float": ("label", y.astype(np.float64)),
+           "category": ("label", pd.Categorical(names[y], categories=["dog", "ant", "emu", "cat"])),
+           "string": ("label", names[y]), "none": (None, None),
+           "fraction": ("label", y + 0.5)}[case]
+    df = pd.DataFrame({"x": np.arange(12, dtype=np.int32)})
+    if col[0]:
+        df[col[0]] = col[1]
+    df.to_parquet(tmp_path / "t.parquet", row_group_size=5)
+    p = str(tmp_path / "t.parquet")
+    if case == "none":
+        with pytest.raises(chute.FormatError, match=r"no label column.*x \(int32\)"):
+            _loader(p, fields=["x"])
+        return
+    if case == "fraction":
+        with pytest.raises(ValueError, match="not a whole number"):
+            _loader(p, fields=["x"])
+        return
+    got = _epoch(_loader(p, fields=["x"]))
+    labs = [got["labels"][i] for i in sorted(got["labels"])]
+    if case == "category":
+        want = pd.read_parquet(p)["label"].cat.codes.tolist()
+    elif case == "string":
+        want = [sorted(set(names[y])).index(v) for v in names[y]]
+    else:
+        want = y.tolist()
+    assert labs == want
+
