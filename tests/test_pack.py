@@ -477,6 +477,10 @@ def io_errors(ctx):
             ctx.check(not os.path.exists(os.path.join(out, "chute.manifest")),
                       "%s: a manifest was written: %s" % (tag, sorted(os.listdir(out))))
             ctx.check(leftovers(out) == [], "%s: left behind %s" % (tag, leftovers(out)))
+            # nor finished shards no manifest lists (issue 31.4: a full disk
+            # kept shard-00000.chute, shard-00001.chute and a .tmp)
+            shards = sorted(n for n in os.listdir(out) if n.startswith("shard-"))
+            ctx.check(shards == [], "%s: left shards behind: %s" % (tag, shards))
         d = ctx.dsinfo_run(out, "--kind", "shards", expect="nonzero")
         ctx.check(d["proc"].returncode != 0, "%s: the output opens as a dataset" % tag)
 

@@ -949,11 +949,17 @@ static int pack_shards(const char *root, const char *out_dir, const ch_tree_list
         res->classes = list->nclasses;
     } else {
         /* Whatever failed after the manifest was written, the directory
-         * must not open as a dataset. */
+         * must not open as a dataset; and what this run wrote (finished
+         * shards, the shard in progress) goes too: a failed pack -- a full
+         * disk above all -- must not leave hundreds of MB that no manifest
+         * lists (issue 31.4), as the wds and tfrecord writers do not.  The
+         * old manifest was removed before writing began, so no complete
+         * dataset is lost here; a re-run writes everything again. */
         char mpath[4096];
         snprintf(mpath, sizeof mpath, "%s/%s", out_dir, CH_MANIFEST_NAME);
-        if (unlink(mpath) == 0)
-            ch_fsync_dir(out_dir, NULL);
+        unlink(mpath);
+        remove_stale(out_dir, 0, NULL);
+        ch_fsync_dir(out_dir, NULL);
     }
     free(recs);
     return rc;
