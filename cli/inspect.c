@@ -42,6 +42,7 @@ typedef struct insp {
     uint64_t bytes;
     uint64_t side_bins[8];    /* shorter side: <64,<128,<256,<512,<1024,<2048,<4096,>= */
     uint64_t fmt[5];          /* by format id: 0 undecodable, JPEG, PNG, BMP, CHRAW */
+    uint64_t refused;         /* samples the format could not give (no label, damaged record): not "undecodable" */
     uint64_t cs[5];           /* grey, grey+alpha, RGB, RGBA/CMYK(4) , other */
     uint64_t *per_class;
     dim_count *dims;
@@ -91,6 +92,7 @@ static void *insp_thread(void *arg)
             cap = len;
             rc = chute_dataset_read(s->ds, i, buf, cap, &len, &err);
         }
+        int read_failed = rc != CHUTE_OK;
         uint32_t w = 0, h = 0, ch = 0;
         int fmt = 0;
         if (rc == CHUTE_OK)
@@ -103,7 +105,7 @@ static void *insp_thread(void *arg)
             s->bytes += len;
         }
         int64_t label = chute_dataset_label(s->ds, i);
-        if (label >= 0)
+        if (label >= 0 && !read_failed) /* a refused sample has no real label */
             s->per_class[label]++;
         if (rc != CHUTE_OK) {
             if (s->bad < MAX_BAD) {
@@ -114,7 +116,10 @@ static void *insp_thread(void *arg)
                 s->bad_msg[s->bad] = strdup(msg);
             }
             s->bad++;
-            s->fmt[0]++;
+            if (read_failed) /* e.g. a WebDataset sample without .cls: its image is fine */
+                s->refused++;
+            else
+                s->fmt[0]++;
         } else {
             s->fmt[fmt >= 1 && fmt <= 4 ? fmt : 0]++;
             s->cs[ch == 1 ? 0 : ch == 2 ? 1 : ch == 3 ? 2 : ch == 4 ? 3 : 4]++;
@@ -446,10 +451,10 @@ int cmd_inspect(int argc, char **argv)
         printf("],\"mean_width\":%.1f,\"mean_height\":%.1f,", good ? s.sum_w / good : 0,
                good ? s.sum_h / good : 0);
         printf("\"formats\":{\"jpeg\":%llu,\"png\":%llu,\"bmp\":%llu,\"raw\":%llu,"
-               "\"undecodable\":%llu},",
+               "\"undecodable\":%llu},\"refused\":%llu,",
                (unsigned long long)s.fmt[1], (unsigned long long)s.fmt[2],
                (unsigned long long)s.fmt[3], (unsigned long long)s.fmt[4],
-               (unsigned long long)s.fmt[0]);
+               (unsigned long long)s.fmt[0], (unsigned long long)s.refused);
         printf("\"color_spaces\":{");
         for (unsigned b = 0; b < 5; b++)
             printf("%s\"%s\":%llu", b ? "," : "", cs_names[b], (unsigned long long)s.cs[b]);
@@ -498,7 +503,11 @@ int cmd_inspect(int argc, char **argv)
         if (s.fmt[3] || s.fmt[4])
             printf("%llu BMP, %llu CHRAW, ", (unsigned long long)s.fmt[3],
                    (unsigned long long)s.fmt[4]);
-        printf("%llu undecodable\n", (unsigned long long)s.fmt[0]);
+        printf("%llu undecodable", (unsigned long long)s.fmt[0]);
+        if (s.refused)
+            printf(", %llu samples the format could not give (no label, a damaged record: "
+                   "listed below)", (unsigned long long)s.refused);
+        printf("\n");
         if (have_pinfo && (pinfo.max_side || pinfo.raw)) {
             printf("packed: ");
             if (pinfo.max_side)
@@ -544,7 +553,8 @@ int cmd_inspect(int argc, char **argv)
             printf(" %s=%llu", chute_dataset_class_name(ds, c), (unsigned long long)s.per_class[c]);
         printf("%s\n", nc > 10 ? " ..." : "");
         if (s.bad) {
-            printf("undecodable (%llu):\n", (unsigned long long)s.bad);
+            printf("%s (%llu):\n", s.refused ? "samples that failed" : "undecodable",
+                   (unsigned long long)s.bad);
             for (uint64_t k = 0; k < s.bad && k < MAX_BAD; k++)
                 printf("  %s\n", s.bad_msg[k] ? s.bad_msg[k] : "?");
             if (s.bad > MAX_BAD)

@@ -65,6 +65,7 @@ typedef struct wds_impl {
     wds_fref *frefs;          /* typed fields of every sample, in sample order */
     uint64_t nfrefs, cap_frefs;
     ch_fcache fc;             /* the shards' handles, at most RLIMIT_NOFILE/2 open */
+    char first_bad_cls[640];  /* the first unreadable .cls: where, what it holds, why */
 } wds_impl;
 
 static int wds_name(const char *name)
@@ -241,6 +242,11 @@ static int index_shard(chute_dataset *ds, wds_impl *t, uint32_t fi, uint64_t *ca
         int64_t raw = 0;
         if (cls->size >= sizeof text) {
             s->bad = WDS_BAD_LABEL;
+            if (!t->first_bad_cls[0])
+                snprintf(t->first_bad_cls, sizeof t->first_bad_cls,
+                         "%.400s@%llu: sample \"%.100s\": its .cls member is %llu bytes, too long "
+                         "for an integer", f->path, (unsigned long long)cls->header_offset,
+                         s->key, (unsigned long long)cls->size);
             continue;
         }
         rc = t->src->read_at(f->h, f->path, cls->data_offset, text, (size_t)cls->size, err);
@@ -248,6 +254,20 @@ static int index_shard(chute_dataset *ds, wds_impl *t, uint32_t fi, uint64_t *ca
             break;
         if (parse_cls(text, (size_t)cls->size, &raw) != 0) {
             s->bad = WDS_BAD_LABEL;
+            if (!t->first_bad_cls[0]) {
+                size_t k = 0, d = 0;
+                while (k < (size_t)cls->size && (text[k] == '-' || text[k] == '+' ||
+                                                  (text[k] >= '0' && text[k] <= '9') ||
+                                                  text[k] == ' ' || text[k] == '\n'))
+                    d += text[k++] >= '0';
+                snprintf(t->first_bad_cls, sizeof t->first_bad_cls,
+                         "%.400s@%llu: sample \"%.100s\": its .cls member \"%.*s\" is %s",
+                         f->path, (unsigned long long)cls->header_offset, s->key,
+                         (int)cls->size, text,
+                         k == (size_t)cls->size && d
+                             ? "outside the int64 range"
+                             : "not a decimal integer (webdataset's .cls is ASCII digits)");
+            }
             continue;
         }
         char where[4400];
@@ -294,6 +314,11 @@ static int wds_open(chute_dataset *ds, const char *path, const chute_dataset_opt
     if (t->n == 0)
         return ch_err(err, CHUTE_ENOTFOUND, "%s: no samples in %zu shard%s", path, t->nfiles,
                       t->nfiles == 1 ? "" : "s");
+    if (maxlabel < 0 && t->first_bad_cls[0])
+        return ch_err(err, CHUTE_EFORMAT,
+                      "%s: no sample has both an image and a readable .cls label; the first "
+                      ".cls that could not be read: %s",
+                      path, t->first_bad_cls);
     if (maxlabel < 0)
         return ch_err(err, CHUTE_EFORMAT,
                       "%s: no sample has both an image (.jpg/.jpeg/.png/.bmp) and a .cls label",
