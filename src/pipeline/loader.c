@@ -217,6 +217,7 @@ struct chute_loader {
     pid_t pid;                /* process that created the loader (fork detection) */
     char errmsg[1400];        /* written and read on the caller's thread only */
     char skip_msg[1400];      /* (mu) last skipped sample, from workers */
+    uint64_t *skip_seen;      /* (mu) one bit per sample skipped this epoch (made at the first skip) */
     int skip_new;             /* (mu) skip_msg not yet copied to errmsg */
     uint32_t nlf;             /* typed fields delivered (immutable after create) */
     lfield lf[CH_FIELD_MAX];
@@ -684,13 +685,31 @@ static void io_fail_run(chute_loader *ld, uint64_t gen, int code, const char *wh
     pthread_mutex_unlock(&ld->mu);
 }
 
-/* A skipped sample: count it and leave its message for the consumer. */
-static void note_skip(chute_loader *ld, worker *w, const char *where, const char *reason)
+/* A skipped sample: count it and leave its message for the consumer.
+ * The count is of samples, not attempts: a bad sample drawn again as
+ * another's replacement in the same epoch is not counted twice, so the
+ * count never exceeds the samples the epoch holds (issue 31.5).  The
+ * bitset is made at the first skip (skips are rare; this path takes the
+ * mutex anyway) and cleared at each epoch; streams, whose handles are not
+ * dataset indices, count every skip. */
+static void note_skip(chute_loader *ld, worker *w, uint64_t idx, const char *where,
+                      const char *reason)
 {
     char m[1100];
     locate(m, sizeof m, where, reason);
-    ch_counter_inc(&w->stats->corrupt);
     pthread_mutex_lock(&ld->mu);
+    int count = 1;
+    if (!ld->st && idx < ld->ds->n) {
+        if (!ld->skip_seen)
+            ld->skip_seen = calloc((size_t)(ld->ds->n + 63) / 64, sizeof *ld->skip_seen);
+        if (ld->skip_seen) {
+            uint64_t bit = 1ull << (idx % 64);
+            count = !(ld->skip_seen[idx / 64] & bit);
+            ld->skip_seen[idx / 64] |= bit;
+        }
+    }
+    if (count)
+        ch_counter_inc(&w->stats->corrupt);
     snprintf(ld->skip_msg, sizeof ld->skip_msg, "skipped %s", m);
     ld->skip_new = 1;
     pthread_mutex_unlock(&ld->mu);
@@ -747,7 +766,7 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
             ch_counter_inc(&w->stats->corrupt);
             fail_slot(ld, s, CHUTE_ECORRUPT, where, err.message, NULL);
         } else {
-            note_skip(ld, w, where, err.message);
+            note_skip(ld, w, idx, where, err.message);
             /* Deterministic replacement from this rank's epoch.  Each
              * replacement's failure is reported with its own location and
              * reason; `err` keeps the original sample's. */
@@ -777,7 +796,7 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
                         io_fail_run(ld, gen, rc, rwhere, rerr.message);
                     done = 1;
                 } else {
-                    note_skip(ld, w, rwhere, rerr.message);
+                    note_skip(ld, w, used, rwhere, rerr.message);
                 }
             }
             if (rc != CHUTE_OK && !done) {
@@ -1377,6 +1396,7 @@ void chute_loader_destroy(chute_loader *ld)
     ch_ra_destroy(ld->ra);
     ld->ra = NULL;
     free_memory(ld);
+    free(ld->skip_seen);
     pthread_mutex_destroy(&ld->mu);
     pthread_cond_destroy(&ld->work_cv);
     pthread_cond_destroy(&ld->slot_cv);
@@ -1422,6 +1442,8 @@ static void start_locked(chute_loader *ld, uint64_t epoch, uint64_t start_batch)
         return;
     }
     ch_sampler_set_epoch(&ld->sampler, epoch); /* workers are idle: safe */
+    if (ld->skip_seen) /* a new epoch counts its skipped samples afresh */
+        memset(ld->skip_seen, 0, (size_t)(ld->ds->n + 63) / 64 * sizeof *ld->skip_seen);
     ld->epoch = epoch;
     if (start_batch > ld->nbatches)
         start_batch = ld->nbatches;
