@@ -805,7 +805,12 @@ static int req_run(client *cl, easy *x, req *r, const char *path, const char *wh
     const rconf *c = &cl->c;
     uint64_t start = ch_now_ns(), deadline = start + c->retry_total_ns;
     char why[256];
-    int rc = ch_rhealth_check(r->url, path, what, err);
+    /* A server given up on fails reads at once (remote_health.h); writes
+     * and deletes are still tried: after a failed upload the abort of its
+     * multipart upload is what keeps the bucket clean. */
+    int rc = r->method == REQ_GET || r->method == REQ_HEAD
+                 ? ch_rhealth_check(r->url, path, what, err)
+                 : CHUTE_OK;
     if (rc != CHUTE_OK)
         return rc;
     for (unsigned attempt = 0;; attempt++) {
