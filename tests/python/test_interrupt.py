@@ -10,7 +10,8 @@ import pytest
 
 import chute
 
-SLOW = dict(batch_size=50, size=16, workers=1, read_delay_us=20000)  # ~1 s per batch
+SLOW = dict(batch_size=50, size=16, workers=1, read_delay_us=20000,
+            readahead=0)  # ~1 s per batch: the worker waits for each read itself
 
 
 def test_ctrl_c_interrupts_a_wait(tree):
@@ -33,7 +34,7 @@ def test_ctrl_c_interrupts_a_wait(tree):
 def test_sigint_in_a_subprocess(tree):
     code = ("import chute, sys\n"
             "ld = chute.Loader(sys.argv[1], batch_size=50, size=16, workers=1, "
-            "read_delay_us=200000, as_torch=False)\n"
+            "read_delay_us=200000, readahead=0, as_torch=False)\n"
             "print('ready', flush=True)\n"
             "for _ in ld: pass\n")
     p = subprocess.Popen([sys.executable, "-c", code, tree], stdout=subprocess.PIPE,

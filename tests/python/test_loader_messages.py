@@ -14,7 +14,7 @@ from chute import _chute
 
 def test_timeout_message_has_the_number(tree):
     # One worker, 0.3 s per read and 8 samples per batch: no batch in 0.25 s.
-    ld = chute.Loader(tree, batch_size=8, size=16, workers=1, read_delay_us=300000,
+    ld = chute.Loader(tree, batch_size=8, size=16, workers=1, read_delay_us=300000, readahead=0,
                       timeout=0.25)
     with pytest.raises(TimeoutError) as e:
         next(iter(ld))

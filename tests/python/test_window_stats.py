@@ -49,7 +49,7 @@ def close(a, b, rel, abs_=0.0):
 def test_window_after_idle_start_matches_the_loops_clock(tree):
     # 1 worker, 10 ms per read, 5 samples per batch: about 50 ms to make a
     # batch; the loop steps in 25 ms, so it waits about half the time.
-    ld = chute.Loader(tree, batch_size=5, size=16, workers=1, read_delay_us=10000,
+    ld = chute.Loader(tree, batch_size=5, size=16, workers=1, read_delay_us=10000, readahead=0,
                       shuffle=False)
     time.sleep(IDLE_S)                      # "building the model"
     ext = timed_loop(ld, 0.025)
@@ -82,7 +82,7 @@ def test_window_after_idle_start_matches_the_loops_clock(tree):
 def test_last_wait_spans_the_bindings_wait_slices(tree):
     # About 0.3 s per batch with no consumer work: next() waits in several
     # 100 ms slices (Ctrl-C checks); last_wait_s is the whole wait.
-    ld = chute.Loader(tree, batch_size=5, size=16, workers=1, read_delay_us=60000,
+    ld = chute.Loader(tree, batch_size=5, size=16, workers=1, read_delay_us=60000, readahead=0,
                       shuffle=False, prefetch=1)
     it = iter(ld)
     for _ in range(3):
