@@ -187,6 +187,8 @@ if [ "$run_pytest" = 1 ]; then
   # The remote tests' server harness (test_remote.py) and the test library.
   cp "$ROOT/tests/chute_testlib.py" "$ROOT/tests/test_remote.py" tests/
   cp -r "$ROOT/python/tools" python/
+  # test_readme checks the installed `chute version` against the README.
+  cp "$ROOT/README.md" .
   # SeaweedFS, if the checkout's tests already fetched it, is reused.
   CHUTE_REMOTE_TOOLS="${CHUTE_REMOTE_TOOLS:-$ROOT/build-python/remote-tools}" \
   CHUTE_PYARROW_DIR="${CHUTE_PYARROW_DIR:-$ROOT/build-python/pyarrow/site}" \
