@@ -47,6 +47,10 @@ _KINDS = _enum("kind", "dataset")
 _SHUFFLES = _enum("shuffle")  # chute_shuffle
 
 _STATE_FORMAT = "chute.Loader/1"
+# A state whose run began mid-epoch at a position (an elastic resume):
+# batches_consumed counts from that position, so a chute that predates
+# positions must refuse it rather than skip that many batches of the epoch.
+_STATE_FORMAT_AT = "chute.Loader/2"
 
 # The loader's option table (src/common/loader_options.def), exported by
 # the C extension: name -> (name, kind, default, min, max, layers, help).
@@ -664,6 +668,9 @@ class Loader:
         # The position state_dict reports while no run of _epoch has started
         # (a fresh loader, set_epoch, load_state_dict); None: ask the core.
         self._pending_position: Optional[int] = 0
+        # The position the current (or pending) run starts at; None: a whole
+        # epoch's run (batches_consumed counts from the epoch's start).
+        self._run_at: Optional[int] = None
         self._generation = 0        # bumps on every start; stale iterators raise
         self._superseded_by = ""    # what bumped it last, for their message
         self._active = False        # an epoch run is in progress
@@ -689,6 +696,7 @@ class Loader:
             self._supersede("set_epoch(%d)" % epoch)
             self._consumed = self._resume[1] if self._resume is not None else 0
             self._pending_position = self._resume_position() if self._resume is not None else 0
+            self._run_at = self._resume[2] if self._resume is not None else None
         self._epoch = epoch
         self._epoch_chosen = True
 
@@ -741,6 +749,7 @@ class Loader:
         else:
             self._core.start_epoch(self._epoch, start)
         self._pending_position = None
+        self._run_at = position
         self._skip_epoch = self._epoch
         self._consumed = start if self._is_stream else min(start, self._core.run_batches)
         self._supersede("a new iteration (iter(loader) or next_batch()) that started epoch %d"
@@ -864,7 +873,7 @@ class Loader:
         # consumed (the same bytes give the same order): exact only if the
         # command gives the same bytes again (docs/DESIGN.md "Streams").
         return {
-            "format": _STATE_FORMAT,
+            "format": _STATE_FORMAT if self._run_at is None else _STATE_FORMAT_AT,
             "seed": self.seed,
             "epoch": self._epoch,
             "batches_consumed": self._consumed,
@@ -925,7 +934,7 @@ class Loader:
         streams resume only at the saved world size and batch size: their
         ranks' orders are not one sequence split up (docs/DESIGN.md
         "Resume")."""
-        if state.get("format") != _STATE_FORMAT:
+        if state.get("format") not in (_STATE_FORMAT, _STATE_FORMAT_AT):
             raise ValueError("not a chute.Loader state dict (format %r)" % state.get("format"))
         mine = self.state_dict()
         for key in ("seed", "shuffle", "dataset_size", "drop_last", "remainder"):
@@ -952,6 +961,7 @@ class Loader:
         self._resume = (epoch,) + resume
         self._consumed = resume[0]
         self._pending_position = None if self._is_stream else self._resume_position()
+        self._run_at = resume[1]
         self._active = False
         self._supersede("load_state_dict()")
         # The saved epoch runs next, from where it stopped; a state saved
@@ -988,6 +998,8 @@ class Loader:
         n = len(self.dataset)
         if state.get("position") is not None:
             position = _uint("position", state["position"], 0, n)
+        elif state.get("format") == _STATE_FORMAT_AT:
+            raise ValueError("a %s state needs its position" % _STATE_FORMAT_AT)
         else:
             # A state from before positions were saved: always a whole-epoch
             # run, whose ranks had each consumed `consumed` batches.

@@ -172,6 +172,12 @@ def test_elastic_resume_composes(tree):
     a, s1 = run_ranks(tree, 2, 4, batch_size=5, workers=1)
     b, s2 = run_ranks(tree, 3, 2, state=s1, batch_size=5, workers=2)
     assert s2["position"] == 2 * 5 * 2 * 2 + 2 * 5 * 3
+    # A run that began mid-epoch counts batches from there: its state is
+    # format /2 (a chute without positions refuses it instead of misreading).
+    assert (s1["format"], s2["format"]) == ("chute.Loader/1", "chute.Loader/2")
+    with pytest.raises(ValueError, match="position"):
+        chute.Loader(tree, world_size=8, batch_size=5, **KW).load_state_dict(
+            {k: v for k, v in s2.items() if k != "position"})
     c, _ = run_ranks(tree, 8, state=s2, batch_size=5, workers=1)
     x, y, z = ids(a), ids(b), ids(c)
     assert len(set(x + y)) == len(x + y)
