@@ -425,7 +425,9 @@ class Loader:
     Resume: :meth:`state_dict` records (seed, epoch, batches consumed); a new
     loader given :meth:`load_state_dict` continues that epoch with exactly the
     batches not yet delivered, in the same order and with the same crops, with
-    any number of workers.
+    any number of workers; with a global shuffle also on another world size or
+    batch size (the epoch's remaining samples dealt over the new ranks, see
+    :meth:`load_state_dict`).
     """
 
     def __init__(
