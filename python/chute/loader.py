@@ -52,6 +52,33 @@ _STATE_FORMAT = "chute.Loader/1"
 # positions must refuse it rather than skip that many batches of the epoch.
 _STATE_FORMAT_AT = "chute.Loader/2"
 
+# Dataset kinds whose sample sizes and locations come from the listing or
+# index made at open (no sample read): these get a resume fingerprint.
+_FINGERPRINT_KINDS = ("tree", "shards", "tfrecord", "wds")
+_FINGERPRINT_SAMPLES = 32
+
+
+def _dataset_fingerprint(ds: Any) -> Optional[str]:
+    """What tells two datasets of the same size apart for a resume check: the
+    class names and, for up to 32 evenly spaced samples, label, stored size
+    and location relative to the dataset's root (so a dataset moved or
+    mounted elsewhere still matches).  No sample is read (a tree stats those
+    32 files).  None for kinds where that is not cheap (streams, Arrow)."""
+    if ds.kind not in _FINGERPRINT_KINDS:
+        return None
+    import hashlib
+
+    n = len(ds)
+    root = (ds.path or "").rstrip("/") + "/"
+    h = hashlib.sha256(repr(tuple(ds.classes)).encode())
+    for k in range(min(n, _FINGERPRINT_SAMPLES)):
+        i = k * n // min(n, _FINGERPRINT_SAMPLES)
+        where = ds.describe(i)
+        if root != "/" and where.startswith(root):
+            where = where[len(root):]
+        h.update(repr((i, ds.label(i), ds.sample_size(i), where)).encode())
+    return h.hexdigest()[:32]
+
 # The loader's option table (src/common/loader_options.def), exported by
 # the C extension: name -> (name, kind, default, min, max, layers, help).
 # The keyword defaults and bounds below come from it, so Python, C and the
@@ -683,6 +710,7 @@ class Loader:
         # The position the current (or pending) run starts at; None: a whole
         # epoch's run (batches_consumed counts from the epoch's start).
         self._run_at: Optional[int] = None
+        self._fingerprint_memo: Optional[Tuple[Optional[str]]] = None  # see _fingerprint
         self._generation = 0        # bumps on every start; stale iterators raise
         self._superseded_by = ""    # what bumped it last, for their message
         self._active = False        # an epoch run is in progress
@@ -898,6 +926,7 @@ class Loader:
             "batch_size": self.batch_size,
             "world_size": self.world_size,
             "dataset_size": len(self.dataset),
+            "dataset_fingerprint": self._fingerprint(),
             "shuffle": self.shuffle,
             "drop_last": self.drop_last,
             "remainder": self.remainder,
@@ -905,6 +934,11 @@ class Loader:
             "shuffle_buffer": self.shuffle_buffer,
             **self._stream_state(),
         }
+
+    def _fingerprint(self) -> Optional[str]:
+        if self._fingerprint_memo is None:  # computed once: a tree stats files
+            self._fingerprint_memo = (_dataset_fingerprint(self.dataset),)
+        return self._fingerprint_memo[0]
 
     def _position(self) -> int:
         if self._pending_position is not None:
@@ -950,13 +984,24 @@ class Loader:
         streams resume only at the saved world size and batch size: their
         ranks' orders are not one sequence split up (docs/DESIGN.md
         "Resume")."""
-        if state.get("format") not in (_STATE_FORMAT, _STATE_FORMAT_AT):
-            raise ValueError("not a chute.Loader state dict (format %r)" % state.get("format"))
+        fmt = state.get("format")
+        if fmt not in (_STATE_FORMAT, _STATE_FORMAT_AT):
+            if isinstance(fmt, str) and fmt.startswith("chute.Loader/"):
+                raise ValueError("state format %r is from a newer chute (this one reads %s and "
+                                 "%s): resume with that chute version or newer"
+                                 % (fmt, _STATE_FORMAT, _STATE_FORMAT_AT))
+            raise ValueError("not a chute.Loader state dict (format %r)" % fmt)
         mine = self.state_dict()
         for key in ("seed", "shuffle", "dataset_size", "drop_last", "remainder"):
             if key in state and state[key] != mine[key]:
                 raise ValueError("cannot resume exactly: state has %s=%r, this loader %r"
                                  % (key, state[key], mine[key]))
+        # States from before fingerprints (or of kinds without one) skip this.
+        if state.get("dataset_fingerprint") and mine["dataset_fingerprint"] \
+                and state["dataset_fingerprint"] != mine["dataset_fingerprint"]:
+            raise ValueError("cannot resume exactly: the state is of another dataset (same size, "
+                             "other samples: dataset_fingerprint %r, this loader's %r)"
+                             % (state["dataset_fingerprint"], mine["dataset_fingerprint"]))
         # A state saved before shuffle modes existed was a global shuffle;
         # the buffer only shapes the order in shards mode.
         keys = ("shuffle_mode", "shuffle_buffer") if mine["shuffle_mode"] == "shards" \

@@ -9,11 +9,14 @@ Ranks are simulated in one process: one loader per rank, each stopped after
 the same number of batches, as DDP's lockstep leaves them."""
 import collections
 import json
+import os
+import shutil
 
 import pytest
 import torch
 
 import chute
+from conftest import make_tree
 
 N = 150  # conftest's tree
 KW = dict(size=16, transform="train", seed=11, return_indices=True)
@@ -49,23 +52,27 @@ def reference(source, epoch):
     return _REF[key]
 
 
-def run_ranks(source, world, stop=None, state=None, epoch=EPOCH, **kw):
+def run_ranks(source, world, stop=None, state=None, epoch=EPOCH, states=None, **kw):
     """Each rank of `world` runs `epoch` (from `state` if given), stopping
-    after `stop` batches; returns (per-rank batch lists, rank 0's state)."""
+    after `stop` batches (an int, or one per rank); returns (per-rank batch
+    lists, rank 0's state); every rank's state is appended to `states`."""
     out, st = [], None
     for r in range(world):
+        rstop = stop[r] if isinstance(stop, (list, tuple)) else stop
         ld = chute.Loader(source, rank=r, world_size=world, **dict(KW, **kw))
         if state is not None:
             ld.load_state_dict(json.loads(json.dumps(state)))
         ld.set_epoch(epoch)
         it = iter(ld)
         n_left = len(it)
-        got = batches_from(it, stop)
-        if stop is None:
+        got = batches_from(it, rstop)
+        if rstop is None:
             assert len(got) == n_left  # the iterator's len() is the run's batches
         out.append(got)
         if r == 0:
             st = ld.state_dict()
+        if states is not None:
+            states.append(ld.state_dict())
         ld.close()
     return out, st
 
@@ -225,8 +232,110 @@ def test_incompatible_states_refused(tree, shards):
     _, sstate = run_ranks(shards, 2, 3, **sk)
     with pytest.raises(ValueError, match="shards.*world size"):
         chute.Loader(shards, world_size=3, **sk).load_state_dict(sstate)
+    with pytest.raises(ValueError, match="shards.*batch size"):
+        chute.Loader(shards, world_size=2, **dict(sk, batch_size=5)).load_state_dict(sstate)
     # ... while the same world size (other workers) still resumes exactly.
     ref, _ = run_ranks(shards, 2, **dict(sk, workers=1))
     got, _ = run_ranks(shards, 2, state=sstate, **dict(sk, workers=3))
     for r in range(2):
         assert [b[1].tolist() for b in got[r]] == [b[1].tolist() for b in ref[r][3:]]
+
+
+def check_rest(before, after, w1):
+    """The resumed part `after` (w1 ranks) completes `before`, by set
+    arithmetic on what was delivered: every sample not in `before` exactly
+    once, equal batch and sample counts per rank, repeats only the PAD fill
+    of the last row (< w1, from samples already delivered)."""
+    seen, rest = ids(before), ids(after)
+    assert len(seen) == len(set(seen))
+    assert len({len(r) for r in after}) == 1
+    assert len({sum(len(idx) for _, idx in r) for r in after}) == 1
+    missing = set(range(N)) - set(seen)
+    assert set(rest) >= missing and len(rest) == len(set(rest))
+    assert set(rest) - missing <= set(seen) and len(set(rest) - missing) < w1
+    assert len(rest) == -(-len(missing) // w1) * w1
+
+
+def test_every_ranks_state_is_the_same_and_suffices(tree):
+    # Lockstep ranks write one state: any rank's checkpoint resumes the job.
+    states = []
+    before, _ = run_ranks(tree, 4, 3, batch_size=5, workers=1, states=states)
+    assert len(states) == 4 and all(s == states[0] for s in states[1:])
+    after, _ = run_ranks(tree, 3, state=states[3], batch_size=4, workers=2)
+    check_rest(before, after, 3)
+    check_pixels(before + after, reference(tree, EPOCH))
+
+
+def test_ranks_stopped_at_different_steps_resume_from_the_smallest_position(tree):
+    # Not at a lockstep point (rank 1 ran 2 batches further), the ranks'
+    # states differ.  The documented merge is the smallest (epoch, position):
+    # what every rank consumed; rank 1's 2 extra batches run again.
+    states = []
+    before, _ = run_ranks(tree, 2, [3, 5], batch_size=6, workers=1, states=states)
+    assert states[0]["position"] < states[1]["position"]
+    merged = min(states, key=lambda s: (s["epoch"], s["position"]))
+    after, _ = run_ranks(tree, 3, state=merged, batch_size=6, workers=1)
+    common = [r[:3] for r in before]  # the batches every rank had consumed
+    check_rest(common, after, 3)
+    assert set(ids([before[1][3:]])) <= set(ids(after))  # delivered again
+    check_pixels(after, reference(tree, EPOCH))
+
+
+def test_resume_points_inside_the_new_global_batch(tree):
+    # Positions that are no multiple of W' * B' (nor of B'): the new ranks
+    # start mid-way through what would be one of their global batches.
+    for stop in (1, 2, 5):
+        before, state = run_ranks(tree, 3, stop, batch_size=7, workers=1)
+        assert state["position"] % (2 * 4) != 0 and state["position"] % 4 != 0
+        after, _ = run_ranks(tree, 2, state=state, batch_size=4, workers=2)
+        check_rest(before, after, 2)
+        check_pixels(after, reference(tree, EPOCH))
+
+
+def test_other_dataset_of_the_same_size_refused(tree, tmp_path):
+    _, state = run_ranks(tree, 2, 3, batch_size=7, workers=1)
+    assert state["dataset_fingerprint"]
+    # Same file names, size and classes, other photos (another seed).
+    other = make_tree(str(tmp_path / "other"), N, seed=2)
+    ld = chute.Loader(other, world_size=3, batch_size=7, **KW)
+    with pytest.raises(ValueError, match="another dataset"):
+        ld.load_state_dict(state)
+    # The same dataset moved elsewhere resumes; so does a state from before
+    # fingerprints (it has no such key).
+    moved = str(tmp_path / "moved")
+    shutil.copytree(tree, moved)
+    chute.Loader(moved, world_size=3, batch_size=7, **KW).load_state_dict(state)
+    old = {k: v for k, v in state.items() if k != "dataset_fingerprint"}
+    ld.load_state_dict(old)
+    ld.close()
+
+
+def test_state_from_a_newer_chute_refused():
+    ld = chute.Loader(os.path.join(os.path.dirname(__file__), "..", "fixtures", "fields", "wds"),
+                      size=16)
+    state = dict(ld.state_dict(), format="chute.Loader/3")
+    with pytest.raises(ValueError, match="newer chute"):
+        ld.load_state_dict(state)
+    ld.close()
+
+
+WDS = os.path.join(os.path.dirname(__file__), "..", "fixtures", "fields", "wds")
+STREAM = "pipe:cat " + " ".join(os.path.join(WDS, "fields-%06d.tar" % k) for k in (0, 1))
+
+
+def test_stream_resume_elsewhere_refused():
+    # Each rank reads its own stream: no epoch permutation to re-split, so
+    # another world size or batch size cannot be exact and is refused.
+    kw = dict(seed=9, shuffle_buffer=3, size=24, return_indices=True)
+    with chute.Loader(STREAM, batch_size=2, **kw) as ld:
+        next(iter(ld))
+        state = ld.state_dict()
+    assert state["position"] is None
+    for change in (dict(batch_size=3), dict(batch_size=2, world_size=2, rank=0)):
+        with chute.Loader(STREAM, **dict(kw, **change)) as ld:
+            with pytest.raises(ValueError, match="a stream resumes only at the world size and "
+                                                 "batch size it was saved at"):
+                ld.load_state_dict(state)
+    with chute.Loader(STREAM, batch_size=2, **kw) as ld:  # the C call refuses too
+        with pytest.raises(Exception, match="stream has no epoch permutation"):
+            ld._core.start_epoch_at(0, 2)
