@@ -12,7 +12,8 @@ usage: dist_worker.py MODE SOURCE OUT_JSON [RANK WORLD PORT]
               a marker file OUT_JSON.rankR.ready, and sleep until killed.
   MODE elastic-resume: gloo group of another size, batch 10; every rank loads
               the checkpoint's state (path in argv[7]) and runs the rest of
-              epoch 1; rank 0 writes every rank's indices and batch count.
+              epoch 1; rank 0 writes every rank's indices, batch count and
+              a sha256 of each sample's pixels.
 """
 import json
 import sys
@@ -63,6 +64,7 @@ def main():
 
 
 def elastic(mode, source, out):
+    import hashlib
     import os
     import time
 
@@ -97,12 +99,14 @@ def elastic(mode, source, out):
     assert (loader.rank, loader.world_size) == (rank, world)
     loader.load_state_dict(ckpt["state"])
     loader.set_epoch(ckpt["state"]["epoch"])
-    mine, nb = [], 0
-    for _, _, idx in loader:
+    mine, nb, pixels = [], 0, {}
+    for images, _, idx in loader:
         mine.extend(int(i) for i in idx)
+        for img, i in zip(images, idx.tolist()):
+            pixels[int(i)] = hashlib.sha256(img.contiguous().numpy().tobytes()).hexdigest()
         nb += 1
     gathered = [None] * world
-    dist.all_gather_object(gathered, {"indices": mine, "batches": nb})
+    dist.all_gather_object(gathered, {"indices": mine, "batches": nb, "pixels": pixels})
     if rank == 0:
         with open(out, "w") as f:
             json.dump({"ranks": gathered, "seen": ckpt["seen"]}, f)
