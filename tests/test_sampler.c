@@ -503,8 +503,8 @@ UNIT_MAIN
  * positions, then W' ranks run from P = k*W.  Over both parts every sample
  * appears, the consumed part holds no repeat, the new ranks get equal
  * counts, PAD's extra deliveries are fewer than W', each a second
- * delivery of a sample of the consumed part (when it has W'-1 or more), DROP delivers no sample twice and leaves fewer than W'
- * out.  The check counts deliveries per sample id; it does not use the
+ * delivery of a sample of the consumed part (when it has W'-1 or more),
+ * DROP delivers no sample twice and leaves fewer than W' out.  The check counts deliveries per sample id; it does not use the
  * run's formula. */
 TEST(elastic_run_is_the_rest_of_the_epoch)
 {
