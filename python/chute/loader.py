@@ -1012,6 +1012,9 @@ class Loader:
             if state.get(key, "global" if key == "shuffle_mode" else None) != mine[key]:
                 raise ValueError("cannot resume exactly: state has %s=%r, this loader %r"
                                  % (key, state.get(key), mine[key]))
+        if state.get("stream_state") and "stream_state" not in mine:
+            raise ValueError("cannot resume: the state is a Kafka stream's position, this "
+                             "loader reads %r" % self.dataset.path)
         epoch = _uint("epoch", state["epoch"], 0, 2 ** 64 - 1)
         consumed = _uint("batches_consumed", state["batches_consumed"], 0, 2 ** 64 - 1)
         if self._is_stream:
@@ -1041,9 +1044,6 @@ class Loader:
                                  "%r (a stream resumes only at the world size and batch size "
                                  "it was saved at)" % (key, state[key], mine[key]))
         if state.get("stream_state"):
-            if "stream_state" not in mine:
-                raise ValueError("cannot resume: the state is a Kafka stream's position, this "
-                                 "loader reads %r" % self.dataset.path)
             import base64
             import binascii
             try:
