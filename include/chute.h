@@ -507,6 +507,47 @@ CHUTE_API uint64_t chute_loader_num_batches(const chute_loader *ld);
 /* Samples this rank delivers per epoch. */
 CHUTE_API uint64_t chute_loader_num_samples(const chute_loader *ld);
 
+/* Elastic resume: continue an epoch on a different number of ranks (or
+ * workers, or batch size).  Shuffle GLOBAL (or no_shuffle) only.
+ *
+ * The state is one number per epoch, the same on every rank: the
+ * position P, how many leading positions of epoch `epoch`'s permutation
+ * are consumed across all ranks.  Ranks step in lockstep (DDP), so after
+ * each rank has consumed `batches` batches of its run, chute_loader_
+ * position(ld, batches) is that prefix: start + batches * batch_size *
+ * world_size, or the dataset size N once the run is complete (the epoch
+ * is over: resume with the next epoch).  A mid-epoch P is always < N and
+ * covers no PAD repeat.  Ranks saved at different positions are not a
+ * consistent state: use the smallest P of all ranks (what every rank has
+ * consumed), then the samples the others consumed past it run again.
+ *
+ * chute_loader_start_epoch_at(ld, epoch, P) begins a run of epoch
+ * `epoch` that delivers positions P .. N-1 of its permutation
+ * round-robin over this loader's ranks: rank r gets positions P + r,
+ * P + r + world_size, ..., each with the same augmentation draws as
+ * without a resume (they are keyed by seed, epoch and sample); all ranks
+ * get the same count, ceil((N-P)/world_size) under PAD (the last row is
+ * filled from the epoch's head, as without a resume) or floor(...) under
+ * DROP (the permutation's last (N-P) % world_size samples are cut).  No
+ * divisibility of N or of the global batch is needed.  With the saving
+ * world size and P a multiple of world_size * batch_size this is
+ * chute_loader_start_epoch(ld, epoch, P / (world_size * batch_size)).
+ * The next chute_loader_start_epoch runs whole epochs again.  Samples
+ * replacing skipped ones (on_corrupt SKIP) are drawn from the run, so
+ * they may differ from an uninterrupted run's.
+ * CHUTE_EINVAL for P > N; CHUTE_EUNSUPPORTED for a stream (resume it by
+ * start_batch at its own world size) and for P > 0 under shuffle SHARDS
+ * (each rank's order passes its own shuffle buffer, so what was consumed
+ * is not a prefix of one sequence; resume at the saved world size and
+ * batch size with start_batch).  Control thread only.
+ *
+ * chute_loader_run_batches: batches of this rank in the current run (the
+ * remainder after start_epoch_at, else num_batches).  0 for streams.  */
+CHUTE_API int chute_loader_start_epoch_at(chute_loader *ld, uint64_t epoch, uint64_t position,
+                                          chute_error *err);
+CHUTE_API uint64_t chute_loader_position(const chute_loader *ld, uint64_t batches);
+CHUTE_API uint64_t chute_loader_run_batches(const chute_loader *ld);
+
 /* Resume of a Kafka stream (kafka://...): its position is the consumer's
  * offsets past what the consumer of this loader released (at-least-once),
  * not a batch number.  chute_loader_stream_state copies that position's

@@ -1066,3 +1066,89 @@ TEST(long_path_message_keeps_reason)
     CHECK(strncmp(err.message, path, 40) == 0, "head of the path lost: '%s'", err.message);
     return 0;
 }
+
+/* Elastic resume through the public calls: 2 ranks (batch 7) consume 3
+ * batches each, chute_loader_position gives the prefix, 3 ranks (batch 5,
+ * one worker) start_epoch_at it: the two parts hold every sample, the new
+ * ranks have equal run_batches, num_batches stays the whole epoch's, a
+ * finished run's position is N, and P > N / shards mode are refused with a
+ * message. */
+TEST(elastic_start_epoch_at)
+{
+    NEED_DATA();
+    chute_dataset *ds = open_ds(g_tree);
+    CHECK(ds != NULL, "open");
+    uint64_t n = chute_dataset_size(ds);
+    uint8_t *seen = calloc(n, 1);
+    CHECK(seen != NULL, "alloc");
+    chute_error err = {0};
+    chute_batch *b;
+    chute_batch_view v;
+    uint64_t pos = UINT64_MAX;
+    for (uint32_t r = 0; r < 2; r++) {
+        chute_loader_options o = small_opts();
+        o.batch_size = 7, o.world_size = 2, o.rank = r;
+        chute_loader *ld = NULL;
+        CHECK(chute_loader_create(ds, &o, &ld, &err) == CHUTE_OK, "create: %s", err.message);
+        CHECK(chute_loader_start_epoch(ld, 3, 0) == CHUTE_OK, "start");
+        for (int i = 0; i < 3; i++) {
+            CHECK(chute_loader_next(ld, &b) == CHUTE_OK, "next");
+            chute_batch_view_get(b, &v);
+            for (uint32_t j = 0; j < v.count; j++) {
+                CHECK(!seen[v.indices[j]], "sample %llu twice before the resume",
+                      (unsigned long long)v.indices[j]);
+                seen[v.indices[j]] = 1;
+            }
+            chute_batch_release(b);
+        }
+        pos = chute_loader_position(ld, 3);
+        chute_loader_destroy(ld);
+    }
+    CHECK(pos == 3 * 7 * 2, "position %llu", (unsigned long long)pos);
+    uint64_t runb = UINT64_MAX, extra = 0;
+    for (uint32_t r = 0; r < 3; r++) {
+        chute_loader_options o = small_opts();
+        o.batch_size = 5, o.world_size = 3, o.rank = r, o.workers = 1;
+        chute_loader *ld = NULL;
+        CHECK(chute_loader_create(ds, &o, &ld, &err) == CHUTE_OK, "create: %s", err.message);
+        uint64_t whole = chute_loader_num_batches(ld);
+        CHECK(chute_loader_start_epoch_at(ld, 3, n + 1, &err) == CHUTE_EINVAL &&
+                  strstr(err.message, "past the end"), "P > N: %s", err.message);
+        CHECK(chute_loader_start_epoch_at(ld, 3, pos, &err) == CHUTE_OK, "%s", err.message);
+        CHECK(runb == UINT64_MAX || chute_loader_run_batches(ld) == runb, "unequal ranks");
+        runb = chute_loader_run_batches(ld);
+        CHECK(runb < whole && chute_loader_num_batches(ld) == whole, "run %llu whole %llu",
+              (unsigned long long)runb, (unsigned long long)whole);
+        uint64_t got = 0;
+        while (chute_loader_next(ld, &b) == CHUTE_OK) {
+            chute_batch_view_get(b, &v);
+            CHECK(v.epoch == 3, "epoch %llu", (unsigned long long)v.epoch);
+            for (uint32_t j = 0; j < v.count; j++)
+                extra += seen[v.indices[j]]++ != 0;
+            chute_batch_release(b);
+            got++;
+        }
+        CHECK(got == runb, "delivered %llu of %llu batches", (unsigned long long)got,
+              (unsigned long long)runb);
+        CHECK(chute_loader_position(ld, got) == n, "finished run's position");
+        chute_loader_destroy(ld);
+    }
+    for (uint64_t i = 0; i < n; i++)
+        CHECK(seen[i], "sample %llu never delivered", (unsigned long long)i);
+    CHECK(extra < 3, "%llu repeats (PAD fills < 3)", (unsigned long long)extra);
+    free(seen);
+    chute_dataset_close(ds);
+
+    ds = open_ds(g_shards);
+    CHECK(ds != NULL, "open shards");
+    chute_loader_options o = small_opts();
+    o.shuffle = CHUTE_SHUFFLE_SHARDS;
+    chute_loader *ld = NULL;
+    CHECK(chute_loader_create(ds, &o, &ld, &err) == CHUTE_OK, "create: %s", err.message);
+    CHECK(chute_loader_start_epoch_at(ld, 0, 10, &err) == CHUTE_EUNSUPPORTED &&
+              strstr(err.message, "shards"), "shards mode: %s", err.message);
+    CHECK(chute_loader_start_epoch_at(ld, 0, 0, &err) == CHUTE_OK, "P = 0 in shards mode");
+    chute_loader_destroy(ld);
+    chute_dataset_close(ds);
+    return 0;
+}

@@ -498,3 +498,95 @@ TEST(shards_use_units_rejects_bad_units)
 }
 
 UNIT_MAIN
+
+/* Elastic resume (ch_sampler_set_run): W ranks each consume their first k
+ * positions, then W' ranks run from P = k*W.  Over both parts every sample
+ * appears, the consumed part holds no repeat, the new ranks get equal
+ * counts, PAD's extra deliveries are fewer than W', each a second
+ * delivery of a sample of the consumed part (when it has W'-1 or more),
+ * DROP delivers no sample twice and leaves fewer than W' out.  The check counts deliveries per sample id; it does not use the
+ * run's formula. */
+TEST(elastic_run_is_the_rest_of_the_epoch)
+{
+    const uint64_t ns[] = {1, 7, 23, 100};
+    uint32_t *count = calloc(100, sizeof *count);
+    CHECK(count != NULL, "alloc");
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (uint32_t w = 1; w <= 5; w++)
+            for (uint32_t w2 = 1; w2 <= 9; w2++)
+                for (int drop = 0; drop <= 1; drop++) {
+                    const uint64_t n = ns[a];
+                    if (drop && (n < w || n < w2))
+                        continue;
+                    uint64_t per = drop ? n / w : (n + w - 1) / w;
+                    for (uint64_t k = 0; k < per && k * w < n; k++) {
+                        memset(count, 0, 100 * sizeof *count);
+                        ch_sampler s;
+                        for (uint32_t r = 0; r < w; r++) {
+                            CHECK(ch_sampler_init(&s, n, 9, 1, r, w, drop) == CHUTE_OK, "init");
+                            ch_sampler_set_epoch(&s, 4);
+                            for (uint64_t j = 0; j < k; j++)
+                                count[ch_sampler_get(&s, j)]++;
+                            ch_sampler_free(&s);
+                        }
+                        for (uint64_t i = 0; i < n; i++)
+                            CHECK(count[i] <= 1, "n=%llu w=%u k=%llu: consumed twice",
+                                  (unsigned long long)n, w, (unsigned long long)k);
+                        uint32_t *before = malloc(n * sizeof *before);
+                        CHECK(before != NULL, "alloc");
+                        memcpy(before, count, n * sizeof *before);
+                        uint64_t got = UINT64_MAX, total = 0;
+                        for (uint32_t r = 0; r < w2; r++) {
+                            CHECK(ch_sampler_init(&s, n, 9, 1, r, w2, drop) == CHUTE_OK, "init");
+                            CHECK(ch_sampler_set_run(&s, 4, k * w) == CHUTE_OK, "set_run");
+                            CHECK(got == UINT64_MAX || got == s.per_rank,
+                                  "n=%llu %u->%u: unequal ranks", (unsigned long long)n, w, w2);
+                            got = s.per_rank;
+                            for (uint64_t j = 0; j < s.per_rank; j++)
+                                count[ch_sampler_get(&s, j)]++;
+                            total += s.per_rank;
+                            ch_sampler_free(&s);
+                        }
+                        uint64_t missing = 0, extra = 0;
+                        for (uint64_t i = 0; i < n; i++) {
+                            if (count[i] == 0)
+                                missing++;
+                            else if (count[i] > 1) {
+                                extra += count[i] - 1;
+                                /* From the epoch's head: consumed before the
+                                 * resume once at least W' - 1 positions were. */
+                                CHECK((count[i] == 2 || n < w2) && (before[i] == 1 || k * w < w2 - 1),
+                                      "n=%llu %u->%u k=%llu: sample %llu delivered %u times",
+                                      (unsigned long long)n, w, w2, (unsigned long long)k,
+                                      (unsigned long long)i, count[i]);
+                            }
+                        }
+                        free(before);
+                        uint64_t left = n - k * w;
+                        CHECK(drop ? extra == 0 && missing == left % w2 && total == left - missing
+                                   : missing == 0 && extra < w2 && total == left + extra,
+                              "n=%llu %u->%u k=%llu drop=%d: missing %llu extra %llu",
+                              (unsigned long long)n, w, w2, (unsigned long long)k, drop,
+                              (unsigned long long)missing, (unsigned long long)extra);
+                    }
+                }
+    free(count);
+    return 0;
+}
+
+TEST(elastic_run_refused_past_the_end_and_in_shards_mode)
+{
+    ch_sampler s;
+    CHECK(ch_sampler_init(&s, 10, 1, 1, 0, 2, 0) == CHUTE_OK, "init");
+    CHECK(ch_sampler_set_run(&s, 0, 11) == CHUTE_EINVAL, "position past N accepted");
+    CHECK(ch_sampler_set_run(&s, 0, 10) == CHUTE_OK && s.per_rank == 0, "P = N: empty run");
+    CHECK(ch_sampler_set_run(&s, 1, 0) == CHUTE_OK && s.per_rank == 5, "P = 0: whole epoch");
+    uint64_t *units = malloc(3 * sizeof *units);
+    CHECK(units != NULL, "alloc");
+    units[0] = 0, units[1] = 4, units[2] = 10;
+    CHECK(ch_sampler_use_units(&s, units, 2, 4) == CHUTE_OK, "units");
+    CHECK(ch_sampler_set_run(&s, 1, 4) == CHUTE_EINVAL, "shards mode took a position");
+    CHECK(s.per_rank == 5 && s.start == 0, "refused run left the sampler changed");
+    ch_sampler_free(&s);
+    return 0;
+}

@@ -47,6 +47,37 @@ _KINDS = _enum("kind", "dataset")
 _SHUFFLES = _enum("shuffle")  # chute_shuffle
 
 _STATE_FORMAT = "chute.Loader/1"
+# A state whose run began mid-epoch at a position (an elastic resume):
+# batches_consumed counts from that position, so a chute that predates
+# positions must refuse it rather than skip that many batches of the epoch.
+_STATE_FORMAT_AT = "chute.Loader/2"
+
+# Dataset kinds whose sample sizes and locations come from the listing or
+# index made at open (no sample read): these get a resume fingerprint.
+_FINGERPRINT_KINDS = ("tree", "shards", "tfrecord", "wds")
+_FINGERPRINT_SAMPLES = 32
+
+
+def _dataset_fingerprint(ds: Any) -> Optional[str]:
+    """What tells two datasets of the same size apart for a resume check: the
+    class names and, for up to 32 evenly spaced samples, label, stored size
+    and location relative to the dataset's root (so a dataset moved or
+    mounted elsewhere still matches).  No sample is read (a tree stats those
+    32 files).  None for kinds where that is not cheap (streams, Arrow)."""
+    if ds.kind not in _FINGERPRINT_KINDS:
+        return None
+    import hashlib
+
+    n = len(ds)
+    root = (ds.path or "").rstrip("/") + "/"
+    h = hashlib.sha256(repr(tuple(ds.classes)).encode())
+    for k in range(min(n, _FINGERPRINT_SAMPLES)):
+        i = k * n // min(n, _FINGERPRINT_SAMPLES)
+        where = ds.describe(i)
+        if root != "/" and where.startswith(root):
+            where = where[len(root):]
+        h.update(repr((i, ds.label(i), ds.sample_size(i), where)).encode())
+    return h.hexdigest()[:32]
 
 # The loader's option table (src/common/loader_options.def), exported by
 # the C extension: name -> (name, kind, default, min, max, layers, help).
@@ -421,7 +452,9 @@ class Loader:
     Resume: :meth:`state_dict` records (seed, epoch, batches consumed); a new
     loader given :meth:`load_state_dict` continues that epoch with exactly the
     batches not yet delivered, in the same order and with the same crops, with
-    any number of workers.
+    any number of workers; with a global shuffle also on another world size or
+    batch size (the epoch's remaining samples dealt over the new ranks, see
+    :meth:`load_state_dict`).
     """
 
     def __init__(
@@ -667,7 +700,17 @@ class Loader:
         # _epoch + 1: the automatic advance.
         self._epoch_chosen = True
         self._consumed = 0          # batches of the current epoch delivered
-        self._resume: Optional[Tuple[int, int]] = None  # (epoch, start_batch) for the next run
+        # (epoch, start_batch, position) for the next run: position None
+        # skips start_batch batches of a whole epoch; else the run starts at
+        # that global position (elastic resume, start_epoch_at).
+        self._resume: Optional[Tuple[int, int, Optional[int]]] = None
+        # The position state_dict reports while no run of _epoch has started
+        # (a fresh loader, set_epoch, load_state_dict); None: ask the core.
+        self._pending_position: Optional[int] = 0
+        # The position the current (or pending) run starts at; None: a whole
+        # epoch's run (batches_consumed counts from the epoch's start).
+        self._run_at: Optional[int] = None
+        self._fingerprint_memo: Optional[Tuple[Optional[str]]] = None  # see _fingerprint
         self._generation = 0        # bumps on every start; stale iterators raise
         self._superseded_by = ""    # what bumped it last, for their message
         self._active = False        # an epoch run is in progress
@@ -692,6 +735,8 @@ class Loader:
             self._active = False
             self._supersede("set_epoch(%d)" % epoch)
             self._consumed = self._resume[1] if self._resume is not None else 0
+            self._pending_position = self._resume_position() if self._resume is not None else 0
+            self._run_at = self._resume[2] if self._resume is not None else None
         self._epoch = epoch
         self._epoch_chosen = True
 
@@ -734,14 +779,19 @@ class Loader:
                 raise OverflowError("epoch %d is the last one; call set_epoch()" % self._epoch)
             self._epoch += 1
         self._epoch_chosen = False
-        start = 0
+        start, position = 0, None
         if self._resume is not None and self._resume[0] == self._epoch:
-            start = self._resume[1]
+            start, position = self._resume[1], self._resume[2]
         self._resume = None
         self._corrupt_base = int(self._core.stats()["corrupt"])
-        self._core.start_epoch(self._epoch, start)
+        if position is not None:
+            self._core.start_epoch_at(self._epoch, position)
+        else:
+            self._core.start_epoch(self._epoch, start)
+        self._pending_position = None
+        self._run_at = position
         self._skip_epoch = self._epoch
-        self._consumed = start if self._is_stream else min(start, self._core.num_batches)
+        self._consumed = start if self._is_stream else min(start, self._core.run_batches)
         self._supersede("a new iteration (iter(loader) or next_batch()) that started epoch %d"
                         % self._epoch)
         self._active = True
@@ -855,22 +905,28 @@ class Loader:
     # Resume
 
     def state_dict(self) -> Dict[str, Any]:
-        """Where this loader stands: seed, epoch and batches consumed in the
-        epoch, plus what must match for an exact resume.  Plain ints and
-        strings (JSON- and torch.save-friendly).  Ranks consume batches in
-        lockstep, so rank 0's state is valid on every rank."""
+        """Where this loader stands: seed, epoch, batches consumed in the
+        current run of the epoch and ``position`` (how many leading positions
+        of the epoch's permutation all ranks together have consumed; the
+        dataset size once the epoch is complete), plus what must match for
+        an exact resume.  Plain ints and strings (JSON- and
+        torch.save-friendly).  Ranks consume batches in lockstep, so rank 0's
+        state is valid on every rank, and on any number of ranks (see
+        :meth:`load_state_dict`)."""
         # A stream's resume re-runs its command and skips the batches
         # consumed (the same bytes give the same order): exact only if the
         # command gives the same bytes again (docs/DESIGN.md "Streams").
         return {
-            "format": _STATE_FORMAT,
+            "format": _STATE_FORMAT if self._run_at is None else _STATE_FORMAT_AT,
             "seed": self.seed,
             "epoch": self._epoch,
             "batches_consumed": self._consumed,
+            "position": None if self._is_stream else self._position(),
             "num_batches": None if self._is_stream else len(self),
             "batch_size": self.batch_size,
             "world_size": self.world_size,
             "dataset_size": len(self.dataset),
+            "dataset_fingerprint": self._fingerprint(),
             "shuffle": self.shuffle,
             "drop_last": self.drop_last,
             "remainder": self.remainder,
@@ -878,6 +934,25 @@ class Loader:
             "shuffle_buffer": self.shuffle_buffer,
             **self._stream_state(),
         }
+
+    def _fingerprint(self) -> Optional[str]:
+        if self._fingerprint_memo is None:  # computed once: a tree stats files
+            self._fingerprint_memo = (_dataset_fingerprint(self.dataset),)
+        return self._fingerprint_memo[0]
+
+    def _position(self) -> int:
+        if self._pending_position is not None:
+            return self._pending_position
+        return int(self._core.position(self._consumed))
+
+    def _resume_position(self) -> int:
+        """The position a pending resume point stands at."""
+        epoch, start, position = self._resume  # type: ignore[misc]
+        if position is not None:
+            return position
+        if start >= len(self):
+            return len(self.dataset)
+        return start * self.batch_size * self.world_size
 
     def _stream_state(self) -> Dict[str, Any]:
         # A Kafka stream (kafka://) resumes by position, not by batches: the
@@ -893,19 +968,40 @@ class Loader:
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict`: the next iteration runs the
-        saved epoch from the first batch not yet consumed.  Raises ValueError
-        if the loader was built with settings that change the sample order
-        (seed, shuffle, batch_size, world_size, dataset size, drop_last,
-        remainder, shuffle_mode and, in shards mode, shuffle_buffer); the
-        worker count may differ."""
-        if state.get("format") != _STATE_FORMAT:
-            raise ValueError("not a chute.Loader state dict (format %r)" % state.get("format"))
+        saved epoch from the first sample not yet consumed.  Raises ValueError
+        if the loader was built with settings that change the epoch's
+        permutation or its cut (seed, shuffle, dataset size, drop_last,
+        remainder, shuffle_mode and, in shards mode, shuffle_buffer).
+
+        The worker count may differ, and with ``shuffle_mode="global"`` (or
+        no shuffle) so may ``world_size`` and ``batch_size`` (elastic
+        resume): the epoch's remaining samples, positions ``position`` ..
+        N-1 of its permutation, are dealt round-robin over the new ranks,
+        each with its uninterrupted run's crops and flips; every rank gets
+        the same number of batches (``remainder`` pads or cuts the last
+        row).  ``len()`` of the resumed epoch's iterator is its remainder;
+        the next epoch is a whole one on the new ranks.  Shards mode and
+        streams resume only at the saved world size and batch size: their
+        ranks' orders are not one sequence split up (docs/DESIGN.md
+        "Resume")."""
+        fmt = state.get("format")
+        if fmt not in (_STATE_FORMAT, _STATE_FORMAT_AT):
+            if isinstance(fmt, str) and fmt.startswith("chute.Loader/"):
+                raise ValueError("state format %r is from a newer chute (this one reads %s and "
+                                 "%s): resume with that chute version or newer"
+                                 % (fmt, _STATE_FORMAT, _STATE_FORMAT_AT))
+            raise ValueError("not a chute.Loader state dict (format %r)" % fmt)
         mine = self.state_dict()
-        for key in ("seed", "shuffle", "batch_size", "world_size", "dataset_size", "drop_last",
-                    "remainder"):
+        for key in ("seed", "shuffle", "dataset_size", "drop_last", "remainder"):
             if key in state and state[key] != mine[key]:
                 raise ValueError("cannot resume exactly: state has %s=%r, this loader %r"
                                  % (key, state[key], mine[key]))
+        # States from before fingerprints (or of kinds without one) skip this.
+        if state.get("dataset_fingerprint") and mine["dataset_fingerprint"] \
+                and state["dataset_fingerprint"] != mine["dataset_fingerprint"]:
+            raise ValueError("cannot resume exactly: the state is of another dataset (same size, "
+                             "other samples: dataset_fingerprint %r, this loader's %r)"
+                             % (state["dataset_fingerprint"], mine["dataset_fingerprint"]))
         # A state saved before shuffle modes existed was a global shuffle;
         # the buffer only shapes the order in shards mode.
         keys = ("shuffle_mode", "shuffle_buffer") if mine["shuffle_mode"] == "shards" \
@@ -916,12 +1012,38 @@ class Loader:
             if state.get(key, "global" if key == "shuffle_mode" else None) != mine[key]:
                 raise ValueError("cannot resume exactly: state has %s=%r, this loader %r"
                                  % (key, state.get(key), mine[key]))
+        if state.get("stream_state") and "stream_state" not in mine:
+            raise ValueError("cannot resume: the state is a Kafka stream's position, this "
+                             "loader reads %r" % self.dataset.path)
         epoch = _uint("epoch", state["epoch"], 0, 2 ** 64 - 1)
         consumed = _uint("batches_consumed", state["batches_consumed"], 0, 2 ** 64 - 1)
+        if self._is_stream:
+            resume = self._stream_resume(state, mine, consumed)
+        else:
+            resume = self._elastic_resume(state, mine, consumed)
+        self._epoch = epoch
+        self._resume = (epoch,) + resume
+        self._consumed = resume[0]
+        self._pending_position = None if self._is_stream else self._resume_position()
+        self._run_at = resume[1]
+        self._active = False
+        self._supersede("load_state_dict()")
+        # The saved epoch runs next, from where it stopped; a state saved
+        # after its epoch's last batch means the next iteration starts the
+        # following epoch (as the saving loop's next iteration would have),
+        # unless set_epoch chooses otherwise.
+        self._epoch_chosen = self._is_stream or self._pending_position < len(self.dataset)
+
+    def _stream_resume(self, state: Dict[str, Any], mine: Dict[str, Any],
+                       consumed: int) -> Tuple[int, Optional[int]]:
+        # A stream's ranks read their own streams: no global order to
+        # re-split, so only the saving world size and batch size resume.
+        for key in ("batch_size", "world_size"):
+            if key in state and state[key] != mine[key]:
+                raise ValueError("cannot resume a stream exactly: state has %s=%r, this loader "
+                                 "%r (a stream resumes only at the world size and batch size "
+                                 "it was saved at)" % (key, state[key], mine[key]))
         if state.get("stream_state"):
-            if "stream_state" not in mine:
-                raise ValueError("cannot resume: the state is a Kafka stream's position, this "
-                                 "loader reads %r" % self.dataset.path)
             import base64
             import binascii
             try:
@@ -929,16 +1051,39 @@ class Loader:
             except (binascii.Error, TypeError, ValueError) as e:
                 raise ValueError("stream_state is not base64: %s" % e) from None
             self._core.set_stream_state(raw)
-        self._epoch = epoch
-        self._resume = (epoch, consumed)
-        self._consumed = consumed
-        self._active = False
-        self._supersede("load_state_dict()")
-        # The saved epoch runs next, from where it stopped; a state saved
-        # after its epoch's last batch means the next iteration starts the
-        # following epoch (as the saving loop's next iteration would have),
-        # unless set_epoch chooses otherwise.
-        self._epoch_chosen = self._is_stream or consumed < self._core.num_batches
+        return consumed, None
+
+    def _elastic_resume(self, state: Dict[str, Any], mine: Dict[str, Any],
+                        consumed: int) -> Tuple[int, Optional[int]]:
+        """(start_batch, position) for the next run of the saved epoch."""
+        n = len(self.dataset)
+        if state.get("position") is not None:
+            position = _uint("position", state["position"], 0, n)
+        elif state.get("format") == _STATE_FORMAT_AT:
+            raise ValueError("a %s state needs its position" % _STATE_FORMAT_AT)
+        else:
+            # A state from before positions were saved: always a whole-epoch
+            # run, whose ranks had each consumed `consumed` batches.
+            w, b = state.get("world_size"), state.get("batch_size")
+            if not isinstance(w, int) or not isinstance(b, int) or w < 1 or b < 1:
+                raise ValueError("state has no position and no usable world_size/batch_size")
+            whole = state.get("num_batches")
+            position = n if whole is not None and consumed >= whole else min(consumed * b * w, n)
+        per_step = self.batch_size * self.world_size
+        if position >= n:
+            return len(self), None  # the epoch is complete
+        if position % per_step == 0 and state.get("world_size") == self.world_size \
+                and state.get("batch_size") == self.batch_size:
+            return position // per_step, None  # whole batches of the same split
+        if self.shuffle_mode == "shards" and self.shuffle:
+            raise ValueError(
+                "cannot resume a shuffle_mode='shards' epoch on another world size or batch size "
+                "(state has world_size=%r, batch_size=%r; this loader %r, %r): each rank's order "
+                "passes its own shuffle buffer, so the samples consumed are not a prefix of one "
+                "sequence. Resume with the saved world_size and batch_size, or use "
+                "shuffle_mode='global'" % (state.get("world_size"), state.get("batch_size"),
+                                           self.world_size, self.batch_size))
+        return 0, position
 
     # ------------------------------------------------------------------
     # Introspection and shutdown
@@ -1030,7 +1175,7 @@ class _EpochIterator:
         # Batches of the epoch not yet delivered (None for a stream): an
         # iterator that had delivered them all lost nothing when superseded.
         self._left = (None if loader._is_stream
-                      else max(0, int(loader._core.num_batches) - loader._consumed))
+                      else max(0, int(loader._core.run_batches) - loader._consumed))
 
     def __iter__(self) -> "_EpochIterator":
         return self
@@ -1061,7 +1206,10 @@ class _EpochIterator:
 
     def __len__(self) -> int:
         ld = self._loader
-        return max(0, len(ld) - ld._consumed) if ld._generation == self._gen else 0  # streams: TypeError
+        if ld._is_stream:
+            len(ld)  # TypeError
+        return (max(0, int(ld._core.run_batches) - ld._consumed)
+                if ld._generation == self._gen else 0)
 
 
 def pack(

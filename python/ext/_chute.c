@@ -1627,6 +1627,40 @@ static PyObject *Loader_start_epoch(LoaderObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* Elastic resume (chute_loader_start_epoch_at): epoch `epoch` from global
+ * position `position` of its permutation, split over this loader's ranks. */
+static PyObject *Loader_start_epoch_at(LoaderObject *self, PyObject *args)
+{
+    unsigned long long epoch = 0, position = 0;
+    if (!PyArg_ParseTuple(args, "KK:start_epoch_at", &epoch, &position))
+        return NULL;
+    if (loader_enter(self))
+        return NULL;
+    chute_loader *ld = self->core->ld;
+    chute_error err = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS /* waits for workers to leave the previous run */
+    rc = chute_loader_start_epoch_at(ld, epoch, position, &err);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc != CHUTE_OK)
+        return raise_status(rc, err.message);
+    self->epoch = epoch;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Loader_position(LoaderObject *self, PyObject *args)
+{
+    unsigned long long batches = 0;
+    if (!PyArg_ParseTuple(args, "K:position", &batches))
+        return NULL;
+    if (!self->core) {
+        PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(chute_loader_position(self->core->ld, batches));
+}
+
 /* Kafka resume (chute_loader_stream_state): the position as bytes (b""
  * for other datasets). */
 static PyObject *Loader_stream_state(LoaderObject *self, PyObject *unused)
@@ -1832,6 +1866,16 @@ fail:
     return NULL;
 }
 
+static PyObject *Loader_get_run_batches(LoaderObject *self, void *c)
+{
+    (void)c;
+    if (!self->core) {
+        PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(chute_loader_run_batches(self->core->ld));
+}
+
 static PyObject *Loader_get_num_batches(LoaderObject *self, void *c)
 {
     if (!self->core) {
@@ -1952,6 +1996,12 @@ static PyMethodDef Loader_methods[] = {
     {"set_stream_state", (PyCFunction)Loader_set_stream_state, METH_VARARGS,
      "set_stream_state(state)\n--\n\nResume a Kafka stream from stream_state()'s bytes at "
      "the next start."},
+    {"start_epoch_at", (PyCFunction)Loader_start_epoch_at, METH_VARARGS,
+     "start_epoch_at(epoch, position)\n--\n\nBegin epoch `epoch` at global position "
+     "`position` of its permutation, split over this loader's ranks (elastic resume)."},
+    {"position", (PyCFunction)Loader_position, METH_VARARGS,
+     "position(batches)\n--\n\nGlobal positions of the epoch consumed once every rank has "
+     "consumed `batches` batches of the current run (the dataset size when it is complete)."},
     {"start_epoch", (PyCFunction)Loader_start_epoch, METH_VARARGS,
      "start_epoch(epoch, start_batch)\n--\n\nBegin epoch `epoch`, skipping its first "
      "`start_batch` batches."},
@@ -1967,6 +2017,8 @@ static PyMethodDef Loader_methods[] = {
 
 static PyGetSetDef Loader_getset[] = {
     {"num_batches", (getter)Loader_get_num_batches, NULL, "Batches per epoch for this rank.", NULL},
+    {"run_batches", (getter)Loader_get_run_batches, NULL,
+     "Batches of this rank in the current run (an elastic resume's remainder).", NULL},
     {"num_samples", (getter)Loader_get_num_samples, NULL, "Samples per epoch for this rank.", NULL},
     {"dataset", (getter)Loader_get_dataset, NULL, "The Dataset.", NULL},
     {"closed", (getter)Loader_get_closed, NULL, "True after close().", NULL},

@@ -168,7 +168,8 @@ struct chute_loader {
     size_t indices_off;
 
     ch_sampler sampler;       /* perm rewritten only while workers are idle */
-    uint64_t nbatches;
+    uint64_t nbatches;        /* (mu) batches of the current run */
+    uint64_t epoch_batches;   /* batches of a whole epoch (immutable after create) */
 
     uint32_t nslots;
     slot *slots;
@@ -1079,6 +1080,13 @@ static int stream_create(chute_loader *ld, chute_error *err)
     return CHUTE_OK;
 }
 
+/* Batches of the sampler's current run (its per_rank positions). */
+static uint64_t run_batches_of(const chute_loader *ld)
+{
+    uint64_t per = ld->sampler.per_rank, B = ld->o.batch_size;
+    return ld->o.drop_last ? per / B : per / B + (per % B != 0);
+}
+
 int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt,
                         chute_loader **out_loader, chute_error *err)
 {
@@ -1137,8 +1145,7 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
             return rc;
         }
     }
-    uint64_t per = ld->sampler.per_rank;
-    ld->nbatches = o->drop_last ? per / o->batch_size : (per + o->batch_size - 1) / o->batch_size;
+    ld->nbatches = ld->epoch_batches = run_batches_of(ld);
     if (ds->stream)
         ld->nbatches = UINT64_MAX; /* until the stream ends */
 
@@ -1405,7 +1412,11 @@ void chute_loader_destroy(chute_loader *ld)
     free(ld);
 }
 
-static void start_locked(chute_loader *ld, uint64_t epoch, uint64_t start_batch)
+/* A run of epoch `epoch`: from global position `start_pos` (elastic
+ * resume, sampler.h; validated by the caller), skipping the run's first
+ * start_batch batches. */
+static void start_locked(chute_loader *ld, uint64_t epoch, uint64_t start_pos,
+                         uint64_t start_batch)
 {
     cancel_run_locked(ld);
     ld->pend_wait_ns = 0; /* a wait for the old run's batch is no new batch's */
@@ -1441,7 +1452,10 @@ static void start_locked(chute_loader *ld, uint64_t epoch, uint64_t start_batch)
         pthread_cond_broadcast(&ld->work_cv);
         return;
     }
-    ch_sampler_set_epoch(&ld->sampler, epoch); /* workers are idle: safe */
+    /* workers are idle: safe */
+    if (ch_sampler_set_run(&ld->sampler, epoch, start_pos) != CHUTE_OK)
+        start_pos = 0; /* not reached: callers validate */
+    ld->nbatches = run_batches_of(ld);
     if (ld->skip_seen) /* a new epoch counts its skipped samples afresh */
         memset(ld->skip_seen, 0, (size_t)(ld->ds->n + 63) / 64 * sizeof *ld->skip_seen);
     ld->epoch = epoch;
@@ -1467,9 +1481,61 @@ int chute_loader_start_epoch(chute_loader *ld, uint64_t epoch, uint64_t start_ba
     if (in_forked_child(ld))
         return refuse_in_child(ld, "chute_loader_start_epoch");
     pthread_mutex_lock(&ld->mu);
-    start_locked(ld, epoch, start_batch);
+    start_locked(ld, epoch, 0, start_batch);
     pthread_mutex_unlock(&ld->mu);
     return CHUTE_OK;
+}
+
+int chute_loader_start_epoch_at(chute_loader *ld, uint64_t epoch, uint64_t position,
+                                chute_error *err)
+{
+    if (!ld)
+        return ch_err(err, CHUTE_EINVAL, "chute_loader_start_epoch_at: no loader");
+    if (in_forked_child(ld)) {
+        int rc = refuse_in_child(ld, "chute_loader_start_epoch_at");
+        return ch_err(err, rc, "%s", ld->errmsg);
+    }
+    if (ld->st)
+        return ch_err(err, CHUTE_EUNSUPPORTED,
+                      "%s: a stream has no epoch permutation to resume at a position in; "
+                      "resume it at the same world size with chute_loader_start_epoch",
+                      ch_stream_name(ld->st));
+    if (position > ld->sampler.n)
+        return ch_err(err, CHUTE_EINVAL,
+                      "resume position %llu is past the end of the epoch (%llu samples): "
+                      "a state from another dataset?",
+                      (unsigned long long)position, (unsigned long long)ld->sampler.n);
+    if (position > 0 && ld->sampler.order)
+        return ch_err(err, CHUTE_EUNSUPPORTED,
+                      "shuffle=shards: each rank's order passes its own shuffle buffer, so the "
+                      "samples consumed are not a prefix of one sequence and a position cannot "
+                      "be resumed on another world size; resume at the world size and batch "
+                      "size it was saved at (chute_loader_start_epoch), or use shuffle=global");
+    pthread_mutex_lock(&ld->mu);
+    start_locked(ld, epoch, position, 0);
+    pthread_mutex_unlock(&ld->mu);
+    return CHUTE_OK;
+}
+
+uint64_t chute_loader_run_batches(const chute_loader *ld)
+{
+    if (!ld || ld->st)
+        return 0;
+    return ld->nbatches; /* written by start/create only: the caller's thread */
+}
+
+uint64_t chute_loader_position(const chute_loader *ld, uint64_t batches)
+{
+    if (!ld || ld->st)
+        return 0;
+    /* nbatches and the sampler's run change in start/create only: the
+     * caller's thread, so no lock. */
+    uint64_t start = ld->sampler.start, world = ld->sampler.world;
+    if (batches >= ld->nbatches)
+        return ld->sampler.n; /* the run is complete: so is its epoch */
+    /* batches < nb, so batches * B < per_rank and start + k * world < n
+     * (sampler.h): no overflow, and never into the PAD tail. */
+    return start + batches * ld->o.batch_size * world;
 }
 
 int chute_loader_stop(chute_loader *ld)
@@ -1489,7 +1555,7 @@ int chute_loader_stop(chute_loader *ld)
 
 uint64_t chute_loader_num_batches(const chute_loader *ld)
 {
-    return ld && !ld->st ? ld->nbatches : 0; /* a stream's is unknown */
+    return ld && !ld->st ? ld->epoch_batches : 0; /* a stream's is unknown */
 }
 /* Kafka resume (stream.h: ch_stream_get_state / set_state). */
 int chute_loader_stream_state(chute_loader *ld, void *buf, size_t cap, size_t *len,
@@ -1525,7 +1591,7 @@ uint64_t chute_loader_num_samples(const chute_loader *ld)
 {
     if (!ld || ld->st)
         return 0;
-    return ld->o.drop_last ? ld->nbatches * ld->o.batch_size : ld->sampler.per_rank;
+    return ld->o.drop_last ? ld->epoch_batches * ld->o.batch_size : ld->sampler.per_epoch;
 }
 
 /* At the end of a stream's run: its error once (then CHUTE_END), else
@@ -1606,7 +1672,7 @@ int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **ou
         return refuse_in_child(ld, "chute_loader_next");
     pthread_mutex_lock(&ld->mu);
     if (!ld->running && ld->gen == 0)
-        start_locked(ld, 0, 0); /* first use without start_epoch: epoch 0 */
+        start_locked(ld, 0, 0, 0); /* first use without start_epoch: epoch 0 */
     if (ld->consume_seq >= ld->nbatches || !ld->running) {
         int code = stream_end_status(ld);
         pthread_mutex_unlock(&ld->mu);

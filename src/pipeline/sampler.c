@@ -19,6 +19,7 @@ int ch_sampler_init(ch_sampler *s, uint64_t n, uint64_t seed, int shuffle, uint3
     s->world = world;
     s->drop = drop;
     s->per_rank = drop ? n / world : (n + world - 1) / world;
+    s->per_epoch = s->per_rank;
     s->perm = malloc(n * sizeof *s->perm);
     if (!s->perm)
         return CHUTE_ENOMEM;
@@ -107,4 +108,19 @@ void ch_sampler_set_epoch(ch_sampler *s, uint64_t epoch)
      * lets ranks split the epoch without talking to each other. */
     ch_rng r = ch_rng_for(s->seed, 0x5348554646ull /* "SHUFF" */, epoch);
     ch_permutation(s->perm, s->n, &r);
+}
+
+int ch_sampler_set_run(ch_sampler *s, uint64_t epoch, uint64_t start)
+{
+    ch_sampler_set_epoch(s, epoch);
+    s->start = 0;
+    s->per_rank = s->per_epoch;
+    if (start == 0)
+        return CHUTE_OK;
+    if (start > s->n || s->order)
+        return CHUTE_EINVAL;
+    uint64_t left = s->n - start;
+    s->start = start;
+    s->per_rank = s->drop ? left / s->world : left / s->world + (left % s->world != 0);
+    return CHUTE_OK;
 }

@@ -8,6 +8,22 @@
  * Every sample is delivered exactly once per epoch across ranks, except
  * the <= w-1 repeats PAD adds.  (epoch, position) is the whole state.
  *
+ * Elastic resume (global mode only; ch_sampler_set_run).  Ranks step in
+ * lockstep, so when every rank has consumed its first k positions the
+ * consumed set is exactly the global positions [0, k*w) of the padded
+ * permutation, and none of them is a PAD repeat unless the epoch is over
+ * (k*w > n only when k = per_rank).  That prefix length P (< n mid-epoch)
+ * is the whole state, whatever w was.  A run resumed at P on w' ranks
+ * takes the positions left, P, P+1, ..., n-1, round-robin: rank r' gets
+ * global positions P + r' + j*w', sample perm[(P + r' + j*w') mod n], for
+ * j < per_rank = ceil((n-P)/w') (PAD: the tail wraps onto the epoch's
+ * head, as without a resume) or floor((n-P)/w') (DROP: the last
+ * (n-P) mod w' positions are cut).  With w' = w and P = k*w this is
+ * exactly positions k, k+1, ... of the rank's uninterrupted order, so a
+ * resumed run resumed again composes: P grows by j*w' per j positions.
+ * Shards mode's rank orders are not a prefix of one sequence, so there
+ * the only run is P = 0.
+ *
  * Shards mode (ch_sampler_use_units; chute.h CHUTE_SHUFFLE_SHARDS), for
  * formats read front to back.  The dataset is cut into units: runs of
  * consecutive sample ids that live in one file (a shard, a TFRecord file, a
@@ -46,7 +62,9 @@ typedef struct ch_sampler {
     int shuffle;
     uint32_t rank, world;
     int drop;
-    uint64_t per_rank;
+    uint64_t per_rank;        /* positions of this rank in the current run */
+    uint64_t per_epoch;       /* ... in a whole epoch (the run at P = 0) */
+    uint64_t start;           /* P: global positions the current run skips */
     uint64_t epoch;
     uint64_t *perm;           /* n entries, rewritten by ch_sampler_set_epoch */
     /* Shards mode (NULL/0 in global mode); see above. */
@@ -67,12 +85,17 @@ void ch_sampler_free(ch_sampler *s);
  * or a sampler built without shuffle, CHUTE_ENOMEM. */
 int ch_sampler_use_units(ch_sampler *s, uint64_t *unit_first, uint64_t nunits, uint64_t buffer);
 void ch_sampler_set_epoch(ch_sampler *s, uint64_t epoch);
+/* set_epoch, then make the run start at global position `start` (see
+ * "Elastic resume" above): per_rank becomes the run's count.  start 0 is a
+ * whole epoch.  CHUTE_EINVAL for start > n, or start > 0 in shards mode
+ * (the sampler is then left at start 0). */
+int ch_sampler_set_run(ch_sampler *s, uint64_t epoch, uint64_t start);
 /* Dataset index of this rank's k-th sample (k < per_rank) in the epoch. */
 static inline uint64_t ch_sampler_get(const ch_sampler *s, uint64_t k)
 {
     if (s->order)
         return s->order[k];
-    uint64_t g = s->rank + k * s->world;
+    uint64_t g = s->start + s->rank + k * s->world;
     return s->perm[g % s->n];
 }
 

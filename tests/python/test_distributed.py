@@ -1,9 +1,13 @@
 """Distributed sharding: every sample exactly once per epoch across ranks, equal lengths."""
+import collections
+import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -108,3 +112,58 @@ def test_defaults(monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert chute.distributed_defaults() == (1, 2, "env")  # torchrun beats SLURM
+
+
+def test_elastic_resume_gloo_2_killed_then_3(tree, tmp_path):
+    """Issue 28: two gloo ranks checkpoint after 3 steps, run 2 more and are
+    killed (SIGKILL) mid-epoch; three ranks (another batch size) resume from
+    rank 0's checkpoint: the checkpointed part and the resumed part are the
+    epoch once (the 2 steps after the checkpoint are redone, as the model's
+    are), plus only the PAD fill, with equal batches on the three ranks."""
+    ckpt = str(tmp_path / "ckpt.json")
+    port, env = free_port(), dict(os.environ)
+    for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        env.pop(k, None)
+    procs = [subprocess.Popen([sys.executable, WORKER, "elastic-save", tree, ckpt, str(r), "2",
+                               str(port)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    try:
+        deadline = time.time() + 120
+        while not all(os.path.exists("%s.rank%d.ready" % (ckpt, r)) for r in range(2)):
+            dead = [p for p in procs if p.poll() is not None]
+            assert not dead, dead[0].communicate()[0]
+            assert time.time() < deadline, "the 2-rank job never reached step 5"
+            time.sleep(0.1)
+    finally:
+        alive = [p.poll() is None for p in procs]
+        for p in procs:
+            p.kill()
+            p.communicate()
+    # Both ranks were still running mid-epoch and died of the SIGKILL.
+    assert alive == [True, True]
+    assert [p.returncode for p in procs] == [-signal.SIGKILL] * 2
+    out = str(tmp_path / "resumed.json")
+    port = free_port()
+    run_ranks(lambda r: ["elastic-resume", tree, out, str(r), "3", str(port), ckpt],
+              lambda r: {}, 3)
+    res = load_json(out)
+    seen = [i for rank in res["seen"] for i in rank]
+    assert len(seen) == 2 * 3 * 16 and len(set(seen)) == len(seen)
+    assert len({g["batches"] for g in res["ranks"]}) == 1
+    rest = [i for g in res["ranks"] for i in g["indices"]]
+    left = TREE_IMAGES - len(seen)
+    assert len(rest) == -(-left // 3) * 3
+    counts = collections.Counter(seen + rest)
+    assert set(counts) == set(range(TREE_IMAGES))
+    assert all(c == 1 or (c == 2 and i in seen) for i, c in counts.items())
+    # Pixels: each resumed sample's as in an uninterrupted one-process run
+    # of epoch 1 (the same crops and flips, whatever rank delivered it).
+    ref = {}
+    with chute.Loader(tree, batch_size=32, size=16, seed=7, return_indices=True,
+                      workers=2) as ld:
+        ld.set_epoch(1)
+        for images, _, idx in ld:
+            for img, i in zip(images, idx.tolist()):
+                ref[i] = hashlib.sha256(img.contiguous().numpy().tobytes()).hexdigest()
+    got = {int(i): h for g in res["ranks"] for i, h in g["pixels"].items()}
+    assert set(got) == set(rest) and all(got[i] == ref[i] for i in got)
