@@ -1,0 +1,134 @@
+/*
+ * test_tboard.c — the TensorBoard event-file writer (src/stats/tboard.c)
+ * at the C level, for the sanitizer tiers: records framed as TFRecord
+ * (the masked CRC32C computed here from its definition in TensorFlow's
+ * record format, not with the library's helper), the version event first,
+ * steps in order with the newest snapshot never dropped when the ring
+ * overflows, a known value encoded as the float TensorBoard reads, and
+ * errors naming the path.  TensorBoard's own reader checks the files in
+ * tests/python/test_tensorboard.py.
+ */
+#include "unit.h"
+
+#include "format/parse.h"
+#include "stats/tboard.h"
+
+#include <dirent.h>
+#include <string.h>
+
+static uint32_t masked(const uint8_t *p, size_t n)
+{
+    uint32_t c = fmt_crc32c_sw(0, p, n);
+    return ((c >> 15) | (c << 17)) + 0xa282ead8u; /* TFRecord's mask */
+}
+
+static uint64_t rd_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* The one event file in dir, read whole. */
+static uint8_t *read_events(const char *dir, size_t *len)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return NULL;
+    struct dirent *e;
+    char path[4096] = "";
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, "events.out.tfevents.", 20) == 0)
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    closedir(d);
+    return path[0] ? unit_read_file(path, len) : NULL;
+}
+
+/* The step (field 2) of an Event, 0 when absent. */
+static uint64_t event_step(const uint8_t *p, size_t n)
+{
+    if (n < 10 || p[0] != 0x09 || p[9] != 0x10)
+        return 0;
+    uint64_t v = 0;
+    for (size_t i = 10, s = 0; i < n && s < 64; i++, s += 7) {
+        v |= (uint64_t)(p[i] & 0x7f) << s;
+        if (!(p[i] & 0x80))
+            break;
+    }
+    return v;
+}
+
+TEST(records_framed_steps_in_order_newest_kept)
+{
+    char dir[4096], sub[4200];
+    unit_scratch("tboard_frames", dir, sizeof dir);
+    snprintf(sub, sizeof sub, "%s/runs/exp1", dir); /* parents are created */
+    ch_tboard *tb = NULL;
+    chute_error err = {0};
+    CHECK_OK(ch_tboard_open(sub, &tb, &err));
+    chute_stats st;
+    memset(&st, 0, sizeof st);
+    for (uint64_t step = 1; step <= 500; step++) { /* faster than any disk: some drop */
+        st.batches = step;
+        st.last_wait_ns = 2500000; /* 2.5 ms */
+        ch_tboard_post(tb, step, &st);
+    }
+    ch_tboard_close(tb);
+    size_t len = 0;
+    uint8_t *f = read_events(sub, &len);
+    CHECK(f != NULL, "no event file in %s", sub);
+    size_t off = 0, nrec = 0;
+    uint64_t last = 0;
+    float want = 2.5f;
+    uint8_t wait_val[5] = {0x15};
+    memcpy(wait_val + 1, &want, 4);
+    while (off < len) {
+        CHECK(len - off >= 16, "truncated record at %zu", off);
+        uint64_t n = rd_le(f + off, 8);
+        CHECK(rd_le(f + off + 8, 4) == masked(f + off, 8), "length CRC at %zu", off);
+        CHECK(n <= len - off - 16, "record length %llu at %zu", (unsigned long long)n, off);
+        const uint8_t *ev = f + off + 12;
+        CHECK(rd_le(ev + n, 4) == masked(ev, n), "data CRC at %zu", off);
+        if (nrec == 0) {
+            CHECK(n > 15 && memmem(ev, n, "\x1a\x0d" "brain.Event:2", 15) != NULL,
+                  "first event is not file_version brain.Event:2");
+        } else {
+            uint64_t step = event_step(ev, n);
+            CHECK(step > last, "step %llu after %llu", (unsigned long long)step,
+                  (unsigned long long)last);
+            last = step;
+            const char *tag = "\x0d" "chute/wait_ms";
+            const uint8_t *t = memmem(ev, n, tag, strlen(tag));
+            CHECK(t && memcmp(t + strlen(tag), wait_val, 5) == 0,
+                  "chute/wait_ms is not simple_value 2.5 at step %llu", (unsigned long long)step);
+        }
+        off += 16 + n;
+        nrec++;
+    }
+    CHECK(last == 500, "the newest snapshot (500) is written, last %llu", (unsigned long long)last);
+    CHECK(nrec >= 1 + 16 && nrec <= 1 + 500, "%zu records", nrec);
+    free(f);
+    return 0;
+}
+
+TEST(a_file_in_the_way_names_the_path)
+{
+    char dir[4096], file[4200], sub[4300];
+    unit_scratch("tboard_errors", dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/plain", dir);
+    CHECK(unit_write_file(file, "x", 1) == 0, "write %s", file);
+    ch_tboard *tb = (ch_tboard *)1;
+    chute_error err = {0};
+    CHECK(ch_tboard_open(file, &tb, &err) != CHUTE_OK && tb == NULL, "a file as log dir");
+    CHECK(strstr(err.message, "tensorboard") && strstr(err.message, file), "%s", err.message);
+    snprintf(sub, sizeof sub, "%s/sub/run", file);
+    CHECK(ch_tboard_open(sub, &tb, &err) != CHUTE_OK, "below a file");
+    CHECK(strstr(err.message, "cannot create log directory") &&
+              strstr(err.message, "Not a directory"),
+          "%s", err.message);
+    CHECK(ch_tboard_open("", &tb, &err) != CHUTE_OK, "empty path");
+    return 0;
+}
+
+UNIT_MAIN
