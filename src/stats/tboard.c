@@ -256,8 +256,13 @@ int ch_tboard_open(const char *dir, ch_tboard **out, chute_error *err)
         if (*c == '/')
             *c = '_';
     double now = wall_now();
-    snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%010lld.%s.%d.%u.chute", dir,
-             (long long)now, host, (int)getpid(), (unsigned)atomic_fetch_add(&seq, 1));
+    int pn = snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%010lld.%s.%d.%u.chute",
+                      dir, (long long)now, host, (int)getpid(),
+                      (unsigned)atomic_fetch_add(&seq, 1));
+    if (pn < 0 || (size_t)pn >= sizeof tb->path) {
+        free(tb);
+        return ch_err(err, CHUTE_EINVAL, "tensorboard: log directory '%s' is too long", dir);
+    }
     tb->fd = open(tb->path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
     if (tb->fd < 0) {
         rc = ch_err_errno(err, CHUTE_EIO, errno, "tensorboard: cannot create event file '%s'",
