@@ -16,9 +16,13 @@ epoch (train transform, size 128, uint8) for each configuration in turn:
            tensorboard package is importable; bench adds build-python/tb/site,
            which tests/python/test_tensorboard.py fills)
 The order rotates each round so no configuration always runs first.
-images/s per configuration is the median over rounds; the ratio column is
-that over "off" of the same run.  Timings mean something only on a quiet
-machine; --tiny checks that everything runs in seconds.
+images/s per configuration is the median over rounds; "ratio" is that over
+"off"'s median, "round ratio" the median over rounds of the ratio to "off"
+in the same round (less sensitive to a machine whose load changes between
+rounds).  "cpu ms/1k" is the process's CPU time (every thread: workers, the
+event writer, Python) per 1000 images, median over rounds: what the export
+costs in work, whatever else the machine runs.  Timings mean something only
+on a quiet machine; --tiny checks that everything runs in seconds.
 """
 import argparse
 import os
@@ -64,6 +68,7 @@ def main():
     logs = tempfile.mkdtemp(prefix="chute-tb-bench-")
     configs = ["off", "native"] + (["writer"] if SummaryWriter else [])
     rates = {c: [] for c in configs}
+    cpu = {c: [] for c in configs}
     ds = chute.Dataset(data)
     try:
         for r in range(a.rounds + 1):  # round 0 warms the page cache, not counted
@@ -80,24 +85,32 @@ def main():
                                   workers=a.workers, as_torch=False, tensorboard=tb,
                                   tensorboard_every=a.every)
                 t0 = time.perf_counter()
+                c0 = time.process_time()
                 n = 0
                 for images, _ in ld:
                     n += len(images)
-                dt = time.perf_counter() - t0
-                ld.close()
+                ld.close()  # the native writer's last records are written by now
                 if w is not None:
                     w.close()
+                dt = time.perf_counter() - t0
+                dc = time.process_time() - c0
                 if r:
                     rates[c].append(n / dt)
+                    cpu[c].append(1e6 * dc / n)
     finally:
         shutil.rmtree(logs, ignore_errors=True)
     base = statistics.median(rates["off"])
     print("images=%d batch=%d workers=%d every=%d rounds=%d"
           % (a.images, a.batch_size, a.workers, a.every, a.rounds))
-    print("%-8s %12s %8s   %s" % ("config", "images/s", "ratio", "per round"))
+    cbase = statistics.median(cpu["off"])
+    print("%-8s %10s %7s %12s %10s %7s   %s" % ("config", "images/s", "ratio", "round ratio",
+                                             "cpu ms/1k", "ratio", "images/s per round"))
     for c in configs:
         m = statistics.median(rates[c])
-        print("%-8s %12.1f %8.3f   %s" % (c, m, m / base, " ".join("%.0f" % x for x in rates[c])))
+        rr = statistics.median(x / y for x, y in zip(rates[c], rates["off"]))
+        cm = statistics.median(cpu[c])
+        print("%-8s %10.1f %7.3f %12.3f %10.1f %7.3f   %s"
+              % (c, m, m / base, rr, cm, cm / cbase, " ".join("%.0f" % x for x in rates[c])))
 
 
 if __name__ == "__main__":
