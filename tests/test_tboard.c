@@ -15,6 +15,7 @@
 
 #include <dirent.h>
 #include <string.h>
+#include <unistd.h>
 
 static uint32_t masked(const uint8_t *p, size_t n)
 {
@@ -128,6 +129,68 @@ TEST(a_file_in_the_way_names_the_path)
               strstr(err.message, "Not a directory"),
           "%s", err.message);
     CHECK(ch_tboard_open("", &tb, &err) != CHUTE_OK, "empty path");
+    return 0;
+}
+
+/* Through the loader: option tensorboard on a real dataset (the fixture
+ * tree), every 2 batches; the steps written are even, in order, end at
+ * the last even batch count, and chute/batches equals the step. */
+TEST(loader_option_writes_every_n_batches)
+{
+    char tree[4200], ready[4200], dir[4096];
+    if (!g_data)
+        SKIP("no --data");
+    snprintf(tree, sizeof tree, "%s/tree", g_data);
+    snprintf(ready, sizeof ready, "%s/READY", g_data);
+    if (access(ready, F_OK) != 0)
+        SKIP("fixture data missing (run the data_setup test)");
+    unit_scratch("tboard_loader", dir, sizeof dir);
+    chute_dataset *ds = NULL;
+    chute_error err = {0};
+    CHECK_OK(chute_dataset_open(tree, CHUTE_SOURCE_AUTO, &ds, &err));
+    chute_loader_options o = {0};
+    o.batch_size = 8;
+    o.size = 16;
+    o.workers = 2;
+    o.tensorboard = dir;
+    o.tensorboard_every = 2;
+    chute_loader *ld = NULL;
+    CHECK_OK(chute_loader_create(ds, &o, &ld, &err));
+    chute_batch *b = NULL;
+    uint64_t nb = 0;
+    while (chute_loader_next(ld, &b) == CHUTE_OK && b) {
+        nb++;
+        chute_batch_release(b);
+    }
+    chute_loader_destroy(ld);
+    chute_dataset_close(ds);
+    CHECK(nb >= 4, "%llu batches", (unsigned long long)nb);
+    size_t len = 0;
+    uint8_t *f = read_events(dir, &len);
+    CHECK(f != NULL, "no event file in %s", dir);
+    uint64_t last = 0;
+    for (size_t off = 0, i = 0; off + 16 <= len; i++) {
+        uint64_t n = rd_le(f + off, 8);
+        CHECK(n <= len - off - 16, "record length at %zu", off);
+        const uint8_t *ev = f + off + 12;
+        if (i > 0) {
+            uint64_t step = event_step(ev, n);
+            CHECK(step % 2 == 0 && step > last, "step %llu after %llu",
+                  (unsigned long long)step, (unsigned long long)last);
+            last = step;
+            float want = (float)step;
+            uint8_t val[5] = {0x15};
+            memcpy(val + 1, &want, 4);
+            const char *tag = "\x0d" "chute/batches";
+            const uint8_t *t = memmem(ev, n, tag, strlen(tag));
+            CHECK(t && memcmp(t + strlen(tag), val, 5) == 0, "chute/batches != step %llu",
+                  (unsigned long long)step);
+        }
+        off += 16 + n;
+    }
+    CHECK(last == nb / 2 * 2, "last step %llu of %llu batches", (unsigned long long)last,
+          (unsigned long long)nb);
+    free(f);
     return 0;
 }
 
