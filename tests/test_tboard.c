@@ -132,6 +132,41 @@ TEST(a_file_in_the_way_names_the_path)
     return 0;
 }
 
+/* One scalar of the caller's (rank_report's): its own event with that tag,
+ * value and step; a tag too long for the fixed slot is refused. */
+TEST(a_caller_scalar_is_one_event)
+{
+    char dir[4096];
+    unit_scratch("tboard_scalar", dir, sizeof dir);
+    ch_tboard *tb = NULL;
+    chute_error err = {0};
+    CHECK_OK(ch_tboard_open(dir, &tb, &err));
+    char longtag[CH_TB_TAG_MAX + 1];
+    memset(longtag, 'x', CH_TB_TAG_MAX);
+    longtag[CH_TB_TAG_MAX] = '\0';
+    CHECK(ch_tboard_post_scalar(tb, longtag, 1.0, 1) == CHUTE_EINVAL, "a 64-byte tag");
+    CHECK(ch_tboard_post_scalar(tb, "", 1.0, 1) == CHUTE_EINVAL, "an empty tag");
+    CHECK_OK(ch_tboard_post_scalar(tb, "chute/ranks/max_wait_s", 0.75, 42));
+    ch_tboard_close(tb);
+    size_t len = 0;
+    uint8_t *f = read_events(dir, &len);
+    CHECK(f != NULL, "no event file");
+    size_t n0 = (size_t)rd_le(f, 8);
+    const uint8_t *ev = f + 16 + n0 + 12; /* the second record's Event */
+    size_t n = (size_t)rd_le(f + 16 + n0, 8);
+    CHECK(16 + n0 + 16 + n == len, "two records, %zu bytes", len);
+    CHECK(event_step(ev, n) == 42, "step");
+    /* summary { value { tag "chute/ranks/max_wait_s" simple_value 0.75 } } */
+    uint8_t want[64] = {0x2a, 2 + 2 + 22 + 5, 0x0a, 2 + 22 + 5, 0x0a, 22};
+    memcpy(want + 6, "chute/ranks/max_wait_s", 22);
+    want[28] = 0x15;
+    float v = 0.75f;
+    memcpy(want + 29, &v, 4);
+    CHECK(n >= 33 && memcmp(ev + n - 33, want, 33) == 0, "summary bytes");
+    free(f);
+    return 0;
+}
+
 /* Through the loader: option tensorboard on a real dataset (the fixture
  * tree), every 2 batches; the steps written are even, in order, end at
  * the last even batch count, and chute/batches equals the step. */

@@ -1032,7 +1032,8 @@ class Loader:
         writes chute/ranks/max_wait_s, chute/ranks/spread_wait_s,
         chute/ranks/max_wait_pct, chute/ranks/spread_wait_pct and
         chute/ranks/slowest_rank at step = batches handed over to ``writer``,
-        else to the SummaryWriter given as ``tensorboard=``."""
+        else to the SummaryWriter or the log directory given as
+        ``tensorboard=``."""
         import torch  # the report's transport is torch.distributed
         s = self._core.stats()
         mine = torch.tensor([s["wait_s"], s["wait_fraction"], s["window_wait_fraction"],
@@ -1058,14 +1059,17 @@ class Loader:
                "slowest_rank": max(range(world), key=lambda i: wait_s[i]),
                "max_wait_fraction": max(frac), "spread_wait_fraction": max(frac) - min(frac)}
         w = writer if writer is not None else self._tb_writer
-        if w is not None and rank == 0:
+        if rank == 0:
             step = int(s["batches"])
             for tag, v in (("max_wait_s", rep["max_wait_s"]),
                            ("spread_wait_s", rep["spread_wait_s"]),
                            ("max_wait_pct", 100.0 * rep["max_wait_fraction"]),
                            ("spread_wait_pct", 100.0 * rep["spread_wait_fraction"]),
                            ("slowest_rank", rep["slowest_rank"])):
-                w.add_scalar("chute/ranks/" + tag, v, global_step=step)
+                if w is not None:
+                    w.add_scalar("chute/ranks/" + tag, v, global_step=step)
+                else:  # tensorboard=DIR: into the library's event file (if any)
+                    self._core.tb_scalar("chute/ranks/" + tag, float(v), step)
         return rep
 
     def close(self) -> None:

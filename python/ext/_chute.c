@@ -1909,6 +1909,23 @@ static PyObject *Loader_tb_scalars(LoaderObject *self, PyObject *unused)
     return l;
 }
 
+/* tb_scalar(tag, value, step): one scalar into the loader's native event
+ * file (tensorboard=DIR); False when it has none. */
+static PyObject *Loader_tb_scalar(LoaderObject *self, PyObject *args)
+{
+    const char *tag;
+    double value;
+    unsigned long long step;
+    if (!PyArg_ParseTuple(args, "sdK:tb_scalar", &tag, &value, &step))
+        return NULL;
+    if (!self->core) {
+        PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
+        return NULL;
+    }
+    int rc = ch_loader_tb_scalar(self->core->ld, tag, value, (uint64_t)step);
+    return PyBool_FromLong(rc == CHUTE_OK);
+}
+
 static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
 {
     if (!self->core) {
@@ -1986,6 +2003,8 @@ static PyMethodDef Loader_methods[] = {
     {"next", (PyCFunction)(void (*)(void))Loader_next, METH_VARARGS | METH_KEYWORDS,
      "next(timeout=None)\n--\n\nThe next Batch of the epoch, or None after the last one."},
     {"stats", (PyCFunction)Loader_stats, METH_NOARGS, "stats()\n--\n\nPipeline counters."},
+    {"tb_scalar", (PyCFunction)Loader_tb_scalar, METH_VARARGS,
+     "tb_scalar(tag, value, step)\n--\n\nOne scalar into the native event file (False: none)."},
     {"tb_scalars", (PyCFunction)Loader_tb_scalars, METH_NOARGS,
      "tb_scalars()\n--\n\nThe TensorBoard scalars of a snapshot taken now: [(tag, value)]."},
     {"errmsg", (PyCFunction)Loader_errmsg, METH_NOARGS,

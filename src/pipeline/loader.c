@@ -1716,6 +1716,11 @@ int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **ou
     return rc;
 }
 
+int ch_loader_tb_scalar(chute_loader *ld, const char *tag, double value, uint64_t step)
+{
+    return ld->tb ? ch_tboard_post_scalar(ld->tb, tag, value, step) : CHUTE_EINVAL;
+}
+
 int chute_loader_next(chute_loader *ld, chute_batch **out_batch)
 {
     return chute_loader_next_timeout(ld, -1, out_batch);

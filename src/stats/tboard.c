@@ -33,6 +33,8 @@ typedef struct tb_item {
     uint64_t step;
     double wall_time;
     chute_stats st;
+    char tag[CH_TB_TAG_MAX]; /* "": the snapshot's scalars; else one scalar */
+    double value;
 } tb_item;
 
 struct ch_tboard {
@@ -134,19 +136,28 @@ static size_t frame(uint8_t *buf, size_t n)
 static size_t encode_scalars(uint8_t *buf, size_t cap, const tb_item *it)
 {
     double v[CH_TB_NSCALARS];
-    ch_tboard_scalars(&it->st, v);
+    const char *tags[CH_TB_NSCALARS];
+    int nv = 1;
+    if (it->tag[0]) {
+        tags[0] = it->tag;
+        v[0] = it->value;
+    } else {
+        ch_tboard_scalars(&it->st, v);
+        memcpy(tags, ch_tb_tags, sizeof tags);
+        nv = CH_TB_NSCALARS;
+    }
     uint8_t sum[CH_TB_NSCALARS * 64];
     uint8_t *q = sum;
-    for (int i = 0; i < CH_TB_NSCALARS; i++) {
-        size_t tl = strlen(ch_tb_tags[i]);
+    for (int i = 0; i < nv; i++) {
+        size_t tl = strlen(tags[i]);
         float f = (float)v[i];
         uint32_t fb;
         memcpy(&fb, &f, 4);
         *q++ = 0x0a;                       /* Summary.value */
-        *q++ = (uint8_t)(2 + tl + 5);      /* < 128: tags are < 60 bytes */
+        *q++ = (uint8_t)(2 + tl + 5);      /* < 128: tags are < CH_TB_TAG_MAX bytes */
         *q++ = 0x0a;                       /* Value.tag */
         *q++ = (uint8_t)tl;
-        memcpy(q, ch_tb_tags[i], tl);
+        memcpy(q, tags[i], tl);
         q += tl;
         *q++ = 0x15;                       /* Value.simple_value */
         q = put_le(q, fb, 4);
@@ -302,21 +313,47 @@ int ch_tboard_open(const char *dir, ch_tboard **out, chute_error *err)
     return CHUTE_OK;
 }
 
-void ch_tboard_post(ch_tboard *tb, uint64_t step, const chute_stats *st)
+static tb_item *post_begin(ch_tboard *tb)
 {
-    double now = wall_now();
     pthread_mutex_lock(&tb->mu);
     if (tb->head - tb->tail == TB_RING) {
-        tb->tail++; /* the writer is behind: the oldest snapshot goes */
+        tb->tail++; /* the writer is behind: the oldest item goes */
         tb->dropped++;
     }
-    tb_item *it = &tb->ring[tb->head % TB_RING];
-    it->step = step;
-    it->wall_time = now;
-    it->st = *st;
+    return &tb->ring[tb->head % TB_RING];
+}
+
+static void post_end(ch_tboard *tb)
+{
     tb->head++;
     pthread_cond_signal(&tb->cv);
     pthread_mutex_unlock(&tb->mu);
+}
+
+int ch_tboard_post_scalar(ch_tboard *tb, const char *tag, double value, uint64_t step)
+{
+    size_t tl = strlen(tag);
+    if (tl == 0 || tl >= CH_TB_TAG_MAX)
+        return CHUTE_EINVAL;
+    double now = wall_now();
+    tb_item *it = post_begin(tb);
+    it->step = step;
+    it->wall_time = now;
+    memcpy(it->tag, tag, tl + 1);
+    it->value = value;
+    post_end(tb);
+    return CHUTE_OK;
+}
+
+void ch_tboard_post(ch_tboard *tb, uint64_t step, const chute_stats *st)
+{
+    double now = wall_now();
+    tb_item *it = post_begin(tb);
+    it->step = step;
+    it->wall_time = now;
+    it->st = *st;
+    it->tag[0] = '\0';
+    post_end(tb);
 }
 
 void ch_tboard_close(ch_tboard *tb)

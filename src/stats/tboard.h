@@ -32,6 +32,15 @@ int ch_tboard_open(const char *dir, ch_tboard **out, chute_error *err);
 /* Queue one snapshot at `step` (consumer thread; never blocks on I/O). */
 void ch_tboard_post(ch_tboard *tb, uint64_t step, const chute_stats *st);
 
+/* Queue one scalar of the caller's (tag shorter than CH_TB_TAG_MAX bytes,
+ * else CHUTE_EINVAL) at `step`: Loader.rank_report's summary. */
+enum { CH_TB_TAG_MAX = 64 };
+int ch_tboard_post_scalar(ch_tboard *tb, const char *tag, double value, uint64_t step);
+
+/* The loader's writer (loader.c): ch_tboard_post_scalar on it, or
+ * CHUTE_EINVAL when the loader has no tensorboard directory. */
+int ch_loader_tb_scalar(chute_loader *ld, const char *tag, double value, uint64_t step);
+
 /* Write what is queued, stop the thread, close the file (NULL ok). */
 void ch_tboard_close(ch_tboard *tb);
 

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 import chute
@@ -23,8 +24,9 @@ def test_rank_report_gathers_every_ranks_wait(tree, tmp_path, monkeypatch):
     world, port = 2, free_port()
     outs = [str(tmp_path / ("rank%d.json" % r)) for r in range(world)]
     delays = [0, 6000]
-    run_ranks(lambda r: [tree, outs[r], str(r), str(world), str(port), str(delays[r])],
-              lambda r: {}, world, timeout=120)
+    logdir = str(tmp_path / "rank0")  # rank 0: tensorboard=DIR; rank 1: a recording writer
+    run_ranks(lambda r: [tree, outs[r], str(r), str(world), str(port), str(delays[r])]
+              + ([logdir] if r == 0 else []), lambda r: {}, world, timeout=120)
     res = []
     for o in outs:
         with open(o) as f:
@@ -46,18 +48,54 @@ def test_rank_report_gathers_every_ranks_wait(tree, tmp_path, monkeypatch):
         assert rep["spread_wait_s"] == own_wait[1] - own_wait[0]
         assert rep["max_wait_fraction"] == max(rep["wait_fraction"])
         assert rep["spread_wait_fraction"] == max(rep["wait_fraction"]) - min(rep["wait_fraction"])
-    # Rank 0 logs the summary at step = its batches handed over; rank 1 nothing.
+    # Rank 0 logs the summary into its event file at step = its batches
+    # handed over (TensorBoard's reader); rank 1 writes nothing.
     step = res[0]["stats"]["batches"]
     assert step == 15
     assert res[1]["written"] == []
-    got = {tag: (v, s) for tag, v, s in res[0]["written"]}
+    from test_tensorboard import _fetch_tensorboard
+    _fetch_tensorboard()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    ea = EventAccumulator(logdir, size_guidance={"scalars": 0})
+    ea.Reload()
+    got = {}
+    for tag in ea.Tags()["scalars"]:
+        (e,) = ea.Scalars(tag)
+        got[tag] = (e.value, e.step)
     frac = res[0]["report"]["wait_fraction"]
-    assert got == {
-        "chute/ranks/max_wait_s": (own_wait[1], step),
-        "chute/ranks/spread_wait_s": (own_wait[1] - own_wait[0], step),
-        "chute/ranks/max_wait_pct": (100 * max(frac), step),
-        "chute/ranks/spread_wait_pct": (100 * (max(frac) - min(frac)), step),
+    f32 = lambda v: float(np.float32(v))  # simple_value is a float
+    want = {
+        "chute/ranks/max_wait_s": (f32(own_wait[1]), step),
+        "chute/ranks/spread_wait_s": (f32(own_wait[1] - own_wait[0]), step),
+        "chute/ranks/max_wait_pct": (f32(100 * max(frac)), step),
+        "chute/ranks/spread_wait_pct": (f32(100 * (max(frac) - min(frac))), step),
         "chute/ranks/slowest_rank": (1.0, step),
+    }
+    assert got == want
+
+
+def test_rank_report_writes_to_a_writer(tree):
+    class Rec:
+        def __init__(self):
+            self.calls = []
+
+        def add_scalar(self, tag, value, global_step=None):
+            self.calls.append((tag, value, global_step))
+
+    ld = chute.Loader(tree, batch_size=50, size=16, workers=1, read_delay_us=1000)
+    for _ in ld:
+        pass
+    w = Rec()
+    rep = ld.rank_report(writer=w)
+    got = {tag: (v, s) for tag, v, s in w.calls}
+    frac = rep["wait_fraction"]
+    step = 3
+    assert got == {
+        "chute/ranks/max_wait_s": (rep["wait_s"][0], step),
+        "chute/ranks/spread_wait_s": (0.0, step),
+        "chute/ranks/max_wait_pct": (100 * frac[0], step),
+        "chute/ranks/spread_wait_pct": (0.0, step),
+        "chute/ranks/slowest_rank": (0, step),
     }
 
 
