@@ -5,7 +5,6 @@ on rank 0.  Rank 1 reads with a 6 ms delay per sample, rank 0 without: rank
 stats() written by that rank before the report, not the report's."""
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -63,7 +62,10 @@ def test_rank_report_gathers_every_ranks_wait(tree, tmp_path, monkeypatch):
         (e,) = ea.Scalars(tag)
         got[tag] = (e.value, e.step)
     frac = res[0]["report"]["wait_fraction"]
-    f32 = lambda v: float(np.float32(v))  # simple_value is a float
+
+    def f32(v):  # simple_value is a float
+        return float(np.float32(v))
+
     want = {
         "chute/ranks/max_wait_s": (f32(own_wait[1]), step),
         "chute/ranks/spread_wait_s": (f32(own_wait[1] - own_wait[0]), step),
