@@ -470,6 +470,17 @@ typedef struct chute_loader_options {
      * image nvJPEG cannot decode fails its batch (on_corrupt=skip covers
      * the CPU-decoded samples only). */
     uint32_t gpu_decode_share;
+    /* TensorBoard export: a log directory (created with its parents if
+     * missing; NULL or "" = off).  chute_loader_create makes an event
+     * file events.out.tfevents.<time>.<host>.<pid>.<n>.chute in it and
+     * fails naming the path if it cannot.  Every tensorboard_every
+     * (default 100) batches handed over, next() copies one chute_stats
+     * snapshot into a fixed ring (no allocation, no I/O) and a
+     * background thread writes its scalars (docs/WAITING.md lists them)
+     * at step = batches handed over so far; destroy writes what is
+     * queued.  The string is read during chute_loader_create only.    */
+    const char *tensorboard;
+    uint32_t tensorboard_every;
 } chute_loader_options;
 
 typedef struct chute_loader chute_loader;

@@ -69,6 +69,12 @@ if [ -d tests/python ]; then
       --target build-python/pyarrow/site pyarrow==17.0.0 ||
       echo "(cannot fetch pyarrow from PyPI: tests/python/test_arrow.py will skip)"
   fi
+  # tensorboard likewise (PyPI only), for test_tensorboard.py's reader.
+  if [ ! -d build-python/tb/site/tensorboard ]; then
+    /usr/bin/python3 -m pip install -q --disable-pip-version-check \
+      --target build-python/tb/site tensorboard==2.20.0 ||
+      echo "(cannot fetch tensorboard from PyPI: tests/python/test_tensorboard.py will skip)"
+  fi
   run_tier pytest pytest /usr/bin/python3 -m pytest -q -rfE tests/python
 fi
 

@@ -192,6 +192,7 @@ if [ "$run_pytest" = 1 ]; then
   # SeaweedFS, if the checkout's tests already fetched it, is reused.
   CHUTE_REMOTE_TOOLS="${CHUTE_REMOTE_TOOLS:-$ROOT/build-python/remote-tools}" \
   CHUTE_PYARROW_DIR="${CHUTE_PYARROW_DIR:-$ROOT/build-python/pyarrow/site}" \
+  CHUTE_TENSORBOARD_DIR="${CHUTE_TENSORBOARD_DIR:-$ROOT/build-python/tb/site}" \
   CHUTE_TEST_INSTALLED=1 "$V/python" -m pytest -q -p no:cacheprovider tests/python
 fi
 echo "wheel: OK $whl"

@@ -424,6 +424,18 @@ class Loader:
             JPEGs decoded by nvJPEG on the GPU (0 = off); needs nvJPEG (the toolkit's
             libnvjpeg, `pip install nvidia-nvjpeg`, or $CHUTE_NVJPEG), else
             UnsupportedError "nvJPEG not found".
+        tensorboard: a log directory (str or path; created if missing), or a
+            ``torch.utils.tensorboard.SummaryWriter`` (any object with
+            ``add_scalar``).  Every ``tensorboard_every`` batches (default 100)
+            the loader's scalars are written at step = batches handed over so
+            far: chute/wait_ms, chute/wait_pct_of_step, chute/window_wait_pct,
+            chute/images_per_sec, chute/busy_pct/{read,decode,transform},
+            chute/queue_fill, chute/read_p50_ms, chute/read_p99_ms,
+            chute/cache_hit_pct, chute/tier_hit_pct, chute/skipped,
+            chute/io_retries, chute/batches (docs/WAITING.md says what each is,
+            from :meth:`stats`).  A directory gets an event file written by the
+            library from a background thread; a writer is called from this
+            thread at those steps.  See also :meth:`rank_report`.
         parquet_memory_bytes: Parquet (larger than memory): the decoded row
             groups held at once, in bytes by the footers' uncompressed sizes
             (default 1 GiB; at least 2 row groups); row groups are read on
@@ -519,6 +531,8 @@ class Loader:
         direct_io: int = _xdefault("direct_io", "dataset"),
         coalesce_gap_bytes: int = _xdefault("coalesce_gap_bytes", "dataset"),
         parquet_memory_bytes: Optional[int] = None,
+        tensorboard: Any = _xdefault("tensorboard"),
+        tensorboard_every: int = _default("tensorboard_every"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -644,6 +658,21 @@ class Loader:
                                        if f["dtype"] == "float32")
             if self._csv_features:
                 fields = list(self._csv_features)
+        self._tb_writer: Any = None
+        tb_dir: Optional[str] = None
+        if tensorboard is not None:
+            if hasattr(tensorboard, "add_scalar"):
+                self._tb_writer = tensorboard
+            elif isinstance(tensorboard, (str, os.PathLike)):
+                tb_dir = os.fspath(tensorboard)
+                if not isinstance(tb_dir, str) or not tb_dir:
+                    raise TypeError("tensorboard must be a non-empty str path or a SummaryWriter")
+            else:
+                raise TypeError("tensorboard must be a log directory (str) or a SummaryWriter "
+                                "(an object with add_scalar), got %s" % type(tensorboard).__name__)
+        self._tb_every = _opt("tensorboard_every", tensorboard_every)
+        self._tb_batches = 0        # batches handed over (the writer's step)
+        self._tb_pending: Optional[Tuple[int, Any]] = None  # (step, scalars) not yet written
         self._core = _chute._Loader(
             self.dataset,
             batch_size=self.batch_size,
@@ -683,6 +712,8 @@ class Loader:
             stream_samples=_opt("stream_samples", stream_samples),
             stream_timeout_ms=_opt("stream_timeout_ms", stream_timeout_ms),
             gpu_decode_share=_opt("gpu_decode_share", gpu_decode_share),
+            tensorboard=tb_dir,
+            tensorboard_every=self._tb_every,
         )
         self.device = device or "cpu"
         self.fields_requested: Tuple[str, ...] = (
@@ -835,12 +866,20 @@ class Loader:
         running.  ``timeout`` (seconds) overrides the loader's."""
         if not self._active:
             self._begin()
+        if self._tb_pending is not None:
+            self._tb_flush()
         b = self._core.next(timeout=self.timeout if timeout is None else timeout)
         if b is None:
             self._active = False
             self._report_skips()
             return None
         self._consumed += 1
+        self._tb_batches += 1
+        if self._tb_writer is not None and self._tb_batches % self._tb_every == 0:
+            # The snapshot now, as the native writer takes it in next(); the
+            # writer is called on the next call (or close), not before this
+            # batch reaches the loop.
+            self._tb_pending = (self._tb_batches, self._core.tb_scalars())
         if b.copied and not self._warned_copy:
             self._warned_copy = True
             warnings.warn("chute.Loader: more than max_held=%d batches are alive at once; "
@@ -1116,9 +1155,73 @@ class Loader:
         allocating."""
         return self._core.stats()
 
+    def _tb_flush(self) -> None:
+        """tensorboard=writer: write the pending snapshot's scalars (the ones
+        the native event file gets, computed by the library)."""
+        pending, self._tb_pending = self._tb_pending, None
+        if pending is not None:
+            step, scalars = pending
+            for tag, value in scalars:
+                self._tb_writer.add_scalar(tag, value, global_step=step)
+
+    def rank_report(self, writer: Any = None) -> Dict[str, Any]:
+        """Each rank's wait, gathered: call it on every rank at the end of an
+        epoch (a collective when torch.distributed is initialised; without it
+        the report covers this process alone).  Each rank contributes four
+        floats from :meth:`stats` (wait_s, wait_fraction, window_wait_fraction,
+        window_images_per_sec) through one ``all_gather`` on the default
+        process group: no other coordination.  Returns, on every rank, a dict
+        with those lists indexed by rank, ``max_wait_s``, ``min_wait_s``,
+        ``spread_wait_s`` (max - min), ``slowest_rank`` (the rank that waited
+        longest), ``max_wait_fraction`` and ``spread_wait_fraction``.  Rank 0
+        writes chute/ranks/max_wait_s, chute/ranks/spread_wait_s,
+        chute/ranks/max_wait_pct, chute/ranks/spread_wait_pct and
+        chute/ranks/slowest_rank at step = batches handed over to ``writer``,
+        else to the SummaryWriter or the log directory given as
+        ``tensorboard=``."""
+        import torch  # the report's transport is torch.distributed
+        s = self._core.stats()
+        mine = torch.tensor([s["wait_s"], s["wait_fraction"], s["window_wait_fraction"],
+                             s["window_images_per_sec"]], dtype=torch.float64)
+        dist = getattr(torch, "distributed", None)
+        rank, world = 0, 1
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            rank, world = dist.get_rank(), dist.get_world_size()
+            if dist.get_backend() == "nccl":  # NCCL gathers device tensors only
+                mine = mine.to("cuda")
+            parts = [torch.empty_like(mine) for _ in range(world)]
+            dist.all_gather(parts, mine)
+            rows = [p.cpu().tolist() for p in parts]
+        else:
+            rows = [mine.tolist()]
+        wait_s = [r[0] for r in rows]
+        frac = [r[1] for r in rows]
+        rep = {"rank": rank, "world_size": world, "wait_s": wait_s, "wait_fraction": frac,
+               "window_wait_fraction": [r[2] for r in rows],
+               "window_images_per_sec": [r[3] for r in rows],
+               "max_wait_s": max(wait_s), "min_wait_s": min(wait_s),
+               "spread_wait_s": max(wait_s) - min(wait_s),
+               "slowest_rank": max(range(world), key=lambda i: wait_s[i]),
+               "max_wait_fraction": max(frac), "spread_wait_fraction": max(frac) - min(frac)}
+        w = writer if writer is not None else self._tb_writer
+        if rank == 0:
+            step = int(s["batches"])
+            for tag, v in (("max_wait_s", rep["max_wait_s"]),
+                           ("spread_wait_s", rep["spread_wait_s"]),
+                           ("max_wait_pct", 100.0 * rep["max_wait_fraction"]),
+                           ("spread_wait_pct", 100.0 * rep["spread_wait_fraction"]),
+                           ("slowest_rank", rep["slowest_rank"])):
+                if w is not None:
+                    w.add_scalar("chute/ranks/" + tag, v, global_step=step)
+                else:  # tensorboard=DIR: into the library's event file (if any)
+                    self._core.tb_scalar("chute/ranks/" + tag, float(v), step)
+        return rep
+
     def close(self) -> None:
         """Stop the workers and free the ring.  Tensors still alive keep their
         batch's memory valid; it is freed with the last of them."""
+        if getattr(self, "_tb_pending", None) is not None:
+            self._tb_flush()
         if self._core is not None:
             if not self._core.closed:
                 self._report_skips()

@@ -61,6 +61,7 @@
 
 #include "chute.h"
 #include "common/loader_options.h"
+#include "stats/tboard.h"
 #include "dlpack.h"
 
 #define WAIT_SLICE_MS 100
@@ -1412,12 +1413,13 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
 #undef CH_LOADER_OPT
                              "transform", "dtype", "layout", "shuffle", "remainder", "on_corrupt",
                              "normalize", "mean", "std", "dct_scale", "copy_on_hold_limit",
-                             "crop_pct", "shuffle_mode", "fields", "device", NULL};
+                             "crop_pct", "shuffle_mode", "fields", "device", "tensorboard",
+                             NULL};
     static const char fmt[] = "O!|$"
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) "O"
 #include "common/loader_options.def"
 #undef CH_LOADER_OPT
-                              "iiipiipOOppfiOz:_Loader";
+                              "iiipiipOOppfiOzz:_Loader";
     PyObject *vals[CH_LOPT_COUNT] = {0};
     PyObject *dataset = NULL, *mean = Py_None, *std = Py_None, *fields = Py_None;
     chute_loader_options o;
@@ -1426,7 +1428,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     int shuffle = 1, normalize = 1, dct_scale = 1, copy_on_limit = 1;
     int shuffle_mode = 0; /* chute_shuffle */
     float crop_pct = 0;
-    const char *device = NULL;
+    const char *device = NULL, *tensorboard = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &DatasetType, &dataset,
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) &vals[CH_LOPT_##name],
 #include "common/loader_options.def"
@@ -1434,7 +1436,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
                                      &transform, &dtype, &layout, &shuffle, &remainder,
                                      &on_corrupt, &normalize, &mean, &std, &dct_scale,
                                      &copy_on_limit, &crop_pct, &shuffle_mode, &fields,
-                                     &device))
+                                     &device, &tensorboard))
         return -1;
 #undef CH_LOADER_ENUM
 #undef CH_LOADER_FLOAT
@@ -1445,6 +1447,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     if (device && strncmp(device, "cuda", 4) == 0)
         copy_on_limit = 0;
     o.device = device;
+    o.tensorboard = tensorboard;
     if (self->core) {
         PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
         return -1;
@@ -1925,6 +1928,48 @@ static int dict_set(PyObject *d, const char *k, PyObject *v)
     return rc;
 }
 
+/* The TensorBoard scalars of a snapshot taken now, as the native writer
+ * computes them (src/stats/tboard.c): a list of (tag, value) pairs.  The
+ * SummaryWriter path of chute.Loader(tensorboard=writer) writes these. */
+static PyObject *Loader_tb_scalars(LoaderObject *self, PyObject *unused)
+{
+    if (!self->core) {
+        PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
+        return NULL;
+    }
+    chute_stats s;
+    chute_loader_stats(self->core->ld, &s);
+    double v[CH_TB_NSCALARS];
+    ch_tboard_scalars(&s, v);
+    PyObject *l = PyList_New(CH_TB_NSCALARS);
+    for (int i = 0; l && i < CH_TB_NSCALARS; i++) {
+        PyObject *t = Py_BuildValue("(sd)", ch_tb_tags[i], v[i]);
+        if (!t) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, i, t);
+    }
+    return l;
+}
+
+/* tb_scalar(tag, value, step): one scalar into the loader's native event
+ * file (tensorboard=DIR); False when it has none. */
+static PyObject *Loader_tb_scalar(LoaderObject *self, PyObject *args)
+{
+    const char *tag;
+    double value;
+    unsigned long long step;
+    if (!PyArg_ParseTuple(args, "sdK:tb_scalar", &tag, &value, &step))
+        return NULL;
+    if (!self->core) {
+        PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
+        return NULL;
+    }
+    int rc = ch_loader_tb_scalar(self->core->ld, tag, value, (uint64_t)step);
+    return PyBool_FromLong(rc == CHUTE_OK);
+}
+
 static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
 {
     if (!self->core) {
@@ -2008,6 +2053,10 @@ static PyMethodDef Loader_methods[] = {
     {"next", (PyCFunction)(void (*)(void))Loader_next, METH_VARARGS | METH_KEYWORDS,
      "next(timeout=None)\n--\n\nThe next Batch of the epoch, or None after the last one."},
     {"stats", (PyCFunction)Loader_stats, METH_NOARGS, "stats()\n--\n\nPipeline counters."},
+    {"tb_scalar", (PyCFunction)Loader_tb_scalar, METH_VARARGS,
+     "tb_scalar(tag, value, step)\n--\n\nOne scalar into the native event file (False: none)."},
+    {"tb_scalars", (PyCFunction)Loader_tb_scalars, METH_NOARGS,
+     "tb_scalars()\n--\n\nThe TensorBoard scalars of a snapshot taken now: [(tag, value)]."},
     {"errmsg", (PyCFunction)Loader_errmsg, METH_NOARGS,
      "errmsg()\n--\n\nThe library's last message for this loader (e.g. a skipped sample)."},
     {"close", (PyCFunction)Loader_close, METH_NOARGS,

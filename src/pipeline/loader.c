@@ -75,6 +75,7 @@
 #include "../ops/ops.h"
 #include "../stats/hist.h"
 #include "../stats/stats.h"
+#include "../stats/tboard.h"
 #include "../common/loader_options.h"
 #include "../cuda/cuda_loader.h"
 #include "sampler.h"
@@ -224,6 +225,7 @@ struct chute_loader {
     lfield lf[CH_FIELD_MAX];
     ch_dcache *dc;            /* decoded-sample cache, NULL when off (lock-free; dcache.c) */
     ch_cuda_loader *gpu;      /* device "cuda[:N]": the device side (src/cuda/), else NULL */
+    ch_tboard *tb;            /* option tensorboard: the event file's writer, else NULL */
     ch_ra *ra;                /* read-ahead (readahead.c), NULL when off */
     /* Streams (ds->stream; src/pipeline/stream.h): the pump, else NULL.
      * nbatches is UINT64_MAX until the run's end is known (stream_end). */
@@ -1304,6 +1306,14 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         }
         ld->workers[i].started = 1;
     }
+    if (o->tensorboard && *o->tensorboard) {
+        rc = ch_tboard_open(o->tensorboard, &ld->tb, err);
+        if (rc) {
+            chute_loader_destroy(ld);
+            return rc;
+        }
+    }
+    ld->o.tensorboard = NULL; /* borrowed: read only here */
     *out_loader = ld;
     return CHUTE_OK;
 }
@@ -1398,6 +1408,7 @@ void chute_loader_destroy(chute_loader *ld)
             if (ld->workers[i].started)
                 pthread_join(ld->workers[i].thread, NULL);
     }
+    ch_tboard_close(ld->tb); /* writes the snapshots still queued */
     ch_stream_free(ld->st); /* kills and reaps a command; no loader lock held */
     ld->st = NULL;
     ch_ra_destroy(ld->ra);
@@ -1761,8 +1772,19 @@ int chute_loader_next_timeout(chute_loader *ld, int timeout_ms, chute_batch **ou
     } else if (rc != CHUTE_EINTERRUPTED) {
         ld->pend_wait_ns = 0; /* the end, or an error: no batch is waited for any more */
     }
+    uint64_t step = ld->batches_out;
     pthread_mutex_unlock(&ld->mu);
+    if (s && ld->tb && step % ld->o.tensorboard_every == 0) {
+        chute_stats snap; /* once per tensorboard_every batches: a copy, no I/O */
+        chute_loader_stats(ld, &snap);
+        ch_tboard_post(ld->tb, step, &snap);
+    }
     return rc;
+}
+
+int ch_loader_tb_scalar(chute_loader *ld, const char *tag, double value, uint64_t step)
+{
+    return ld->tb ? ch_tboard_post_scalar(ld->tb, tag, value, step) : CHUTE_EINVAL;
 }
 
 int chute_loader_next(chute_loader *ld, chute_batch **out_batch)
