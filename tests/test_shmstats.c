@@ -251,6 +251,59 @@ TEST(writer_file_is_private_published_and_removed)
     return 0;
 }
 
+TEST(exit_removes_segments_never_closed)
+{
+    /* A child creates a segment and exits without closing it (a program
+     * that never destroys its loader): the exit hook unlinks it.  A
+     * second child is killed by SIGKILL: its file stays (no hook runs). */
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    pid_t c = fork();
+    if (c == 0) {
+        close(fds[0]);
+        ch_shm *s = ch_shm_create(CH_SHM_KIND_LOADER, 0, 1, "x", fill, NULL);
+        char path[200] = "";
+        if (s)
+            snprintf(path, sizeof path, "%s", ch_shm_path(s));
+        if (write(fds[1], path, sizeof path) != (ssize_t)sizeof path)
+            _exit(3);
+        exit(0); /* not _exit: atexit hooks run */
+    }
+    close(fds[1]);
+    char path[200] = "";
+    ssize_t n = read(fds[0], path, sizeof path);
+    close(fds[0]);
+    int st = 0;
+    waitpid(c, &st, 0);
+    if (n != (ssize_t)sizeof path || !path[0])
+        SKIP("cannot create a segment in " CH_SHM_DIR);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+    struct stat sb;
+    CHECK(lstat(path, &sb) != 0 && errno == ENOENT, "%s left behind at exit", path);
+
+    CHECK(pipe(fds) == 0, "pipe");
+    c = fork();
+    if (c == 0) {
+        close(fds[0]);
+        ch_shm *s = ch_shm_create(CH_SHM_KIND_LOADER, 0, 1, "x", fill, NULL);
+        char p2[200] = "";
+        if (s)
+            snprintf(p2, sizeof p2, "%s", ch_shm_path(s));
+        if (write(fds[1], p2, sizeof p2) != (ssize_t)sizeof p2)
+            _exit(3);
+        pause();
+        _exit(0);
+    }
+    close(fds[1]);
+    n = read(fds[0], path, sizeof path);
+    close(fds[0]);
+    kill(c, SIGKILL);
+    waitpid(c, &st, 0);
+    CHECK(n == (ssize_t)sizeof path && lstat(path, &sb) == 0, "a SIGKILLed writer's file stays");
+    CHECK(ch_shm_sweep(CH_SHM_DIR) >= 1 && lstat(path, &sb) != 0, "and the sweep removes it");
+    return 0;
+}
+
 TEST(writer_never_opens_a_planted_name)
 {
     /* The next name this process would use is taken by a symlink to a
