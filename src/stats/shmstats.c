@@ -446,7 +446,7 @@ ch_shm *ch_shm_create(uint32_t kind, uint32_t rank, uint32_t world, const char *
         if (n > 0)
             comm[strcspn(comm, "\n")] = '\0';
     }
-    snprintf(h.comm, sizeof h.comm, "%s", comm);
+    snprintf(h.comm, sizeof h.comm, "%.15s", comm);
     memcpy(s->map, &h, sizeof h); /* magic last: a reader sees a whole header or none */
     publish(s);
     atomic_thread_fence(memory_order_release);
