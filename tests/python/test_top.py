@@ -364,3 +364,41 @@ def test_top_refuses_bad_flags():
     assert r.returncode == 2
     r = subprocess.run([chute_cli(), "top", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--once" in r.stdout and "--json" in r.stdout
+
+
+FAKE_NVML = r"""
+/* A stand-in libnvidia-ml.so.1 with NVML's C signatures: one device. */
+#include <string.h>
+typedef struct { unsigned int gpu, memory; } util_t;
+typedef struct { unsigned long long total, free, used; } mem_t;
+int nvmlInit_v2(void) { return 0; }
+int nvmlShutdown(void) { return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **dev)
+{ *dev = (void *)0x1; return i == 0 ? 0 : 2; }
+int nvmlDeviceGetUtilizationRates(void *dev, util_t *u) { u->gpu = 37; u->memory = 5; return 0; }
+int nvmlDeviceGetName(void *dev, char *name, unsigned int n)
+{ strncpy(name, "Fake GPU", n); return 0; }
+int nvmlDeviceGetMemoryInfo(void *dev, mem_t *m)
+{ m->total = 80ull << 30; m->used = 1ull << 30; m->free = m->total - m->used; return 0; }
+"""
+
+
+def test_gpu_figures_come_from_nvml(tmp_path):
+    # No GPU on CI: a stand-in NVML with known answers checks the dlopen
+    # path and the units (bytes -> MB) end to end.
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler to build the stand-in NVML")
+    (tmp_path / "nvml.c").write_text(FAKE_NVML)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "libnvidia-ml.so.1"),
+                    str(tmp_path / "nvml.c")], check=True, timeout=60)
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))
+    r = subprocess.run([chute_cli(), "top", "--once", "--json", "--interval", "0.1", "--dir",
+                        str(tmp_path)], capture_output=True, text=True, timeout=20, env=env)
+    assert r.returncode == 0, r.stderr
+    gpu = json.loads(r.stdout)["node"]["gpu"]
+    assert gpu == {"name": "Fake GPU", "util_pct": 37, "mem_used_mb": round((1 << 30) / 1e6),
+                   "mem_total_mb": round((80 << 30) / 1e6)}, gpu
+    r = subprocess.run([chute_cli(), "top", "--count", "1", "--interval", "0.1", "--dir",
+                        str(tmp_path)], capture_output=True, text=True, timeout=20, env=env)
+    assert "GPU  Fake GPU  util 37%  memory 1074 / 85899 MB" in r.stdout, r.stdout
