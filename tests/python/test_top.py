@@ -172,7 +172,7 @@ def test_top_json_names_each_loader_with_rate_and_wait(three, shards):
     texts = [e["text"] for e in doc["events"]]
     assert any(t.startswith("rank 1 (pid %d) waited" % r1.pid) and "storage-bound" in t
                for t in texts), texts
-    assert not any(t.startswith("rank 0 ") for t in texts), texts
+    assert not any(t.startswith("rank 0 (pid %d)" % r0.pid) for t in texts), texts
     # Node figures are there (the CPU shares add up to at most 100%).
     cpu = doc["node"]["cpu"]
     assert 0 <= cpu["user_pct"] + cpu["system_pct"] + cpu["iowait_pct"] <= 100.5, cpu
