@@ -182,6 +182,13 @@ TEST(read_refuses_links_modes_owners_and_fifos)
     snprintf(path, sizeof path, "%s/short", dir);
     CHECK(write_file(path, b, 300, 0600) == 0, "write short");
     char target[4200];
+    /* Garbage whose bytes at the sequence's offset are odd: refused for
+     * what it is (no magic), not retried as a segment being written. */
+    static uint8_t g[4096];
+    memset(g, 0x5a, sizeof g);
+    put64(g, 200, 12345);
+    snprintf(path, sizeof path, "%s/oddseq", dir);
+    CHECK(write_file(path, g, sizeof g, 0600) == 0, "write oddseq");
     snprintf(target, sizeof target, "%s/good", dir);
     snprintf(path, sizeof path, "%s/link", dir);
     CHECK(symlink(target, path) == 0, "symlink: %s", strerror(errno));
@@ -196,6 +203,7 @@ TEST(read_refuses_links_modes_owners_and_fifos)
     CHECK_OK(read_fails_with(dfd, "open", "mode 0644"));
     CHECK_OK(read_fails_with(dfd, "short", "truncated"));
     CHECK_OK(read_fails_with(dfd, "link", "link"));
+    CHECK_OK(read_fails_with(dfd, "oddseq", "magic"));
     CHECK_OK(read_fails_with(dfd, "fifo", "regular")); /* and did not block */
     if (getuid() == 0) { /* root can make a file of another user */
         snprintf(path, sizeof path, "%s/other", dir);

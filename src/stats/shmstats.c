@@ -192,10 +192,13 @@ int ch_shm_read(int dfd, const char *name, ch_shm_view *out, char *why, size_t w
             why_set(why, why_len, "truncated: no header");
             goto out;
         }
-        if (s0 % 2 == 0 && s0 == s1) {
-            rc = ch_shm_parse(buf, (size_t)got, out, why, why_len);
+        /* A header that fails its checks is refused at once: only a
+         * segment that is one waits for its sequence to settle (garbage
+         * has an odd "sequence" half the time). */
+        rc = ch_shm_parse(buf, (size_t)got, out, why, why_len);
+        if (rc != 0 || (s0 % 2 == 0 && s0 == s1))
             goto out;
-        }
+        rc = -1;
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
     }

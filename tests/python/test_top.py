@@ -89,7 +89,7 @@ def segments_of(pid):
     return glob.glob("/dev/shm/chute-%d-%d-*" % (UID, pid))
 
 
-def wait_for(cond, timeout=15.0, what="condition"):
+def wait_for(cond, timeout=60.0, what="condition"):
     t_end = time.time() + timeout
     while time.time() < t_end:
         if cond():
@@ -330,6 +330,7 @@ def test_hostile_segments_are_ignored_with_a_note(tmp_path):
         put(4, os.urandom(4096)): "magic",
         put(5, segment_bytes(me, start), mode=0o644): "mode 0644",
         put(6, segment_bytes(me, start, size=1 << 30)): "size",
+        put(10, segment_bytes(os.getppid(), start)): "pid %d inside" % os.getppid(),
     }
     link = "chute-%d-%d-7" % (UID, me)
     os.symlink(d / good, d / link)
