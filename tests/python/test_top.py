@@ -3,8 +3,8 @@
 Three loaders run in their own processes for the module: two Python Loader
 processes, rank 0 and rank 1 of world 2, and a `chute bench`.  The ranks
 are paced so their state is known by construction: rank 0's reads are
-instant and its loop sleeps 40 ms per batch (compute-bound, it hardly
-waits); rank 1 reads with a 25 ms delay per sample through one worker and
+instant and its loop sleeps 80 ms per batch of 4 (compute-bound, it hardly
+waits); rank 1 reads with a 60 ms delay per sample through one worker and
 no read-ahead, and its loop sleeps 5 ms (storage-bound, it waits most of
 the time).  Each rank also times itself with its own clock from its first
 batch on (samples/s and the fraction spent blocked in next()) and writes
@@ -127,8 +127,8 @@ def top_json(*args, timeout=20):
 @pytest.fixture(scope="module")
 def three(shards, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("top")
-    r0 = start_worker(tmp, shards, 0, 2, 0, 0.04)
-    r1 = start_worker(tmp, shards, 1, 2, 25000, 0.005)
+    r0 = start_worker(tmp, shards, 0, 2, 0, 0.08)
+    r1 = start_worker(tmp, shards, 1, 2, 60000, 0.005)
     bench = subprocess.Popen([chute_cli(), "bench", shards, "--epochs", "1000000", "--workers",
                               "1", "--batch-size", "8", "--size", "16"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -164,7 +164,8 @@ def test_top_json_names_each_loader_with_rate_and_wait(three, shards):
         own = own_figures(p)
         assert abs(row["images_per_s"] - own["rate"]) <= 0.25 * own["rate"], (row, own)
         assert abs(row["wait_pct"] - 100 * own["wait"]) <= 15, (row, own)
-    # The pacing made rank 0 compute-bound and rank 1 storage-bound.
+    # The pacing made rank 0 compute-bound and rank 1 storage-bound (margins
+    # for a loaded 2-core CI machine: a 60 ms read dwarfs any decode here).
     assert a["wait_pct"] < 20 and a["bottleneck"] == "compute", a
     assert b["wait_pct"] > 50 and b["bottleneck"] == "storage", b
     assert c["images_per_s"] > 0 and 0 <= c["wait_pct"] <= 100, c
