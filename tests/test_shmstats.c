@@ -323,7 +323,8 @@ TEST(writer_never_opens_a_planted_name)
     snprintf(path, sizeof path, "%s", ch_shm_path(s));
     ch_shm_close(s);
     char *dash = strrchr(path, '-');
-    snprintf(next, sizeof next, "%.*s-%ld", (int)(dash - path), path, strtol(dash + 1, NULL, 10) + 1);
+    snprintf(next, sizeof next, "%.*s-%ld", (int)(dash - path), path,
+             strtol(dash + 1, NULL, 10) + 1);
     char dir[4096], target[4200];
     unit_scratch("planted", dir, sizeof dir);
     snprintf(target, sizeof target, "%s/victim", dir);
