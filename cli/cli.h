@@ -81,6 +81,7 @@ int cmd_inspect(int argc, char **argv);
 int cmd_iobench(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_top(int argc, char **argv);
 /* chute_convert with the CLI's progress bar, skip lines and summary
  * (convert.c); `cmd` names the command in messages.  pack --format uses it
  * for the formats other than chute.  Returns the exit status. */

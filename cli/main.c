@@ -164,6 +164,7 @@ static void usage(FILE *f)
             "  doctor SOURCE         measure each stage and name the bottleneck\n"
             "  iobench PATH          storage test with deep-learning access patterns\n"
             "  convert SRC DST       write a dataset as chute shards, TFRecord or WebDataset\n"
+            "  top                   every chute loader on this node, live (docs/TOP.md)\n"
             "  version               print the version\n\n"
             "Run 'chute COMMAND --help' for a command's options.\n",
             chute_version());
@@ -235,6 +236,8 @@ int main(int argc, char **argv)
         return cmd_iobench(argc - 2, argv + 2);
     if (strcmp(c, "doctor") == 0)
         return cmd_doctor(argc - 2, argv + 2);
+    if (strcmp(c, "top") == 0)
+        return cmd_top(argc - 2, argv + 2);
     if (strcmp(c, "version") == 0 || strcmp(c, "--version") == 0)
         return print_version();
     if (strcmp(c, "help") == 0 || strcmp(c, "--help") == 0 || strcmp(c, "-h") == 0) {

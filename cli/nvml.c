@@ -17,12 +17,17 @@ typedef struct nvml_util {
 } nvml_util;
 typedef int (*nvml_util_fn)(void *, nvml_util *);
 typedef int (*nvml_name_fn)(void *, char *, unsigned int);
+typedef struct nvml_mem {
+    unsigned long long total, free, used;
+} nvml_mem;
+typedef int (*nvml_mem_fn)(void *, nvml_mem *);
 
 struct cli_gpu {
     void *lib;
     void *dev;
     nvml_shutdown_fn shutdown;
     nvml_util_fn util;
+    nvml_mem_fn mem; /* NULL on a driver without it */
     char name[96];
 };
 
@@ -44,6 +49,7 @@ cli_gpu *cli_gpu_open(void)
             g->dev = dev;
             g->shutdown = shutdown;
             g->util = util;
+            g->mem = (nvml_mem_fn)dlsym(lib, "nvmlDeviceGetMemoryInfo");
             if (!name || name(dev, g->name, sizeof g->name) != 0)
                 strcpy(g->name, "NVIDIA GPU");
             return g;
@@ -72,3 +78,13 @@ int cli_gpu_util(cli_gpu *g)
 }
 
 const char *cli_gpu_name(cli_gpu *g) { return g ? g->name : ""; }
+
+int cli_gpu_mem(cli_gpu *g, uint64_t *out_used, uint64_t *out_total)
+{
+    nvml_mem m;
+    if (!g || !g->mem || g->mem(g->dev, &m) != 0)
+        return -1;
+    *out_used = m.used;
+    *out_total = m.total;
+    return 0;
+}

@@ -48,6 +48,8 @@ void cli_gpu_close(cli_gpu *g);
 /* Utilisation of GPU 0 in percent (0..100), or -1. */
 int cli_gpu_util(cli_gpu *g);
 const char *cli_gpu_name(cli_gpu *g);
+/* Device memory in use and in all, bytes; -1 when NVML cannot say. */
+int cli_gpu_mem(cli_gpu *g, uint64_t *out_used, uint64_t *out_total);
 
 /* Print the entries a tree's listing left out (FIFOs, sockets, devices,
  * dangling or looping links named like images) to stderr, 20 at most. */

@@ -481,7 +481,15 @@ typedef struct chute_loader_options {
      * queued.  The string is read during chute_loader_create only.    */
     const char *tensorboard;
     uint32_t tensorboard_every;
+    /* `chute top` (docs/TOP.md): 1 (the default) keeps a 4 KiB stats
+     * segment /dev/shm/chute-<uid>-<pid>-<n> (mode 0600) that a publisher
+     * thread refreshes every 250 ms and the loader removes when destroyed
+     * or at exit; off: CHUTE_STATS_SHM_OFF (the CLI's and Python's 0). */
+    uint32_t stats_shm;
 } chute_loader_options;
+
+/* chute_loader_options.stats_shm's value for "off". */
+#define CHUTE_STATS_SHM_OFF 0xffffffffu
 
 typedef struct chute_loader chute_loader;
 

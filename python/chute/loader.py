@@ -436,6 +436,8 @@ class Loader:
             from :meth:`stats`).  A directory gets an event file written by the
             library from a background thread; a writer is called from this
             thread at those steps.  See also :meth:`rank_report`.
+        stats_shm: 1 (default) keeps a small shared-memory stats segment that
+            ``chute top`` reads (docs/TOP.md); 0 turns it off.
         parquet_memory_bytes: Parquet (larger than memory): the decoded row
             groups held at once, in bytes by the footers' uncompressed sizes
             (default 1 GiB; at least 2 row groups); row groups are read on
@@ -528,6 +530,7 @@ class Loader:
         stream_timeout_ms: int = _default("stream_timeout_ms"),
         cache_ram_bytes: int = _xdefault("cache_ram_bytes", "dataset"),
         gpu_decode_share: int = _default("gpu_decode_share"),
+        stats_shm: int = _default("stats_shm"),
         direct_io: int = _xdefault("direct_io", "dataset"),
         coalesce_gap_bytes: int = _xdefault("coalesce_gap_bytes", "dataset"),
         parquet_memory_bytes: Optional[int] = None,
@@ -714,6 +717,7 @@ class Loader:
             gpu_decode_share=_opt("gpu_decode_share", gpu_decode_share),
             tensorboard=tb_dir,
             tensorboard_every=self._tb_every,
+            stats_shm=_opt("stats_shm", stats_shm),
         )
         self.device = device or "cpu"
         self.fields_requested: Tuple[str, ...] = (

@@ -76,6 +76,7 @@
 #include "../stats/hist.h"
 #include "../stats/stats.h"
 #include "../stats/tboard.h"
+#include "../stats/shmstats.h"
 #include "../common/loader_options.h"
 #include "../cuda/cuda_loader.h"
 #include "sampler.h"
@@ -180,6 +181,7 @@ struct chute_loader {
     uint32_t nworkers;
     worker *workers;
     ch_worker_stats *wstats;
+    ch_shm *shm;              /* `chute top`'s stats segment (stats_shm), NULL when off */
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv;   /* workers: a run started, or shutdown */
@@ -1089,6 +1091,39 @@ static uint64_t run_batches_of(const chute_loader *ld)
     return ld->o.drop_last ? per / B : per / B + (per % B != 0);
 }
 
+/* The stats segment's publisher (shmstats.c, every 250 ms): the loader's
+ * figures into the segment's counter slots. */
+static void shm_fill(void *user, uint64_t *c)
+{
+    chute_stats st;
+    chute_loader_stats(user, &st);
+    c[CH_SHM_WALL_NS] = st.wall_ns;
+    c[CH_SHM_SAMPLES] = st.samples;
+    c[CH_SHM_BATCHES] = st.batches;
+    c[CH_SHM_WAIT_NS] = st.wait_ns;
+    c[CH_SHM_WINDOW_NS] = st.window_ns;
+    c[CH_SHM_WINDOW_SAMPLES] = st.window_samples;
+    c[CH_SHM_WINDOW_WAIT_NS] = st.window_wait_ns;
+    c[CH_SHM_READ_BUSY_NS] = st.read.busy_ns;
+    c[CH_SHM_DECODE_BUSY_NS] = st.decode.busy_ns;
+    c[CH_SHM_TRANSFORM_BUSY_NS] = st.transform.busy_ns;
+    c[CH_SHM_READ_ITEMS] = st.read.items;
+    c[CH_SHM_READ_BYTES] = st.read.bytes;
+    c[CH_SHM_QUEUE_FILL_SUM] = st.queue_fill_sum;
+    c[CH_SHM_QUEUE_CAPACITY] = st.queue_capacity;
+    c[CH_SHM_WORKERS] = st.workers;
+    c[CH_SHM_CORRUPT] = st.corrupt;
+    c[CH_SHM_IO_RETRIES] = st.io_retries;
+    c[CH_SHM_CACHE_HITS] = st.cache_hits;
+    c[CH_SHM_CACHE_MISSES] = st.cache_misses;
+    c[CH_SHM_TIER_HITS] = st.tier_ram_hits + st.tier_disk_hits;
+    c[CH_SHM_TIER_FETCHES] = st.tier_fetches;
+    c[CH_SHM_READ_P50_NS] = st.read_lat_p50_ns;
+    c[CH_SHM_READ_P99_NS] = st.read_lat_p99_ns;
+    c[CH_SHM_LAST_WAIT_NS] = st.last_wait_ns;
+    c[CH_SHM_LAST_STEP_NS] = st.last_step_ns;
+}
+
 int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt,
                         chute_loader **out_loader, chute_error *err)
 {
@@ -1314,6 +1349,9 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         }
     }
     ld->o.tensorboard = NULL; /* borrowed: read only here */
+    if (o->stats_shm) /* optional: NULL (no /dev/shm, ...) leaves it off */
+        ld->shm = ch_shm_create(CH_SHM_KIND_LOADER, o->rank, o->world_size, ds->root,
+                                shm_fill, ld);
     *out_loader = ld;
     return CHUTE_OK;
 }
@@ -1385,6 +1423,7 @@ static void free_memory(chute_loader *ld)
 
 static void destroy_in_child(chute_loader *ld)
 {
+    ch_shm_abandon(ld->shm); /* the parent's file: not unlinked here */
     ch_ra_free_forked(ld->ra);
     free_memory(ld);
     free(ld);
@@ -1398,6 +1437,8 @@ void chute_loader_destroy(chute_loader *ld)
         destroy_in_child(ld);
         return;
     }
+    ch_shm_close(ld->shm); /* its thread reads the stats: stop it first */
+    ld->shm = NULL;
     if (ld->workers) {
         pthread_mutex_lock(&ld->mu);
         cancel_run_locked(ld);
