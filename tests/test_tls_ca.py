@@ -15,8 +15,9 @@ from chute.
 The machine's own environment may already set these variables (to the
 system bundle): every run here starts from an environment without them.
 
-Cases: refuse trust precedence missing
+Cases: refuse trust precedence missing s3
 """
+import json
 import os
 import shutil
 import subprocess
@@ -57,24 +58,32 @@ def make_ca(ctx, d, name):
     return os.path.join(d, name + "-ca.crt")
 
 
-class Server:
+class Pki:
+    """The test CA (ca, and cadir: a rehashed directory holding it), the
+    server's certificate and key it signed (crt, key), and another CA
+    that signed nothing here (other)."""
     def __init__(self, ctx, work):
-        ctx.need_data()
         self.dir = os.path.join(work, "pki")
         os.makedirs(self.dir, exist_ok=True)
         self.ca = make_ca(ctx, self.dir, "good")
         self.other = make_ca(ctx, self.dir, "other")   # a CA that did not sign the server
+        self.crt = os.path.join(self.dir, "good-srv.crt")
+        self.key = os.path.join(self.dir, "good-srv.key")
         self.cadir = os.path.join(self.dir, "cadir")
         os.makedirs(self.cadir)
         shutil.copy(self.ca, self.cadir)
         openssl(ctx, "rehash", self.cadir)
+
+
+class Server(Pki):
+    def __init__(self, ctx, work):
+        ctx.need_data()
+        Pki.__init__(self, ctx, work)
         root = os.path.join(work, "www")
         shutil.copytree(ctx.shards, os.path.join(root, "shards"))
         pf = os.path.join(work, "port")
         self.p = subprocess.Popen([sys.executable, os.path.join(ctx.tools, "range_http.py"), root,
-                                   "--port-file", pf, "--tls",
-                                   os.path.join(self.dir, "good-srv.crt"),
-                                   os.path.join(self.dir, "good-srv.key")])
+                                   "--port-file", pf, "--tls", self.crt, self.key])
         for _ in range(200):
             if os.path.exists(pf):
                 break
@@ -101,11 +110,12 @@ def read(p):
         return f.read()
 
 
-def same_batches(ctx, srv, work, what, e):
+def same_batches(ctx, srv, work, what, e, url=None):
+    url = url or srv.url
     a, b = os.path.join(work, "local.bin"), os.path.join(work, "https.bin")
     if not os.path.exists(a):
         ctx.run([ctx.dump, ctx.shards, a] + list(DUMP), what="dump local shards")
-    p = ctx.run([ctx.dump, srv.url, b] + list(DUMP), env=e, what="dump %s (%s)" % (srv.url, what))
+    p = ctx.run([ctx.dump, url, b] + list(DUMP), env=e, what="dump %s (%s)" % (url, what))
     ctx.check(p.returncode == 0 and read(a) == read(b) and len(read(a)) > 0,
               "%s: batches over https differ from the local run's (rc %d): %s"
               % (what, p.returncode, p.err[-600:]))
@@ -172,7 +182,94 @@ def missing(ctx, srv, work):
                   "%s=%s: want an error naming both: %r" % (var, val, p.err[-500:]))
 
 
-cases = {"refuse": refuse, "trust": trust, "precedence": precedence, "missing": missing}
+def s3(ctx):
+    """S3 over TLS: SeaweedFS (test_remote.py's) behind faultproxy.py
+    serving https with the test CA's certificate.  Every kind of request
+    chute makes goes through the same trust: the loader's reads (dump),
+    `chute iobench` and `chute pack`'s uploads (multipart included).
+    Without the CA each is refused as untrusted, and no request reaches
+    the server; with it (AWS_CA_BUNDLE beating a wrong SSL_CERT_FILE,
+    SSL_CERT_DIR, CURL_CA_BUNDLE) the batches equal the local run's and
+    the uploaded objects the local pack's files."""
+    ctx.need_data()
+    import test_remote as R
+    work = ctx.scratch("s3")
+    pki = Pki(ctx, work)
+    w, c = R.server(ctx, "s3_weed")
+    pr = None
+    try:
+        for f in os.listdir(ctx.shards):
+            c.upload_file(os.path.join(ctx.shards, f), R.BUCKET, "shards/" + f)
+        log = os.path.join(work, "requests.log")
+        pr, ep, _ = R.proxy(ctx, w, work, "--tls", pki.crt, pki.key, "--log", log)
+        ep = ep.replace("http://", "https://", 1)
+        url = "s3://%s/shards/" % R.BUCKET
+
+        def s3env(**kw):
+            e = w.env(ep, XDG_CACHE_HOME=os.path.join(work, "xdg"), CHUTE_REMOTE_RETRIES="1",
+                      CHUTE_REMOTE_BACKOFF_MS="10", CHUTE_REMOTE_PART_MB="5")
+            for v in VARS:
+                e.pop(v, None)
+            e.update(kw)
+            return e
+
+        def served():
+            return os.path.getsize(log) if os.path.exists(log) else 0
+
+        def refused(p, what):
+            ctx.check("not trusted" in p.err and "AWS_CA_BUNDLE" in p.err and R.SK not in p.err,
+                      "%s without the CA: want a 'not trusted' message naming AWS_CA_BUNDLE: %r"
+                      % (what, p.err[-600:]))
+            ctx.check(served() == 0, "%s without the CA: a request reached the server" % what)
+
+        # Without the CA: reads, iobench and uploads are all refused.
+        refused(ctx.run([ctx.dump, url, os.path.join(work, "x.bin")] + list(DUMP), env=s3env(),
+                        expect="nonzero"), "dump")
+        refused(ctx.run([ctx.chute, "iobench", url, "--requests", "4"], env=s3env(),
+                        expect="nonzero"), "iobench")
+        pack = ["pack", ctx.tree, "--format", "chute", "--shard-size", "6M"]
+        refused(ctx.run([ctx.chute] + pack[:2] + ["s3://%s/out/" % R.BUCKET] + pack[2:],
+                        env=s3env(SSL_CERT_FILE=pki.other), expect="nonzero"), "pack")
+        ctx.check(not c.list_objects_v2(Bucket=R.BUCKET, Prefix="out/").get("Contents"),
+                  "pack refused, yet objects were written")
+
+        # With it.
+        same_batches(ctx, None, work, "s3 AWS_CA_BUNDLE right, SSL_CERT_FILE wrong",
+                     s3env(AWS_CA_BUNDLE=pki.ca, SSL_CERT_FILE=pki.other), url=url)
+        ctx.check(served() > 0, "the batches were not read through the TLS proxy")
+        p = ctx.run([ctx.chute, "iobench", url, "--requests", "8", "--json"],
+                    env=s3env(SSL_CERT_DIR=pki.cadir))
+        try:
+            j = json.loads(p.out)
+        except ValueError:
+            j = {}
+        sizes = {f: os.path.getsize(os.path.join(ctx.shards, f)) for f in os.listdir(ctx.shards)}
+        ctx.check(j.get("requests") == 8 and j.get("objects") == len(sizes)
+                  and j.get("object_bytes") == sum(sizes.values()),
+                  "iobench over TLS: %r; uploaded %d objects, %d bytes"
+                  % (j or p.out[-300:], len(sizes), sum(sizes.values())))
+        loc = os.path.join(work, "local-pack")
+        ctx.run([ctx.chute] + pack[:2] + [loc] + pack[2:])
+        ctx.run([ctx.chute] + pack[:2] + ["s3://%s/out/" % R.BUCKET] + pack[2:],
+                env=s3env(CURL_CA_BUNDLE=pki.ca))
+        want = {f: read(os.path.join(loc, f)) for f in os.listdir(loc) if f != "chute.lock"}
+        got = {}
+        for o in c.list_objects_v2(Bucket=R.BUCKET, Prefix="out/").get("Contents", []):
+            got[o["Key"][4:]] = c.get_object(Bucket=R.BUCKET, Key=o["Key"])["Body"].read()
+        ctx.check(sorted(want) == sorted(got) and all(got[k] == v for k, v in want.items()),
+                  "pack over TLS: objects %r differ from the local pack's %r"
+                  % (sorted(got), sorted(want)))
+        ctx.check(any(len(v) > (5 << 20) for v in want.values()),
+                  "no shard is over the 5 MB part size: the multipart upload was not exercised")
+    finally:
+        if pr:
+            pr.kill()
+            pr.wait()
+        w.stop()
+
+
+cases = {"refuse": refuse, "trust": trust, "precedence": precedence, "missing": missing,
+         "s3": s3}
 
 if __name__ == "__main__":
     sys.exit(T.main(cases))
