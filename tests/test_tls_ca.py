@@ -15,7 +15,7 @@ from chute.
 The machine's own environment may already set these variables (to the
 system bundle): every run here starts from an environment without them.
 
-Cases: refuse trust precedence missing s3
+Cases: refuse trust precedence missing system s3
 """
 import json
 import os
@@ -182,6 +182,49 @@ def missing(ctx, srv, work):
                   "%s=%s: want an error naming both: %r" % (var, val, p.err[-500:]))
 
 
+# Run a command in a private mount namespace whose /etc/ssl is an empty
+# tmpfs holding only $2 copied to $1 ("-" for nothing): a distribution's
+# layout without touching the machine's files.
+IN_LAYOUT = ("set -e; mount -t tmpfs chute-test /etc/ssl; "
+             "if [ \"$1\" != - ]; then mkdir -p \"$(dirname \"$1\")\"; cp \"$2\" \"$1\"; fi; "
+             "shift 2; exec \"$@\"")
+
+
+def in_layout(ctx, target, src, cmd, e, expect=0):
+    if not shutil.which("unshare"):
+        raise T.Skip("no unshare command")
+    p = subprocess.run(["unshare", "-rm", "true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if p.returncode != 0:
+        raise T.Skip("no private mount namespace here (unshare -rm: %s)" % p.stderr.decode()[-200:])
+    return ctx.run(["unshare", "-rm", "sh", "-c", IN_LAYOUT, "sh", target, src] + cmd, env=e,
+                   expect=expect)
+
+
+@with_server
+def system(ctx, srv, work):
+    """No variable set: the system's bundle is found where the
+    distribution keeps it, whatever path libcurl was built with (Debian's
+    here and in the wheel).  /etc/ssl is replaced by a tmpfs in a private
+    mount namespace holding the test CA as Alpine's /etc/ssl/cert.pem,
+    then as openSUSE's /etc/ssl/ca-bundle.pem: both read the local run's
+    batches.  With no CA anywhere, the message says none was found."""
+    a = os.path.join(work, "local.bin")
+    ctx.run([ctx.dump, ctx.shards, a] + list(DUMP), what="dump local shards")
+    for target in ("/etc/ssl/cert.pem", "/etc/ssl/ca-bundle.pem"):
+        b = os.path.join(work, "sys.bin")
+        if os.path.exists(b):
+            os.unlink(b)
+        p = in_layout(ctx, target, srv.ca, [ctx.dump, srv.url, b] + list(DUMP), env(work),
+                      expect=None)
+        ctx.check(p.returncode == 0 and os.path.exists(b) and read(a) == read(b),
+                  "CA only at %s: batches differ from the local run's (rc %d): %s"
+                  % (target, p.returncode, p.err[-600:]))
+    p = in_layout(ctx, "-", "-", [ctx.chute, "inspect", srv.url], env(work), expect="nonzero")
+    ctx.check("not trusted" in p.err and "built-in" in p.err,
+              "no CA anywhere: want 'not trusted' and libcurl's built-in path named: %r"
+              % p.err[-600:])
+
+
 def s3(ctx):
     """S3 over TLS: SeaweedFS (test_remote.py's) behind faultproxy.py
     serving https with the test CA's certificate.  Every kind of request
@@ -269,7 +312,7 @@ def s3(ctx):
 
 
 cases = {"refuse": refuse, "trust": trust, "precedence": precedence, "missing": missing,
-         "s3": s3}
+         "system": system, "s3": s3}
 
 if __name__ == "__main__":
     sys.exit(T.main(cases))
