@@ -173,13 +173,23 @@ def precedence(ctx, srv, work):
 @with_server
 def missing(ctx, srv, work):
     """A variable naming a path that does not exist or is not a file is
-    the user's mistake: a clear error naming the variable and the path."""
+    the user's mistake: a clear error naming the variable and the path.
+    So is a file that holds no certificate."""
     nope = os.path.join(work, "no-such-bundle.pem")
     for var, val in (("AWS_CA_BUNDLE", nope), ("CURL_CA_BUNDLE", nope), ("SSL_CERT_FILE", nope),
                      ("SSL_CERT_DIR", nope), ("AWS_CA_BUNDLE", srv.cadir)):
         p = ctx.run([ctx.chute, "inspect", srv.url], env=env(work, **{var: val}), expect="nonzero")
         ctx.check("%s=%s" % (var, val) in p.err and "cannot read" in p.err,
                   "%s=%s: want an error naming both: %r" % (var, val, p.err[-500:]))
+    # A file that is there but holds no certificate: curl cannot load it;
+    # said as such, naming the variable and the file, not "not trusted".
+    junk = os.path.join(work, "junk.pem")
+    with open(junk, "w") as f:
+        f.write("this is not a PEM certificate\n")
+    p = ctx.run([ctx.chute, "inspect", srv.url], env=env(work, CURL_CA_BUNDLE=junk), expect="nonzero")
+    ctx.check("CURL_CA_BUNDLE" in p.err and junk in p.err and "cannot be loaded" in p.err
+              and "not trusted" not in p.err,
+              "CURL_CA_BUNDLE=%s (no certificate in it): %r" % (junk, p.err[-500:]))
 
 
 # Run a command in a private mount namespace whose /etc/ssl is an empty
@@ -220,9 +230,9 @@ def system(ctx, srv, work):
                   "CA only at %s: batches differ from the local run's (rc %d): %s"
                   % (target, p.returncode, p.err[-600:]))
     p = in_layout(ctx, "-", "-", [ctx.chute, "inspect", srv.url], env(work), expect="nonzero")
-    ctx.check("not trusted" in p.err and "built-in" in p.err,
-              "no CA anywhere: want 'not trusted' and libcurl's built-in path named: %r"
-              % p.err[-600:])
+    ctx.check("no CA bundle in the system's usual locations" in p.err and "AWS_CA_BUNDLE" in p.err,
+              "no CA anywhere: want 'no CA bundle in the system's usual locations' and "
+              "AWS_CA_BUNDLE named: %r" % p.err[-600:])
 
 
 def s3(ctx):
