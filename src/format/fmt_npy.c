@@ -409,7 +409,7 @@ static int learn_npz(chute_dataset *ds, npy_impl *t, chute_error *err)
         if (fi < 0)
             rc = err->code ? err->code : CHUTE_EINVAL;
         else
-            ch_field_from_npy(&ds->fields[fi], &a);
+            ch_field_from_npy(&ds->fields[fi], &a, t->files[0]);
     }
     if (rc == CHUTE_OK && nm == 0)
         rc = ch_err(err, CHUTE_EFORMAT, "%s: an .npz without members", t->files[0]);
@@ -535,7 +535,7 @@ static int open_dir(chute_dataset *ds, npy_impl *t, const char *path,
     t->src->close(h);
     if (rc != CHUTE_OK)
         return rc;
-    ch_field_from_npy(&ds->fields[fi], &a);
+    ch_field_from_npy(&ds->fields[fi], &a, t->files[0]);
     return CHUTE_OK;
 }
 
