@@ -649,10 +649,13 @@ static int make_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
  * "FILE@OFFSET:KEY" says "FILE@OFFSET: sample \"KEY\"" in its reasons). */
 static void locate(char *out, size_t n, const char *where, const char *reason)
 {
-    const char *colon = strrchr(where, ':');
-    size_t at = colon ? (size_t)(colon - where) : 0;
+    /* "FILE@DIGITS:KEY": the reason may begin "FILE@DIGITS: " */
+    const char *colon = strrchr(where, ':'), *at = colon ? colon : where;
+    while (at > where && at[-1] >= '0' && at[-1] <= '9')
+        at--;
+    size_t head = colon && at < colon && at > where && at[-1] == '@' ? (size_t)(colon - where) : 0;
     if (!where[0] || strstr(reason, where) ||
-        (at && strchr(where, '@') && !strncmp(reason, where, at) && reason[at] == ':'))
+        (head && !strncmp(reason, where, head) && reason[head] == ':'))
         snprintf(out, n, "%s", reason);
     else
         snprintf(out, n, "%s: %s", where, reason);

@@ -181,5 +181,6 @@ def test_variable_shape_field_refused_never_substituted(tmp_path, on_corrupt):
         assert 'field "npy": this sample\'s value is a .npy of float32[' in m, m
         assert "but the field is float32[1,4] (%s)" % first in m, m
         assert "one that varies is refused, never skipped" in m, m
+        assert m.count(path + "@") == (2 if src == path else 1), m  # the sample named once
         assert not [w for w in rec if issubclass(w.category, chute.SkippedSamplesWarning)]
         assert len(got) == len(set(got))  # nothing delivered twice in place of another
