@@ -736,9 +736,9 @@ typedef struct chute_stats {
     chute_stage_stats transform;
     uint64_t batches;          /* batches handed to the consumer */
     uint64_t samples;          /* samples in those batches */
-    uint64_t corrupt;          /* bad samples skipped or failed, once each
-                                  (a replacement that fails too is not
-                                  counted again): at most the samples made */
+    uint64_t corrupt;          /* bad samples skipped, each once per epoch
+                                  however often it is drawn as a
+                                  replacement: at most the samples seen */
     uint64_t dct_scaled;       /* JPEG decodes that used a DCT downscale */
     uint64_t wait_ns;          /* time the consumer spent blocked in next() */
     uint64_t wall_ns;          /* time since the loader was created */
