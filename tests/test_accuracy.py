@@ -132,6 +132,8 @@ def eval_(ctx):
     import numpy as np
     work = ctx.scratch("eval")
     classes, samples = T.imagefolder_samples(ctx.tree)
+    with open(os.path.join(ctx.data, "SOURCES")) as f:  # setup_data.py: which photos
+        ctx.note("fixture tree cut from %s photos (make_tree.py PINNED)" % f.read().strip())
     refs = {}
     for S, extra, R, dct, limit, mean_limit in LIMITS:
         if (S, R) not in refs:
