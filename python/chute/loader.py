@@ -301,6 +301,8 @@ class Loader:
         mean, std: RGB in 0..1; default ImageNet's (0.485, 0.456, 0.406) and
             (0.229, 0.224, 0.225).
         dct_scale: let JPEGs decode at a reduced DCT scale when the crop allows.
+            Eval pixels of such (large) JPEGs then differ from torchvision's;
+            False gives torchvision's pixels (python/README.md, "Eval pixels").
         return_indices: also yield each sample's dataset index (int64).
         as_torch: yield torch tensors (default: when torch is importable) or
             chute.Array objects.
