@@ -251,8 +251,7 @@ def s3(ctx):
     w, c = R.server(ctx, "s3_weed")
     pr = None
     try:
-        for f in os.listdir(ctx.shards):
-            c.upload_file(os.path.join(ctx.shards, f), R.BUCKET, "shards/" + f)
+        R.upload_dir(c, ctx.shards, "shards")
         log = os.path.join(work, "requests.log")
         pr, ep, _ = R.proxy(ctx, w, work, "--tls", pki.crt, pki.key, "--log", log)
         ep = ep.replace("http://", "https://", 1)
