@@ -208,6 +208,15 @@ int cmd_bench(int argc, char **argv)
         printf("  reads: p50 %.0f us, p99 %.0f us; ready batches found per next(): %.2f of %u\n",
                s.read_lat_p50_ns / 1e3, s.read_lat_p99_ns / 1e3,
                s.batches ? (double)s.queue_fill_sum / s.batches : 0.0, s.queue_capacity);
+        /* Without a step the loop asks for the next batch the moment it has
+         * one, so it always waits and finds the queue empty: those two
+         * figures then say the input ran flat out, not that it is slow. */
+        if (!step_ms)
+            printf("  note: no training step (--step-ms 0), so the consumer always waits and "
+                   "finds few batches ready; this measures the input alone. Next: --step-ms "
+                   "YOUR_STEP_MS to see whether it keeps up with your model, or chute doctor "
+                   "%s --gpu-rate IMAGES_PER_S for the bottleneck\n",
+                   pos[0]);
         if (dopt.cache_dir || dopt.cache_ram_bytes) {
             printf("  cache tier: ");
             cli_tier_text(stdout, &s);

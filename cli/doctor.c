@@ -416,6 +416,20 @@ static void cold_note(doctor_result *r)
                    100 * r->resident_frac, wait_ms, slower);
 }
 
+/* The "bottleneck:" line of the text and HTML output.  r->bottleneck is
+ * the slowest input stage (JSON "bottleneck"); when a --gpu-rate is given
+ * and the input keeps up, the run is bound by the consumer instead, and
+ * the line says so rather than naming a stage the verdict clears. */
+const char *doctor_headline(const doctor_result *r, char *buf, size_t n)
+{
+    if (r->gpu_rate > 0 && r->deliverable_ips >= r->gpu_rate)
+        snprintf(buf, n, "consumer (training compute); the input keeps up (its slowest stage: %s)",
+                 r->bottleneck);
+    else
+        snprintf(buf, n, "%s", r->bottleneck);
+    return buf;
+}
+
 static void diagnose(doctor_result *r)
 {
     /* Seconds of CPU per image on one core.  Reading is left out: its time
@@ -751,7 +765,8 @@ int cmd_doctor(int argc, char **argv)
                r->transform_s > 0 ? 1 / r->transform_s : 0, r->transform_s * 1e3);
         printf("  cpu total  %8.0f images/s  (decode+transform on %u workers)\n", r->cpu_ips,
                r->workers);
-        printf("  pipeline   %8.0f images/s  measured, warm cache; consumer waited %.0f%%\n",
+        printf("  pipeline   %8.0f images/s  measured, warm cache, no training step; "
+               "consumer waited %.0f%%\n",
                r->pipeline_ips, 100 * r->pipeline_wait);
         if (r->gpu_idle_frac >= 0)
             printf("  GPU        %s idle in %.0f%% of samples\n", r->gpu_name, 100 * r->gpu_idle_frac);
@@ -760,7 +775,8 @@ int cmd_doctor(int argc, char **argv)
                    r->h2d_pinned_gbs, r->h2d_pageable_gbs);
         for (int i = 0; i < r->nwarnings; i++)
             printf("  WARNING    %s\n", r->warnings[i]);
-        printf("bottleneck: %s\n%s\n", r->bottleneck, r->verdict);
+        char head[128];
+        printf("bottleneck: %s\n%s\n", doctor_headline(r, head, sizeof head), r->verdict);
         for (int i = 0; i < r->nadvice; i++)
             printf("  - %s\n", r->advice[i]);
     }

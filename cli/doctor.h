@@ -87,6 +87,9 @@ int cli_h2d_measure(size_t bytes, double *out_pinned, double *out_pageable, char
                     size_t why_len);
 
 void doctor_print_json(FILE *f, const doctor_result *r);
+/* The text and HTML "bottleneck" line: the consumer when a --gpu-rate is
+ * given and the input keeps up, else the slowest input stage. */
+const char *doctor_headline(const doctor_result *r, char *buf, size_t n);
 /* 0 if --report PATH may be written: new, or an existing regular file
  * (else prints why and returns -1).  Checked before measuring. */
 int doctor_report_path_ok(const char *path);

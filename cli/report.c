@@ -273,7 +273,9 @@ int doctor_write_report(const char *path, const doctor_result *r)
     cli_sb_printf(&b, "</h1>\n<p>%s format, %llu samples, transform <b>%s</b>, %u workers on %u cores.</p>\n",
                   r->format, (unsigned long long)r->samples,
                   r->transform, r->workers, r->cores);
-    cli_sb_printf(&b, "<p class=\"bn\" id=\"bottleneck\">Bottleneck: %s</p>\n<p>", r->bottleneck);
+    char head[128];
+    cli_sb_printf(&b, "<p class=\"bn\" id=\"bottleneck\">Bottleneck: %s</p>\n<p>",
+                  doctor_headline(r, head, sizeof head));
     html_text(&b, r->verdict);
     cli_sb_printf(&b, "</p>\n");
     if (r->nwarnings) {

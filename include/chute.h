@@ -141,13 +141,16 @@ typedef struct chute_dataset_options {
      * SerializeToString() gives it), and since a stream has no first record to
      * learn from at open, each key declares its type: "NAME:int64",
      * "NAME:float32[4]", "NAME:bytes", "NAME.npy:uint8[4x4]" (a .npy tensor's
-     * dtype and shape).  A record that disagrees is corrupt content (the
-     * loader's on_corrupt policy).  pipe:COMMAND and - carrying a WebDataset
+     * dtype and shape).  A record lacking a declared key, or with a damaged
+     * value, is corrupt content (the loader's on_corrupt policy); one whose
+     * value has another shape or dtype than declared is CHUTE_EINVAL from
+     * chute_loader_next whatever the policy (see `fields` below).
+     * pipe:COMMAND and - carrying a WebDataset
      * tar (format unset or "wds") declare members the same way, named and
      * typed as the "wds" format names them: "cls:int64", "NAME:bytes" (.json,
      * .txt, ...), "NAME.npy:DTYPE[DIMS]" or "npy:DTYPE[DIMS]"; a sample
-     * lacking a declared member, holding it twice, or whose .npy disagrees is
-     * corrupt content too. */
+     * lacking a declared member or holding it twice is corrupt content too,
+     * a .npy of another shape CHUTE_EINVAL. */
     const char *extra_keys;
     /* Where TFRecord indexes are saved when the data's own directory is
      * not writable (or not local): the first open of a TFRecord file
@@ -396,8 +399,12 @@ typedef struct chute_loader_options {
      * separated list of field names (chute_dataset_field_info), NULL or ""
      * for none (the image + label batches of before).  An unknown name is
      * CHUTE_EINVAL at create.  Borrowed: copied at create.  A sample that
-     * lacks a named field, or whose value disagrees with the field's
-     * dtype/shape, is corrupt content (on_corrupt decides).              */
+     * lacks a named field, or whose value is damaged, is corrupt content
+     * (on_corrupt decides).  A well-formed value of another shape or dtype
+     * than the field's (learned from the first sample, or declared) is not
+     * damage but data this layout cannot hold: chute_loader_next returns
+     * CHUTE_EINVAL naming the field, the sample and both shapes, under
+     * either policy (never a replacement sample).                         */
     const char *fields;
     /* Capacity in bytes of one sample's value of a bytes field (JSON,
      * text, raw); a longer value is CHUTE_ELIMIT naming the sample (a
@@ -789,7 +796,9 @@ typedef struct chute_stats {
     chute_stage_stats transform;
     uint64_t batches;          /* batches handed to the consumer */
     uint64_t samples;          /* samples in those batches */
-    uint64_t corrupt;          /* samples skipped as corrupt */
+    uint64_t corrupt;          /* bad samples skipped, each once per epoch
+                                  however often it is drawn as a
+                                  replacement: at most the samples seen */
     uint64_t dct_scaled;       /* JPEG decodes that used a DCT downscale */
     uint64_t wait_ns;          /* time the consumer spent blocked in next() */
     uint64_t wall_ns;          /* time since the loader was created */

@@ -4,6 +4,8 @@
     DATA/tree/     200 real-photo crops in 3 classes (tests/tools/make_tree.py):
                    colour/grey/progressive/CMYK JPEG, RGB/grey/RGBA PNG
     DATA/shards/   the same tree packed by the chute under test (1 MiB shards)
+    DATA/SOURCES   "pinned" when the tree was cut from make_tree.py's pinned
+                   photos (the same tree on every host), else "other"
     DATA/READY     written last; tests skip (77) when it is missing
 
 Exits 77 when PIL or the photos make_tree.py crops from are missing.
@@ -32,6 +34,9 @@ def setup(ctx):
         raise T.Skip(err.strip())
     if not ctx.check(p.returncode == 0, "make_tree.py failed:\n" + err):
         return
+    # "pinned" or "other": which photos the tree was cut from (make_tree.py).
+    with open(os.path.join(ctx.data, "SOURCES"), "w") as f:
+        f.write("pinned\n" if "sources: pinned" in p.stdout.decode() else "other\n")
     shards = os.path.join(ctx.data, "shards")
     r = ctx.run([ctx.chute, "pack", tree, shards, "--shard-size", "1M", "--threads", "2"])
     if not ctx.check("packed %d files" % IMAGES in r.out and "skipped 0" in r.out,

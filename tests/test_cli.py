@@ -134,6 +134,13 @@ def cli(ctx):
     p = ctx.run([ctx.chute, "bench", tree, "--quiet", "--transform", "none", "--size", 16,
                  "--workers", 2])
     ctx.check("images/s" in p.out and "200 images" in p.out, "bench text output: %r" % p.out)
+    # Without a training step the wait figures are explained, with the next
+    # step to take (issue 30.7); with --step-ms they stand alone.
+    ctx.check("no training step" in p.out and "--step-ms" in p.out and "chute doctor" in p.out,
+              "bench without --step-ms does not say why the consumer waits: %r" % p.out)
+    p = ctx.run([ctx.chute, "bench", tree, "--quiet", "--transform", "none", "--size", 16,
+                 "--workers", 2, "--max-batches", 2, "--step-ms", 1])
+    ctx.check("no training step" not in p.out, "bench --step-ms 1 still notes no step: %r" % p.out)
     # --shuffle shards: every sample once per epoch (images == samples x epochs);
     # a bad mode exits 2 naming the flag, on bench and doctor.
     for src in (tree, ctx.shards):

@@ -15,6 +15,8 @@ Cases:
   slow_source       injected read latency: the consumer waits most of the
                     time and doctor names storage
   cpu_starved       1 worker, heavy transform: doctor names decode or transform
+  consumer_bound    --gpu-rate 1: the "bottleneck:" line (text, HTML) names
+                    the consumer, as the verdict does; JSON keeps the stage
   iobench_bytes     iobench's byte count equals the bytes of the files it read
   iobench_json      every pattern prints the documented JSON keys, sane values
   inspect           counts, histogram totals and bad files for tree and shards
@@ -203,6 +205,30 @@ def case_cpu_starved(ctx):
         ctx.check(d.get("gpus_fed", -1) >= 0 and "gpu_rate" in d, "gpu fields missing: %r" % d)
         ctx.check(d["ceilings"]["storage"] > d["ceilings"]["cpu"], "storage %r should exceed cpu %r"
                   % (d["ceilings"]["storage"], d["ceilings"]["cpu"]))
+
+
+def case_consumer_bound(ctx):
+    """--gpu-rate 1: the input keeps up, so the text and HTML "bottleneck"
+    line name the consumer, as the verdict does (issue 30.7: it said
+    "bottleneck: decode" above "the bottleneck is the consumer"); the JSON
+    "bottleneck" stays the slowest input stage."""
+    ctx.need_data()
+    work = ctx.scratch("consumer_bound")
+    rep = os.path.join(work, "r.html")
+    p = ctx.run([ctx.chute, "doctor", ctx.shards, "--time", "0.5s", "--workers", 2, "--gpu-rate", 1,
+                 "--report", rep], timeout=240)
+    line = next((ln for ln in p.out.splitlines() if ln.startswith("bottleneck:")), "")
+    ctx.check("input keeps up" in p.out and "the bottleneck is the consumer" in p.out,
+              "verdict at 1 image/s per GPU: %r" % p.out[-600:])
+    ctx.check(line.startswith("bottleneck: consumer"),
+              "the bottleneck line contradicts the verdict: %r" % line)
+    html = open(rep).read() if os.path.exists(rep) else ""
+    ctx.check('id="bottleneck">Bottleneck: consumer' in html, "report's bottleneck line: %r"
+              % html[html.find('id="bottleneck"'):][:120])
+    d = doctor_json(ctx, ctx.shards, "--time", "0.5s", "--workers", 2, "--gpu-rate", 1)
+    if d:
+        ctx.check(d["bottleneck"] in ("storage", "decode", "transform", "cache"),
+                  "JSON bottleneck %r is not an input stage" % d.get("bottleneck"))
 
 
 def case_iobench_bytes(ctx):
@@ -592,6 +618,7 @@ cases = {
     "slow_consumer": case_slow_consumer,
     "slow_source": case_slow_source,
     "cpu_starved": case_cpu_starved,
+    "consumer_bound": case_consumer_bound,
     "iobench_bytes": case_iobench_bytes,
     "iobench_json": case_iobench_json,
     "inspect": case_inspect,

@@ -317,13 +317,14 @@ TEST(tfrecord_extra_keys_match_tensorflow)
     return 0;
 }
 
-/* Under FAIL, batch k (batch size 1, dataset order) must fail with `want`
- * in its message; NULL: succeed. */
-static int batch_fails_with(chute_dataset *ds, const char *fields, uint64_t k, uint32_t fb,
-                            const char *want1, const char *want2)
+/* Under FAIL (or SKIP with `skip`), batch k (batch size 1, dataset order)
+ * must fail with status `code` and want1, want2 in its message; want1
+ * NULL: succeed. */
+static int batch_fails_as(chute_dataset *ds, const char *fields, uint64_t k, uint32_t fb,
+                          int skip, int code, const char *want1, const char *want2)
 {
     chute_loader *ld = NULL;
-    CHECK_OK(make_loader(ds, fields, 1, 1, fb, &ld));
+    CHECK_OK(make_loader(ds, fields, 1, skip ? 0 : 1, fb, &ld));
     CHECK(chute_loader_start_epoch(ld, 0, k) == CHUTE_OK, "start");
     chute_batch *b = NULL;
     int rc = chute_loader_next(ld, &b);
@@ -332,7 +333,7 @@ static int batch_fails_with(chute_dataset *ds, const char *fields, uint64_t k, u
         chute_batch_release(b);
     } else {
         const char *m = chute_loader_errmsg(ld);
-        CHECK(rc == CHUTE_ECORRUPT, "batch %llu: rc %d (%s)", (unsigned long long)k, rc, m);
+        CHECK(rc == code, "batch %llu: rc %d (%s)", (unsigned long long)k, rc, m);
         CHECK(strstr(m, want1) && strstr(m, want2), "batch %llu: \"%s\" lacks \"%s\"/\"%s\"",
               (unsigned long long)k, m, want1, want2);
     }
@@ -340,12 +341,28 @@ static int batch_fails_with(chute_dataset *ds, const char *fields, uint64_t k, u
     return 0;
 }
 
+static int batch_fails_with(chute_dataset *ds, const char *fields, uint64_t k, uint32_t fb,
+                            const char *want1, const char *want2)
+{
+    return batch_fails_as(ds, fields, k, fb, 0, CHUTE_ECORRUPT, want1, want2);
+}
+
+/* A value of another shape than the field's: CHUTE_EINVAL under either
+ * policy, never a skipped (replaced) sample. */
+static int batch_refuses_shape(chute_dataset *ds, const char *fields, uint64_t k,
+                               const char *want1, const char *want2)
+{
+    CHECK_OK(batch_fails_as(ds, fields, k, 0, 0, CHUTE_EINVAL, want1, want2));
+    return batch_fails_as(ds, fields, k, 0, 1, CHUTE_EINVAL, want1, want2);
+}
+
 TEST(wds_bad_fields_fail_naming_file_and_sample)
 {
     chute_dataset *ds = NULL;
     CHECK_OK(open_ds("wds_bad", NULL, &ds));
     CHECK_OK(batch_fails_with(ds, "npy,json", 0, 64, NULL, NULL));
-    CHECK_OK(batch_fails_with(ds, "npy,json", 1, 64, "bad-000000.tar@", "\"b00001\": field \"npy\": .npy is float32[3,2], the dataset's is float32[2,3]"));
+    CHECK_OK(batch_refuses_shape(ds, "npy,json", 1, "sample \"b00001\": field \"npy\": this sample's value is a .npy of float32[3,2], but the field is float32[2,3]",
+                                 "(learned from " CHUTE_FIXTURES "/fields/wds_bad/bad-000000.tar@0: sample \"b00000\")"));
     CHECK_OK(batch_fails_with(ds, "npy,json", 2, 64, "\"b00002\"", "npy: no \\x93NUMPY magic"));
     CHECK_OK(batch_fails_with(ds, "npy,json", 3, 64, "\"b00003\"", ".json member of 312 bytes is over field_bytes (64)"));
     CHECK_OK(batch_fails_with(ds, "npy,json", 3, 0, NULL, NULL)); /* fits the default 4096 */
@@ -358,22 +375,30 @@ TEST(wds_bad_fields_skipped_and_counted)
 {
     chute_dataset *ds = NULL;
     CHECK_OK(open_ds("wds_bad", NULL, &ds));
+    /* b00003's .json is over 64 bytes: bad content, skipped (replaced by
+     * another sample of the epoch) and counted once.  (b00001's .npy of
+     * another shape is refused instead, and b00002's broken .npy fails:
+     * wds_bad_fields_fail_naming_file_and_sample.) */
     chute_loader *ld = NULL;
-    CHECK_OK(make_loader(ds, "npy,json", 5, 0, 64, &ld));
+    CHECK_OK(make_loader(ds, "json", 5, 0, 64, &ld));
     chute_batch *b = NULL;
     CHECK(chute_loader_next(ld, &b) == CHUTE_OK, "next: %s", chute_loader_errmsg(ld));
     chute_batch_view v;
     chute_batch_view_get(b, &v);
-    for (uint32_t j = 0; j < v.count; j++)
-        CHECK(v.indices[j] == 0 || v.indices[j] == 4, "slot %u holds bad sample %llu", j,
-              (unsigned long long)v.indices[j]);
-    int nvals = 0;
-    CHECK_OK(check_expected(b, "wds_bad", &nvals));
-    CHECK(nvals >= 2, "%d values", nvals);
+    CHECK(v.count == 5, "%u samples", v.count);
+    for (uint32_t j = 0; j < v.count; j++) {
+        CHECK(v.indices[j] != 3, "slot %u holds bad sample 3", j);
+        chute_field_view fv;
+        CHECK(chute_batch_field(b, "json", &fv) == CHUTE_OK && fv.lengths[j] == 9 &&
+                  !memcmp((const uint8_t *)fv.data + (size_t)j * 64, "{\"ok\": 1}", 9),
+              "slot %u: .json", j);
+    }
     chute_batch_release(b);
     chute_stats st;
     chute_loader_stats(ld, &st);
-    CHECK(st.corrupt >= 3, "corrupt %llu", (unsigned long long)st.corrupt);
+    CHECK(st.corrupt == 1, "corrupt %llu", (unsigned long long)st.corrupt);
+    CHECK(strstr(chute_loader_errmsg(ld), "skipped ") && strstr(chute_loader_errmsg(ld), "b00003"),
+          "%s", chute_loader_errmsg(ld));
     chute_loader_destroy(ld);
     chute_dataset_close(ds);
     return 0;
@@ -384,8 +409,8 @@ TEST(tfrecord_bad_fields_fail_naming_record)
     chute_dataset *ds = NULL;
     CHECK_OK(open_ds("tfr_bad", "bbox,mask.npy", &ds));
     CHECK_OK(batch_fails_with(ds, "bbox,mask.npy", 0, 0, NULL, NULL));
-    CHECK_OK(batch_fails_with(ds, "bbox,mask.npy", 1, 0, "bad.tfrecord@", "feature \"bbox\": a float_list of 3 values, the dataset's field is float32 of 4"));
-    CHECK_OK(batch_fails_with(ds, "bbox,mask.npy", 2, 0, "bad.tfrecord@", "field \"mask.npy\": .npy is uint8[4,3], the dataset's is uint8[4,4]"));
+    CHECK_OK(batch_refuses_shape(ds, "bbox,mask.npy", 1, "bad.tfrecord@", "field \"bbox\": this sample's value is a float_list of 3 values, but the field is float32[4] (learned from "));
+    CHECK_OK(batch_refuses_shape(ds, "bbox,mask.npy", 2, "bad.tfrecord@", "field \"mask.npy\": this sample's value is a .npy of uint8[4,3], but the field is uint8[4,4]"));
     CHECK_OK(batch_fails_with(ds, "bbox", 2, 0, NULL, NULL));
     chute_dataset_close(ds);
     return 0;

@@ -423,6 +423,41 @@ def stats(st):
         return [int(x) for x in f.read().split()]
 
 
+def requests(st, strict=False):
+    """The fault proxy's request count from its stats file `st`, which it
+    rewrites after each request: a torn or empty read is retried every
+    10 ms, 200 times; then 0, or RuntimeError when strict."""
+    for _ in range(200):
+        try:
+            v = stats(st)
+            if v:
+                return v[0]
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.01)
+    if strict:
+        raise RuntimeError("cannot read the proxy's stats in %s" % st)
+    return 0
+
+
+def upload_dir(c, local, prefix):
+    """Every file under the directory `local` to BUCKET as PREFIX/RELPATH
+    (c: a boto3 client, Weed.client())."""
+    for root, _, files in os.walk(local):
+        for f in files:
+            p = os.path.join(root, f)
+            c.upload_file(p, BUCKET, prefix + "/" + os.path.relpath(p, local))
+
+
+def dead_server_env(budget_ms, stall_s):
+    """The CHUTE_REMOTE_* settings of the dead-server tests (remote_dead_*,
+    tests/python/test_remote_loader.py): a small retry budget, retries
+    bounded by it alone, short backoffs, one stall timeout, 1 s connects."""
+    return {"CHUTE_REMOTE_RETRY_TOTAL_MS": str(budget_ms), "CHUTE_REMOTE_RETRIES": "1000",
+            "CHUTE_REMOTE_BACKOFF_MS": "20", "CHUTE_REMOTE_BACKOFF_CAP_MS": "200",
+            "CHUTE_REMOTE_STALL_S": str(stall_s), "CHUTE_REMOTE_CONNECT_TIMEOUT_MS": "1000"}
+
+
 def s3_faults(ctx):
     w, c = server(ctx, "s3_faults")
     work = os.path.join(ctx.work, "s3_faults")

@@ -40,31 +40,11 @@ def datasets(ctx, work):
     return {"tree": ctx.tree, "shards": ctx.shards, "tfrecord": tfr, "wds": wds}, len(samples)
 
 
-def upload(c, local, prefix):
-    for root, _, files in os.walk(local):
-        for f in files:
-            p = os.path.join(root, f)
-            c.upload_file(p, R.BUCKET, prefix + "/" + os.path.relpath(p, local))
-
-
 def dump(ctx, src, out, env=None, epoch=0, expect=0, timeout=None):
     p = ctx.run([ctx.dump, src, out] + list(DUMP) + ["--epoch", str(epoch)], env=env,
                 expect=expect, timeout=timeout, what="dump %s epoch %d" % (src, epoch))
     ctx.check(R.SK not in p.out and R.SK not in p.err, "dump %s: the secret is in its output" % src)
     return p
-
-
-def requests(st):
-    """The proxy's request count (its stats file is rewritten per request)."""
-    for _ in range(100):
-        try:
-            v = R.stats(st)
-            if v:
-                return v[0]
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.01)
-    raise RuntimeError("cannot read the proxy's stats in %s" % st)
 
 
 def read(path):
@@ -88,7 +68,7 @@ def setup(ctx, name):
     work = os.path.join(ctx.work, name)
     dirs, n = datasets(ctx, work)
     for f, d in dirs.items():
-        upload(c, d, "ds/" + f)
+        R.upload_dir(c, d, "ds/" + f)
     xdg = os.path.join(work, "xdg")  # the TFRecord saved indexes' directory
     return w, c, work, dirs, n, xdg
 
@@ -221,17 +201,17 @@ def s3_restart(ctx):
         for name in FORMATS:
             u = "s3://%s/ds/%s/" % (R.BUCKET, name)
             o = os.path.join(work, "s3-%s.bin" % name)
-            r0 = requests(st) if os.path.exists(st) else 0
+            r0 = R.requests(st, strict=True) if os.path.exists(st) else 0
             dump(ctx, u, o, env)  # how many requests a whole run makes
-            total = requests(st) - r0
+            total = R.requests(st, strict=True) - r0
             with open(o, "wb"):
                 pass
-            r0 = requests(st)
+            r0 = R.requests(st, strict=True)
             p = subprocess.Popen([ctx.dump, u, o] + list(DUMP), env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE)
-            while requests(st) - r0 < total // 2 and p.poll() is None:
+            while R.requests(st, strict=True) - r0 < total // 2 and p.poll() is None:
                 time.sleep(0.01)
-            before = requests(st) - r0
+            before = R.requests(st, strict=True) - r0
             w.stop(hard=True)
             time.sleep(1.0)
             w.start()

@@ -26,38 +26,22 @@ import test_remote as R  # noqa: E402
 
 BUDGET_MS = 1500
 STALL_S = 2
-CONNECT_MS = 1000
 SLACK_S = 2.0  # process exit, the loader's own 0.21 s of I/O backoff, a loaded CI machine
 BOUND_S = BUDGET_MS / 1000 + STALL_S + SLACK_S
 KILL_AFTER = 80  # requests through the proxy: the open (listing, manifest, HEADs, footers) is ~50, an epoch ~205
 
 
 def dead_env(w, ep, **kw):
-    return w.env(ep, CHUTE_REMOTE_RETRY_TOTAL_MS=str(BUDGET_MS), CHUTE_REMOTE_RETRIES="1000",
-                 CHUTE_REMOTE_BACKOFF_MS="20", CHUTE_REMOTE_BACKOFF_CAP_MS="200",
-                 CHUTE_REMOTE_STALL_S=str(STALL_S),
-                 CHUTE_REMOTE_CONNECT_TIMEOUT_MS=str(CONNECT_MS), **kw)
-
-
-def requests(st):
-    for _ in range(200):
-        try:
-            v = R.stats(st)
-            if v:
-                return v[0]
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.01)
-    return 0
+    return w.env(ep, **R.dead_server_env(BUDGET_MS, STALL_S), **kw)
 
 
 def kill_mid_run(ctx, w, st, cmd, env, what):
     """Start cmd, SIGKILL the server after KILL_AFTER more requests; the
     seconds from the kill to cmd's exit, its exit code and stderr."""
-    r0 = requests(st) if os.path.exists(st) else 0
+    r0 = R.requests(st) if os.path.exists(st) else 0
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     t_start = time.time()
-    while requests(st) - r0 < KILL_AFTER and p.poll() is None and time.time() - t_start < 60:
+    while R.requests(st) - r0 < KILL_AFTER and p.poll() is None and time.time() - t_start < 60:
         time.sleep(0.005)
     ctx.check(p.poll() is None, "%s: ended before the kill (exit %s)" % (what, p.poll()))
     w.stop(hard=True)  # SIGKILL by pid, waited for
@@ -78,8 +62,7 @@ def bench(ctx):
     ctx.need_data()
     w, c = R.server(ctx, "remote_dead_bench")
     work = os.path.join(ctx.work, "remote_dead_bench")
-    for f in os.listdir(ctx.shards):
-        c.upload_file(os.path.join(ctx.shards, f), R.BUCKET, "ds/shards/" + f)
+    R.upload_dir(c, ctx.shards, "ds/shards")
     pr, ep, st = R.proxy(ctx, w, work, "--delay-ms", "10")
     u = "s3://%s/ds/shards/" % R.BUCKET
     cases = [(4, []), (128, []), (256, []),
@@ -117,8 +100,7 @@ def doctor(ctx):
     ctx.need_data()
     w, c = R.server(ctx, "remote_dead_doctor")
     work = os.path.join(ctx.work, "remote_dead_doctor")
-    for f in os.listdir(ctx.shards):
-        c.upload_file(os.path.join(ctx.shards, f), R.BUCKET, "ds/shards/" + f)
+    R.upload_dir(c, ctx.shards, "ds/shards")
     pr, ep, st = R.proxy(ctx, w, work, "--delay-ms", "10")
     u = "s3://%s/ds/shards/" % R.BUCKET
     try:

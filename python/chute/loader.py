@@ -276,8 +276,8 @@ class Loader:
             ``"meta:bytes"``, ``"mask.npy:uint8[4x4]"``.  On a WebDataset tar
             stream the names are member extensions typed as the ``"wds"``
             format types them (``"cls:int64"``, ``"json:bytes"``,
-            ``"npy:float32[2x3]"``); a sample that lacks a declared member or
-            disagrees with its declaration is corrupt (``on_corrupt``).
+            ``"npy:float32[2x3]"``); a sample that lacks a declared member is
+            corrupt (``on_corrupt``), one of another shape raises (below).
         schema, csv_no_header: CSV columns as typed fields,
             ``"NAME:TYPE[=DEFAULT],..."`` with TYPE int64, float32, category
             or skip (see ``chute_dataset_options.schema``); label_key names
@@ -305,6 +305,10 @@ class Loader:
             ``(N, *field_shape)``, and for a bytes field ``NAME`` a
             ``(N, field_bytes)`` uint8 tensor plus ``NAME + "_lengths"``
             (int64, ``(N,)``).  All zero-copy views of the batch's buffer.
+            A field's shape is the first sample's (or the declared one): a
+            sample whose value has another shape (1-3 boxes per image)
+            raises ``InvalidArgumentError`` naming the field, the sample and
+            both shapes, whatever ``on_corrupt`` says; it is never replaced.
         field_bytes: capacity per sample of a bytes field; a longer value is
             a corrupt sample (``on_corrupt`` decides).
 
@@ -328,6 +332,8 @@ class Loader:
         mean, std: RGB in 0..1; default ImageNet's (0.485, 0.456, 0.406) and
             (0.229, 0.224, 0.225).
         dct_scale: let JPEGs decode at a reduced DCT scale when the crop allows.
+            Eval pixels of such (large) JPEGs then differ from torchvision's;
+            False gives torchvision's pixels (python/README.md, "Eval pixels").
         return_indices: also yield each sample's dataset index (int64).
         as_torch: yield torch tensors (default: when torch is importable) or
             chute.Array objects.

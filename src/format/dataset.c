@@ -517,6 +517,25 @@ int ch_ds_synth_classes(chute_dataset *ds, uint32_t n, chute_error *err)
     return CHUTE_OK;
 }
 
+const char *const ch_label_columns[CH_LABEL_NAMES_N] = {"label", "labels", "target", "targets",
+                                                         "class"};
+const char *const ch_label_arrays[CH_LABEL_NAMES_N] = {"labels", "label", "targets", "target", "y"};
+
+const char *ch_label_names_text(const char *const *names, const char *suffix, const char *last,
+                                char *buf, size_t n)
+{
+    size_t l = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; k < CH_LABEL_NAMES_N && l < n; k++) {
+        int w = snprintf(buf + l, n - l, "%s%s%s",
+                         !k ? "" : k + 1 == CH_LABEL_NAMES_N ? last : ", ", names[k], suffix);
+        if (w < 0)
+            break;
+        l += (size_t)w;
+    }
+    return buf;
+}
+
 int ch_ds_label(int64_t raw, const chute_dataset_options *opt, const char *where, int32_t *out,
                 chute_error *err)
 {

@@ -287,19 +287,32 @@ int ch_npy_check(const ch_npy_info *a, const ch_field *f, const char *where, chu
         same = a->shape[d] == f->shape[d];
     if (same)
         return CHUTE_OK;
-    char got[128], want[128];
-    shape_str(a->dtype, a->ndim, a->shape, got, sizeof got);
-    ch_field_describe(f, want, sizeof want);
-    return ch_err(err, CHUTE_ECORRUPT, "%s: field \"%s\": .npy is %s, the dataset's is %s", where,
-                  f->name, got, want);
+    char got[140];
+    snprintf(got, sizeof got, "a .npy of ");
+    shape_str(a->dtype, a->ndim, a->shape, got + 10, sizeof got - 10);
+    return ch_field_varies(f, where, got, err);
 }
 
-void ch_field_from_npy(ch_field *f, const ch_npy_info *a)
+int ch_field_varies(const ch_field *f, const char *where, const char *got, chute_error *err)
+{
+    char want[128];
+    ch_field_describe(f, want, sizeof want);
+    return ch_err(err, CHUTE_EINVAL,
+                  "%s: field \"%s\": this sample's value is %s, but the field is %s (%s). A "
+                  "field's shape is fixed, so one that varies is refused, never skipped: leave "
+                  "it out of fields, or store it at one shape (padded, with a count) or as bytes",
+                  where, f->name, got, want,
+                  f->origin[0] ? f->origin : "learned from the first sample with it");
+}
+
+void ch_field_from_npy(ch_field *f, const ch_npy_info *a, const char *origin)
 {
     f->dtype = a->dtype;
     f->ndim = a->ndim;
     memcpy(f->shape, a->shape, sizeof f->shape);
     f->known = 1;
+    if (origin)
+        snprintf(f->origin, sizeof f->origin, "learned from %s", origin);
 }
 
 int ch_split_names(const char *list, char names[][CH_FIELD_NAME_MAX], int max)
@@ -423,6 +436,7 @@ static int decl_item(const char *p, size_t n, int k, ch_field *f, chute_error *e
                         "the type is int64, float32 or bytes (a NAME.npy field: a dtype and shape)");
     }
     f->known = 1;
+    snprintf(f->origin, sizeof f->origin, "as declared in extra_keys");
     return CHUTE_OK;
 }
 

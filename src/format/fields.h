@@ -8,8 +8,14 @@
  *     the first sample that has the field, or declared), so the loader can
  *     lay every field out once in its ring of batch buffers: one aligned
  *     array per field, nothing allocated per batch or per sample.  A later
- *     sample that disagrees is corrupt content, handled by the loader's
- *     policy like a bad image.
+ *     sample whose value is well formed but of another shape or dtype (a
+ *     list of boxes that varies in length) is not damage: it is data this
+ *     layout cannot hold, so reading it is CHUTE_EINVAL naming the field,
+ *     the sample, both shapes and where the first came from
+ *     (ch_field_varies), which fails the epoch under either on_corrupt
+ *     policy.  Skipping it would deliver other samples in its place, and
+ *     for a field that varies that is most of the dataset.  A value that
+ *     does not parse, or is missing, is corrupt content as before.
  *   - Bytes fields (JSON, text, anything else) are variable: the loader
  *     gives each sample a fixed capacity (field_bytes) and a length; a
  *     longer value is CHUTE_ELIMIT naming the sample, never a reallocation.
@@ -39,6 +45,10 @@ typedef struct ch_field {
     uint32_t ndim;
     int64_t shape[CH_FIELD_MAX_DIMS];
     int known;                    /* shape learned (bytes fields: always) */
+    char origin[256];             /* where the shape came from, for messages:
+                                     "learned from FILE@OFFSET: sample
+                                     \"KEY\"", "as declared in
+                                     extra_keys"; "" if not recorded */
 } ch_field;
 
 /* Bytes of one element of a chute_dtype (0 if unknown). */
@@ -95,13 +105,21 @@ typedef struct ch_npz_member {
 int ch_npz_members(const uint8_t *p, size_t len, const char *name, ch_npz_member *out,
                    size_t max, size_t *out_n, chute_error *err);
 
-/* Check a parsed .npy against a field's declared dtype and shape:
- * CHUTE_ECORRUPT "WHERE: field NAME: .npy is int64[2], the dataset's is
- * float32[3]" when they differ. */
+/* Check a parsed .npy against a field's dtype and shape: when they
+ * differ, ch_field_varies with "a .npy of int64[2]". */
 int ch_npy_check(const ch_npy_info *a, const ch_field *f, const char *where, chute_error *err);
 
-/* Learn a field's dtype and shape from a parsed .npy (the first sample). */
-void ch_field_from_npy(ch_field *f, const ch_npy_info *a);
+/* A well-formed value of field f whose shape or dtype is not the field's
+ * (`got` says what it is: "a .npy of float32[3,4]", "a float_list of 3
+ * values"): CHUTE_EINVAL "WHERE: field \"NAME\": this sample's value is
+ * GOT, but the field is DESC (ORIGIN)", and what to do instead.  Not
+ * content damage: the loader fails the epoch with it whatever on_corrupt
+ * says (see the essay above).  Returns CHUTE_EINVAL. */
+int ch_field_varies(const ch_field *f, const char *where, const char *got, chute_error *err);
+
+/* Learn a field's dtype and shape from a parsed .npy (the first sample);
+ * `origin` (may be NULL) names that sample, for ch_field_varies. */
+void ch_field_from_npy(ch_field *f, const ch_npy_info *a, const char *origin);
 
 /* One field a caller wants read for a sample: where to put it. */
 typedef struct ch_field_req {

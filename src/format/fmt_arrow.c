@@ -1046,9 +1046,9 @@ static int columns(chute_dataset *ds, arrow_impl *t, const chute_dataset_options
      * is an integer column (or any column whose labels the units producer
      * gives); none is an error, never labels of 0 without a word, and
      * label_key "" says "no labels". */
-    static const char *const names[] = {"label", "labels", "target", "targets", "class"};
+    const char *const *names = ch_label_columns; /* format.h */
     if (!lab) {
-        for (size_t j = 0; j < sizeof names / sizeof *names && !lab; j++)
+        for (size_t j = 0; j < CH_LABEL_NAMES_N && !lab; j++)
             for (int64_t k = 0; k < s->n_children && !lab; k++) {
                 const struct ArrowSchema *ch = s->children[k];
                 arrow_col c;
@@ -1072,11 +1072,12 @@ static int columns(chute_dataset *ds, arrow_impl *t, const chute_dataset_options
                 snprintf(have + l, sizeof have - l, "%s%s (%s)", k ? ", " : "", nm,
                          ch && ch->format ? ch->format : "?");
             }
+            char nm[128];
             return ch_err(err, CHUTE_EFORMAT,
-                          "arrow: no label column: an integer column named label, labels, "
-                          "target, targets or class is the label, and the columns are %s; name "
-                          "one with label_key, or set label_key to \"\" for rows without labels",
-                          have);
+                          "arrow: no label column: an integer column named %s is the label, and "
+                          "the columns are %s; name one with label_key, or set label_key to \"\" "
+                          "for rows without labels",
+                          ch_label_names_text(names, "", " or ", nm, sizeof nm), have);
         }
     }
     if (no_labels)

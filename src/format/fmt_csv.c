@@ -266,16 +266,15 @@ static void note_bad(csv_impl *t, const char *file, uint64_t line, const char *w
 /* The label column of a header when neither label_key nor a schema says:
  * the first of these names (any case), in this order.  None is an error
  * naming the columns, never labels of 0 without a word. */
-static const char *const csv_label_names[] = {"label", "labels", "target", "targets", "class"};
-#define CSV_LABEL_NAMES "label, labels, target, targets or class"
+/* (ch_label_columns, format.h) */
 
 static int find_label_column(csv_impl *t, const char *file, const ch_csv_cell *cells, size_t n,
                              chute_error *err)
 {
-    for (size_t j = 0; j < sizeof csv_label_names / sizeof *csv_label_names; j++)
+    for (size_t j = 0; j < CH_LABEL_NAMES_N; j++)
         for (size_t k = 0; k < n; k++)
-            if (cells[k].n == strlen(csv_label_names[j]) && cells[k].n < sizeof t->auto_label &&
-                !strncasecmp(cells[k].p, csv_label_names[j], cells[k].n)) {
+            if (cells[k].n == strlen(ch_label_columns[j]) && cells[k].n < sizeof t->auto_label &&
+                !strncasecmp(cells[k].p, ch_label_columns[j], cells[k].n)) {
                 memcpy(t->auto_label, cells[k].p, cells[k].n);
                 t->auto_label[cells[k].n] = '\0';
                 return CHUTE_OK;
@@ -289,11 +288,12 @@ static int find_label_column(csv_impl *t, const char *file, const ch_csv_cell *c
         }
         snprintf(have + l, sizeof have - l, "%s%.*s", k ? ", " : "", (int)cells[k].n, cells[k].p);
     }
+    char names[128];
     return ch_err(err, CHUTE_EFORMAT,
-                  "%s:1: no label column: the header has %s, and a column named "
-                  CSV_LABEL_NAMES " (any case) is the label; name another with label_key, give "
-                  "a schema, or set label_key to \"\" for rows without labels",
-                  file, have);
+                  "%s:1: no label column: the header has %s, and a column named %s (any case) "
+                  "is the label; name another with label_key, give a schema, or set label_key "
+                  "to \"\" for rows without labels",
+                  file, have, ch_label_names_text(ch_label_columns, "", " or ", names, sizeof names));
 }
 
 /* The header (first record of a file): where each schema column is. */

@@ -465,9 +465,8 @@ static int open_images(chute_dataset *ds, h5_impl *t, const char *name, chute_er
     return rc;
 }
 
-/* Label datasets looked for when label_key is not given, in this order. */
-static const char *const h5_label_names[] = {"labels", "label", "targets", "target", "y"};
-#define H5_LABEL_NAMES "labels, label, targets, target, y"
+/* Label datasets looked for when label_key is not given: ch_label_arrays
+ * (format.h), in that order. */
 
 /* H5Literate2 callback: the root group's names, comma-separated, into a
  * 1 KiB buffer (for a message; cut when long). */
@@ -500,21 +499,22 @@ static int open_labels(chute_dataset *ds, h5_impl *t, const char *name, int must
             return err->code;
     } else { /* the usual names, in order; none found is an error, never labels of 0 */
         int found = 0;
-        for (size_t k = 0; k < sizeof h5_label_names / sizeof *h5_label_names && !found; k++) {
-            found = H5Lexists(t->file, h5_label_names[k], H5P_DEFAULT) > 0;
+        for (size_t k = 0; k < CH_LABEL_NAMES_N && !found; k++) {
+            found = H5Lexists(t->file, ch_label_arrays[k], H5P_DEFAULT) > 0;
             H5Eclear2(H5E_DEFAULT);
             if (found)
-                d = open_dset(t, name = h5_label_names[k], 1, err);
+                d = open_dset(t, name = ch_label_arrays[k], 1, err);
         }
         if (!found) {
-            char have[1024] = "";
+            char have[1024] = "", names[128];
             H5Literate(t->file, H5_INDEX_NAME, H5_ITER_INC, NULL, list_name, have);
             H5Eclear2(H5E_DEFAULT);
             return ch_err(err, CHUTE_EFORMAT,
-                          "%s: no label dataset (looked for " H5_LABEL_NAMES "; the file has: "
-                          "%s): name it with label_key, or set label_key to \"\" for a dataset "
-                          "without labels",
-                          t->path, have[0] ? have : "nothing else");
+                          "%s: no label dataset (looked for %s; the file has: %s): name it with "
+                          "label_key, or set label_key to \"\" for a dataset without labels",
+                          t->path,
+                          ch_label_names_text(ch_label_arrays, "", ", ", names, sizeof names),
+                          have[0] ? have : "nothing else");
         }
         if (d < 0)
             return err->code;

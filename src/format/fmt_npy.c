@@ -48,17 +48,17 @@
 
 #define NPY_FIELD_DIR "npy"    /* the field of directory-layout samples */
 #define NPY_LABELS "labels.npy"
-/* Where labels are looked for when label_key is not given, in this order
- * (what NumPy users name them); none found is an error, never labels of
- * 0: label_key "" says "this dataset has no labels". */
-static const char *const npy_label_names[] = {"labels.npy", "label.npy", "targets.npy",
-                                              "target.npy", "y.npy"};
-#define NPY_LABEL_NAMES "labels.npy, label.npy, targets.npy, target.npy or y.npy"
+/* Where labels are looked for when label_key is not given: NAME.npy for
+ * each of ch_label_arrays (format.h), in that order; none found is an
+ * error, never labels of 0: label_key "" says "this dataset has no
+ * labels". */
 
 static int is_label_name(const char *name)
 {
-    for (size_t k = 0; k < sizeof npy_label_names / sizeof *npy_label_names; k++)
-        if (!strcmp(name, npy_label_names[k]))
+    size_t n = strlen(name);
+    for (size_t k = 0; k < CH_LABEL_NAMES_N; k++)
+        if (n == strlen(ch_label_arrays[k]) + 4 && !strncmp(name, ch_label_arrays[k], n - 4) &&
+            !strcmp(name + n - 4, ".npy"))
             return 1;
     return 0;
 }
@@ -266,20 +266,22 @@ static int open_single(chute_dataset *ds, npy_impl *t, const char *path,
         snprintf(lpath, sizeof lpath, "%.*s/%s", dirlen, dir, opt->label_key);
     else {
         size_t k = 0;
-        for (; k < sizeof npy_label_names / sizeof *npy_label_names; k++) {
-            snprintf(lpath, sizeof lpath, "%.*s/%s", dirlen, dir, npy_label_names[k]);
+        for (; k < CH_LABEL_NAMES_N; k++) {
+            snprintf(lpath, sizeof lpath, "%.*s/%s.npy", dirlen, dir, ch_label_arrays[k]);
             ch_stat st;
             chute_error e = {0};
             if (ch_src_stat(t->src, lpath, &st, &e) == CHUTE_OK && st.type == CH_ENT_FILE &&
                 strcmp(lpath, path) != 0)
                 break;
         }
-        if (k == sizeof npy_label_names / sizeof *npy_label_names)
+        char names[128];
+        if (k == CH_LABEL_NAMES_N)
             return ch_err(err, CHUTE_EFORMAT,
-                          "%s: no labels: none of " NPY_LABEL_NAMES " is beside it in %.*s; "
-                          "name the label file with label_key, or set label_key to \"\" for a "
-                          "dataset without labels",
-                          path, dirlen, dir);
+                          "%s: no labels: none of %s is beside it in %.*s; name the label file "
+                          "with label_key, or set label_key to \"\" for a dataset without labels",
+                          path, ch_label_names_text(ch_label_arrays, ".npy", " or ", names,
+                                                    sizeof names),
+                          dirlen, dir);
     }
     int64_t maxlabel = 0;
     if (lpath[0]) {
@@ -409,7 +411,7 @@ static int learn_npz(chute_dataset *ds, npy_impl *t, chute_error *err)
         if (fi < 0)
             rc = err->code ? err->code : CHUTE_EINVAL;
         else
-            ch_field_from_npy(&ds->fields[fi], &a);
+            ch_field_from_npy(&ds->fields[fi], &a, t->files[0]);
     }
     if (rc == CHUTE_OK && nm == 0)
         rc = ch_err(err, CHUTE_EFORMAT, "%s: an .npz without members", t->files[0]);
@@ -535,7 +537,7 @@ static int open_dir(chute_dataset *ds, npy_impl *t, const char *path,
     t->src->close(h);
     if (rc != CHUTE_OK)
         return rc;
-    ch_field_from_npy(&ds->fields[fi], &a);
+    ch_field_from_npy(&ds->fields[fi], &a, t->files[0]);
     return CHUTE_OK;
 }
 

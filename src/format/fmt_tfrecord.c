@@ -681,7 +681,7 @@ static int fields_learn(chute_dataset *ds, tfr_impl *t, const char *path, uint64
                 if (ch_npy_parse(v, vn, path, offset, &a, &e) != CHUTE_OK)
                     continue;
                 fd->kind = CHUTE_FIELD_TENSOR;
-                ch_field_from_npy(fd, &a);
+                ch_field_from_npy(fd, &a, NULL);
             } else {
                 fd->kind = CHUTE_FIELD_BYTES;
                 fd->dtype = CHUTE_DTYPE_UINT8;
@@ -692,6 +692,8 @@ static int fields_learn(chute_dataset *ds, tfr_impl *t, const char *path, uint64
             continue;
         }
         fd->known = 1;
+        snprintf(fd->origin, sizeof fd->origin, "learned from %s@%llu", path,
+                 (unsigned long long)offset);
         t->unknown--;
     }
     return CHUTE_OK;
@@ -724,7 +726,16 @@ int fmt_tfr_fields_decode(const ch_field *fields, const fmt_pb_feature *f, const
         if (fd->kind == CHUTE_FIELD_INT64 || fd->kind == CHUTE_FIELD_FLOAT32) {
             int is_int = fd->kind == CHUTE_FIELD_INT64;
             uint64_t want = fd->ndim ? (uint64_t)fd->shape[0] : 1;
-            if (ft->kind != (is_int ? FMT_PB_INT64 : FMT_PB_FLOAT) || ft->count != want)
+            if ((ft->kind == FMT_PB_INT64 || ft->kind == FMT_PB_FLOAT) &&
+                (ft->kind != (is_int ? FMT_PB_INT64 : FMT_PB_FLOAT) || ft->count != want)) {
+                /* a list of another length or type is the data varying, not damage */
+                char got[80];
+                snprintf(got, sizeof got, "%s of %llu value%s",
+                         ft->kind == FMT_PB_INT64 ? "an int64_list" : "a float_list",
+                         (unsigned long long)ft->count, ft->count == 1 ? "" : "s");
+                return ch_field_varies(fd, where, got, err);
+            }
+            if (ft->kind != (is_int ? FMT_PB_INT64 : FMT_PB_FLOAT))
                 return ch_err(err, CHUTE_ECORRUPT,
                               "%s: feature \"%s\": %s of %llu values, the dataset's field "
                               "is %s of %llu",

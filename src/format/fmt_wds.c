@@ -522,7 +522,8 @@ static int wds_read_member(const wds_impl *t, uint32_t file, uint64_t off, void 
 }
 
 /* Tensor fields: dtype and shape from the first sample whose .npy parses
- * (a field none parses stays unknown, and reading it is corrupt). */
+ * (a field none parses stays unknown, and reading it is corrupt); a later
+ * sample of another shape is refused when read (ch_field_varies). */
 static int learn_shapes(chute_dataset *ds, wds_impl *t, chute_error *err)
 {
     ch_buf b = {0};
@@ -547,9 +548,12 @@ static int learn_shapes(chute_dataset *ds, wds_impl *t, chute_error *err)
                     break;
                 ch_npy_info a;
                 chute_error e = {0};
+                char origin[4400];
+                snprintf(origin, sizeof origin, "%s@%llu: sample \"%s\"", fl->path,
+                         (unsigned long long)s->header, s->key);
                 if (ch_npy_parse((const uint8_t *)b.data, (size_t)r->size, fl->path, r->offset,
                                  &a, &e) == CHUTE_OK)
-                    ch_field_from_npy(f, &a);
+                    ch_field_from_npy(f, &a, origin);
                 break;
             }
         }

@@ -295,6 +295,19 @@ int ch_ds_synth_classes(chute_dataset *ds, uint32_t n, chute_error *err);
 int ch_ds_label(int64_t raw, const chute_dataset_options *opt, const char *where, int32_t *out,
                 chute_error *err);
 
+/* The names a label is looked for under when label_key is not given, in
+ * this order (issues 22.2, 31.2: none found is an error naming them, never
+ * labels of 0 without a word; label_key "" says "no labels").  Columns of a
+ * table (CSV header, any case; Parquet/Arrow) and arrays (HDF5 datasets,
+ * NAME.npy beside a .npy) follow what their users name them. */
+#define CH_LABEL_NAMES_N 5
+extern const char *const ch_label_columns[CH_LABEL_NAMES_N];
+extern const char *const ch_label_arrays[CH_LABEL_NAMES_N];
+/* names[] as text for a message, each followed by `suffix` and the last
+ * after `last` (" or ", ", "): "labels.npy, label.npy, ... or y.npy". */
+const char *ch_label_names_text(const char *const *names, const char *suffix, const char *last,
+                                char *buf, size_t n);
+
 /* Tree listing shared by the tree format and pack: classes sorted by name,
  * files in os.walk order (sorted dirs, sorted names), torchvision's image
  * extensions, all in Python's order (tree.c).  Paths are relative to root.

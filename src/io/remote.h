@@ -52,6 +52,12 @@ typedef struct ch_tls_ca {
     const char *from; /* static text: which rule chose them, for messages */
 } ch_tls_ca;
 int ch_tls_ca_resolve(ch_tls_ca *ca, chute_error *err);
+/* The error for a request TLS refused (never retried): the server's
+ * certificate is not signed by the CAs of ca, or (bad_bundle: curl's
+ * CURLE_SSL_CACERT_BADFILE) those CAs could not be loaded.  Names the
+ * rule and the paths, and what to set.  Returns CHUTE_EIO. */
+int ch_tls_ca_fail(const ch_tls_ca *ca, int bad_bundle, const char *path, const char *what,
+                   const char *why, chute_error *err);
 
 #endif
 

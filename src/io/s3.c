@@ -730,19 +730,9 @@ static int req_judge(const rconf *c, easy *x, req *r, CURLcode cc, const char *p
     if (cc == CURLE_WRITE_ERROR && r->grow)
         return ch_err(err, CHUTE_ENOMEM, "%s: %s: the answer is too large or memory ran out",
                       path, what);
-    if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE) {
-        const ch_tls_ca *ca = &c->ca;
-        char where[2100] = "";
-        if (ca->file[0] || ca->dir[0])
-            snprintf(where, sizeof where, " (%s%s%s)", ca->file,
-                     ca->file[0] && ca->dir[0] ? ", " : "", ca->dir);
-        return ch_err(err, CHUTE_EIO,
-                      "%s: %s: the server's TLS certificate is not trusted (%s); CAs trusted "
-                      "from %s%s: set AWS_CA_BUNDLE (or CURL_CA_BUNDLE, SSL_CERT_FILE, "
-                      "SSL_CERT_DIR) to the CA that signed it",
-                      path, what, x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc), ca->from,
-                      where);
-    }
+    if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE)
+        return ch_tls_ca_fail(&c->ca, cc == CURLE_SSL_CACERT_BADFILE, path, what,
+                              x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc), err);
     if (cc != CURLE_OK) {
         *transient = curl_transient(cc);
         snprintf(why, 256, "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc));

@@ -108,3 +108,28 @@ int ch_tls_ca_resolve(ch_tls_ca *ca, chute_error *err)
     ca->from = ca->file[0] || ca->dir[0] ? "the system's CA locations" : "libcurl's built-in CA path";
     return CHUTE_OK;
 }
+
+int ch_tls_ca_fail(const ch_tls_ca *ca, int bad_bundle, const char *path, const char *what,
+                   const char *why, chute_error *err)
+{
+    char where[2100] = "";
+    if (ca->file[0] || ca->dir[0])
+        snprintf(where, sizeof where, " (%s%s%s)", ca->file, ca->file[0] && ca->dir[0] ? ", " : "",
+                 ca->dir);
+    if (bad_bundle && !ca->file[0] && !ca->dir[0])
+        return ch_err(err, CHUTE_EIO,
+                      "%s: %s: no CA bundle in the system's usual locations, and libcurl's "
+                      "built-in one cannot be loaded (%s): set AWS_CA_BUNDLE (or CURL_CA_BUNDLE, "
+                      "SSL_CERT_FILE, SSL_CERT_DIR) to a PEM file of the CAs to trust",
+                      path, what, why);
+    if (bad_bundle)
+        return ch_err(err, CHUTE_EIO,
+                      "%s: %s: the CAs from %s%s cannot be loaded (%s): a bundle must hold PEM "
+                      "certificates",
+                      path, what, ca->from, where, why);
+    return ch_err(err, CHUTE_EIO,
+                  "%s: %s: the server's TLS certificate is not trusted (%s); CAs trusted from "
+                  "%s%s: set AWS_CA_BUNDLE (or CURL_CA_BUNDLE, SSL_CERT_FILE, SSL_CERT_DIR) to "
+                  "the CA that signed it",
+                  path, what, why, ca->from, where);
+}

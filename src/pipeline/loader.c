@@ -50,7 +50,9 @@
  * region of the ring and nothing is allocated per batch.  A sample's
  * fields are read right after its image is made, as part of the same
  * unit of work (fill_record): a field that fails is that sample failing,
- * and the corrupt-sample policy replaces or fails it like a bad image.
+ * and the corrupt-sample policy replaces or fails it like a bad image;
+ * a field whose shape varies is CHUTE_EINVAL (fields.h), which fails the
+ * batch under either policy rather than substitute samples for it.
  *
  * Recent figures.  chute_stats' lifetime rates count every second since
  * create, so a model build or an evaluation before or between loops
@@ -648,10 +650,17 @@ static int make_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
 }
 
 /* "where: reason", without repeating the location when the reason already
- * names it (I/O messages carry the path). */
+ * names it (I/O messages carry the path; a WebDataset sample described as
+ * "FILE@OFFSET:KEY" says "FILE@OFFSET: sample \"KEY\"" in its reasons). */
 static void locate(char *out, size_t n, const char *where, const char *reason)
 {
-    if (!where[0] || strstr(reason, where))
+    /* "FILE@DIGITS:KEY": the reason may begin "FILE@DIGITS: " */
+    const char *colon = strrchr(where, ':'), *at = colon ? colon : where;
+    while (at > where && at[-1] >= '0' && at[-1] <= '9')
+        at--;
+    size_t head = colon && at < colon && at > where && at[-1] == '@' ? (size_t)(colon - where) : 0;
+    if (!where[0] || strstr(reason, where) ||
+        (head && !strncmp(reason, where, head) && reason[head] == ':'))
         snprintf(out, n, "%s", reason);
     else
         snprintf(out, n, "%s: %s", where, reason);

@@ -222,14 +222,43 @@ static void mark_bad(ch_stream_rec *rec, const char *fmt, const char *a)
     }
 }
 
-/* The sample's .cls text (a member's whole data) as its label. */
+/* The sample's .cls text (a member's whole data) as its label; text is
+ * not read when size >= 32 (too long for one).  A .cls that is no label
+ * makes the sample bad with what it holds and why, as the wds format's
+ * open says it (fmt_wds.c first_bad_cls): "holds \"3.0\", not a decimal
+ * integer". */
 static void set_label(ch_stream_rec *rec, const char *text, uint64_t size)
 {
     int64_t v;
-    if (size >= 32 || parse_cls(text, (size_t)size, &v) != 0 || v < 0 || v >= INT32_MAX)
-        mark_bad(rec, "the .cls member is not a decimal integer%s", "");
-    else
+    if (size < 32 && parse_cls(text, (size_t)size, &v) == 0 && v >= 0 && v < INT32_MAX) {
         rec->label = v;
+        return;
+    }
+    char why[96];
+    if (size >= 32) {
+        snprintf(why, sizeof why, "is %llu bytes, too long for an integer",
+                 (unsigned long long)size);
+    } else {
+        char q[32];
+        size_t digits = 0, k;
+        for (k = 0; k < size; k++) { /* the text, printable, for the message */
+            char c = text[k];
+            q[k] = c >= 0x20 && c < 0x7f ? c : '?';
+            digits += c >= '0' && c <= '9';
+        }
+        q[k] = '\0';
+        size_t i = 0;
+        while (i < size && (text[i] == '-' || text[i] == '+' || (text[i] >= '0' && text[i] <= '9') ||
+                            text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r'))
+            i++;
+        if (parse_cls(text, (size_t)size, &v) == 0)
+            snprintf(why, sizeof why, "holds \"%s\", a label outside 0..%d", q, INT32_MAX - 1);
+        else if (i == size && digits)
+            snprintf(why, sizeof why, "holds \"%s\", outside the int64 range", q);
+        else
+            snprintf(why, sizeof why, "holds \"%s\", not a decimal integer", q);
+    }
+    mark_bad(rec, "the .cls member %s", why);
 }
 
 /* Room for `need` bytes in the record, keeping its first r->used: a
@@ -346,7 +375,7 @@ static int take_member(tar_reader *r, ch_stream_rec *rec, const char *name, size
         char text[32];
         *have_cls = 1;
         if (size >= sizeof text) {
-            mark_bad(rec, "the .cls member is not a decimal integer%s", "");
+            set_label(rec, NULL, size); /* too long: says so without reading it */
             return fmt_tar_stream_data(&r->ts, NULL, size, err);
         }
         rc = fmt_tar_stream_data(&r->ts, text, size, err);

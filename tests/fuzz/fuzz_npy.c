@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         __builtin_trap();
     ch_field f;
     memset(&f, 0, sizeof f);
-    ch_field_from_npy(&f, &a);
+    ch_field_from_npy(&f, &a, "fuzz");
     if (ch_npy_check(&a, &f, "fuzz", &err) != CHUTE_OK)
         __builtin_trap();
     uint64_t per = ch_field_sample_bytes(&f);

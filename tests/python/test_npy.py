@@ -233,17 +233,21 @@ def test_directory_flat_and_bad_file_policy(tmp_path):
     d.mkdir()
     for k in range(6):
         np.save(d / ("%d.npy" % k), np.full(4, k, np.float32))
-    np.save(d / "3.npy", np.zeros(5, np.float32))  # another shape: corrupt content
-    with pytest.raises(chute.ChuteError) as e:
-        collect(L(d, batch_size=6, fields=["npy"], on_corrupt="fail", shuffle=False,
-                  label_key=""), "npy")
-    assert "3.npy" in str(e.value) and "float32[5]" in str(e.value)
-    with pytest.warns(chute.SkippedSamplesWarning):
+    np.save(d / "3.npy", np.zeros(5, np.float32))  # another shape: refused, never replaced
+    for policy in ("fail", "skip"):
+        with pytest.raises(chute.InvalidArgumentError) as e:
+            collect(L(d, batch_size=6, fields=["npy"], on_corrupt=policy, shuffle=False,
+                      label_key=""), "npy")
+        assert "3.npy" in str(e.value) and "float32[5], but the field is float32[4]" in \
+            str(e.value) and "0.npy" in str(e.value)
+    (d / "4.npy").write_bytes(b"\x93NUMPY garbage")  # bad content: skipped and counted
+    np.save(d / "3.npy", np.full(4, 3, np.float32))
+    with pytest.warns(chute.SkippedSamplesWarning, match="epoch 0: 1 sample with bad content"):
         with L(d, batch_size=6, fields=["npy"], shuffle=False, label_key="") as ld:
             idx, lab, val = collect(ld, "npy")
-            assert ld.stats()["corrupt"] >= 1
+            assert ld.stats()["corrupt"] == 1
     for pos, i in enumerate(idx):
-        assert i != 3 and np.array_equal(val[pos], np.full(4, i, np.float32))
+        assert i != 4 and np.array_equal(val[pos], np.full(4, i, np.float32))
 
 
 def test_inspect_summarises_fields(feats):

@@ -53,10 +53,7 @@ def bucket(tree, shards, tmp_path_factory):
         c = w.client()
         c.create_bucket(Bucket=R.BUCKET)
         for name, local in (("tree", tree), ("shards", shards)):
-            for root, _, files in os.walk(local):
-                for f in files:
-                    p = os.path.join(root, f)
-                    c.upload_file(p, R.BUCKET, "%s/%s" % (name, os.path.relpath(p, local)))
+            R.upload_dir(c, local, name)
         yield w, {"tree": tree, "shards": shards}
     finally:
         w.stop()
@@ -131,16 +128,7 @@ def test_coalesce_gap_bytes_keyword_merges_gets(s3env, bucket, tmp_path):
         mp.setenv("AWS_ENDPOINT_URL", ep)
 
         def count():
-            # rewritten by the proxy after each request: retry a torn read
-            for _ in range(200):
-                try:
-                    v = R.stats(st)
-                    if v:
-                        return v[0]
-                except (OSError, ValueError):
-                    pass
-                time.sleep(0.01)
-            raise AssertionError("cannot read the proxy's stats in %s" % st)
+            return R.requests(st, strict=True)
 
         def run(gap):
             r0 = count() if os.path.exists(st) else 0
@@ -176,26 +164,10 @@ def test_coalesce_gap_bytes_keyword_merges_gets(s3env, bucket, tmp_path):
 BUDGET_MS, STALL_S, SLACK_S = 1500, 2, 2.0
 
 
-def _count(st):
-    for _ in range(200):
-        try:
-            v = R.stats(st)
-            if v:
-                return v[0]
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.01)
-    return 0
-
-
 def _budget_env(mp, ep, budget_ms):
     mp.setenv("AWS_ENDPOINT_URL", ep)
-    mp.setenv("CHUTE_REMOTE_RETRY_TOTAL_MS", str(budget_ms))
-    mp.setenv("CHUTE_REMOTE_RETRIES", "1000")
-    mp.setenv("CHUTE_REMOTE_BACKOFF_MS", "20")
-    mp.setenv("CHUTE_REMOTE_BACKOFF_CAP_MS", "200")
-    mp.setenv("CHUTE_REMOTE_STALL_S", str(STALL_S))
-    mp.setenv("CHUTE_REMOTE_CONNECT_TIMEOUT_MS", "1000")
+    for k, v in R.dead_server_env(budget_ms, STALL_S).items():
+        mp.setenv(k, v)
 
 
 def _killer(w, st, after, restart_after=None):
@@ -203,13 +175,13 @@ def _killer(w, st, after, restart_after=None):
     through the proxy (and starts it again restart_after s later); its
     `t_kill` says when the kill was done."""
     import threading
-    r0 = _count(st)
+    r0 = R.requests(st)
     box = {"t_kill": None, "error": None}
 
     def run():
         try:
             t0 = time.time()
-            while _count(st) - r0 < after and time.time() - t0 < 60:
+            while R.requests(st) - r0 < after and time.time() - t0 < 60:
                 time.sleep(0.005)
             w.stop(hard=True)
             box["t_kill"] = time.time()

@@ -151,7 +151,6 @@ def _bad_npy_header(data):
 
 BAD = {  # sample 1 of a two-sample tar: (mangle, what the message says)
     "missing": (lambda i, e, d: None if (i, e) == (1, "npy") else d, "no .npy member"),
-    "shape": (None, 'field "npy": .npy is float32[3,2], the dataset\'s is float32[2,3]'),
     "header": (lambda i, e, d: _bad_npy_header(d) if (i, e) == (1, "npy") else d,
                "npy: header is not a dict"),
     "magic": (lambda i, e, d: b"\x93NUMPX" + d[6:] if (i, e) == (1, "mask.npy") else d,
@@ -159,17 +158,10 @@ BAD = {  # sample 1 of a two-sample tar: (mangle, what the message says)
 }
 
 
-def _bad_samples(case):
-    s = _samples(2, seed=7)
-    if case == "shape":
-        s[1]["npy"] = np.zeros((3, 2), np.float32)
-    return s
-
-
 @pytest.mark.parametrize("case", sorted(BAD) + ["twice"])
 def test_bad_fields_fail_naming_sample_member_and_reason(tmp_path, case):
     path = str(tmp_path / ("%s.tar" % case))
-    samples = _bad_samples(case)
+    samples = _samples(2, seed=7)
     if case == "twice":  # mask.npy twice in sample 1 (webdataset raises on it)
         _write(path, samples, order=lambda i, e: e + ["mask.npy"] if i == 1 else e)
         why = "field .mask.npy appears twice in the sample"
@@ -192,13 +184,33 @@ def test_bad_fields_fail_naming_sample_member_and_reason(tmp_path, case):
         assert np.array_equal(b[k], f[k]), k
 
 
+@pytest.mark.parametrize("policy", ["fail", "skip"])
+def test_a_npy_of_another_shape_is_refused_never_replaced(tmp_path, policy):
+    """A .npy whose shape differs from the field's is the data varying, not
+    damage: the epoch fails naming the sample and both shapes, under either
+    policy, on the stream as in the file; no sample is delivered in its
+    place and none is counted as corrupt."""
+    path = str(tmp_path / "shape.tar")
+    samples = _samples(2, seed=7)
+    samples[1]["npy"] = np.zeros((3, 2), np.float32)
+    _write(path, samples)
+    for src, kw, origin in [("pipe:cat " + path, dict(extra_keys=DECL), "as declared in "
+                             "extra_keys"),
+                            (path, dict(format="wds"), 'learned from %s@0: sample "s000"' % path)]:
+        with pytest.raises(chute.InvalidArgumentError) as e:
+            _one_batch(src, on_corrupt=policy, **kw)
+        msg = str(e.value)
+        assert "s001" in msg and ('field "npy": this sample\'s value is a .npy of float32[3,2], '
+                                  'but the field is float32[2,3] (%s)' % origin) in msg, msg
+
+
 def test_declarations_the_wds_format_reads_otherwise_are_refused(good_tar):
     path, _ = good_tar
     for decl, why in [("npy:float32[4]", None), ("json:int64", "reads a .json member as bytes"),
                       ("cls:bytes", "as an int64 scalar"), ("jpg:bytes", "image member")]:
-        if why is None:  # declared with another shape: every sample is the policy's
-            with pytest.raises(chute.ChuteError, match=r"float32\[2,3\], the dataset's is "
-                                                       r"float32\[4\]"):
+        if why is None:  # declared with another shape: refused at the first sample
+            with pytest.raises(chute.InvalidArgumentError,
+                               match=r"float32\[2,3\], but the field is float32\[4\]"):
                 _one_batch("pipe:cat " + path, extra_keys=[decl], fields=["npy"],
                            on_corrupt="fail")
             continue

@@ -62,3 +62,24 @@ def test_inspect_tells_missing_labels_from_undecodable(tmp_path):
     # labels of the 16 labelled samples only: i % 3 for even i < 32
     want = {0: 6, 1: 5, 2: 5}
     assert "classes: " + " ".join("%d=%d" % kv for kv in want.items()) in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("cls,why", [(b"3.0", 'holds "3.0", not a decimal integer'),
+                                     (b"cat\n", 'holds "cat?", not a decimal integer'),
+                                     (b"99999999999999999999",
+                                      'holds "99999999999999999999", outside the int64 range'),
+                                     (b"-1", 'holds "-1", a label outside 0..2147483646'),
+                                     (b"1" * 40, "is 40 bytes, too long for an integer")])
+def test_stream_cls_that_is_no_label_is_named(tmp_path, cls, why):
+    """On a tar stream (pipe:cat) the sample whose .cls is no label fails
+    (on_corrupt="fail") naming its key, what the member holds and why; it
+    used to say only "the .cls member is not a decimal integer"."""
+    p = tmp_path / "one_bad.tar"
+    write_tar(p, [("s%d" % i, [("jpg", jpeg()), ("cls", cls if i == 2 else b"%d" % i)])
+                  for i in range(4)])
+    with chute.Loader("pipe:cat " + str(p), batch_size=4, size=8, shuffle=False,
+                      on_corrupt="fail", as_torch=False) as ld:
+        with pytest.raises(chute.CorruptDataError) as e:
+            next(iter(ld))
+    m = str(e.value)
+    assert "s2" in m and "the .cls member " + why in m, m

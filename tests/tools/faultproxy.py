@@ -4,7 +4,7 @@ faults between chute and a real S3 server (tests/test_remote.py).
 
     faultproxy.py --upstream HOST:PORT --port-file F --stats F
                   [--mode 503|reset|none] [--every K] [--count C] [--delay-ms D]
-                  [--log F]
+                  [--log F] [--tls CERT KEY]
 
 Every K-th request (1-based) gets the fault, C faults in all (0 = no
 limit): "503" answers 503 with S3's <Code>SlowDown</Code> error document,
@@ -15,7 +15,9 @@ Host header too: SigV4 signed it).  When the upstream cannot be reached
 server's would be.  The stats file holds "requests faults" after every
 request.  The chosen port is written to --port-file once listening.
 --log appends "METHOD PATH" (the request line's target) per request, so a
-test can see which keys a client asked for.
+test can see which keys a client asked for.  --tls makes the client's
+side https with that certificate chain and key (the upstream stays
+plain http): an S3 server behind a private CA (test_tls_ca.py).
 """
 import argparse
 import http.client
@@ -46,6 +48,7 @@ def main():
     ap.add_argument("--count", type=int, default=0)
     ap.add_argument("--delay-ms", type=int, default=0)
     ap.add_argument("--log")
+    ap.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
     a = ap.parse_args()
     uh, up = a.upstream.rsplit(":", 1)
 
@@ -121,6 +124,11 @@ def main():
         allow_reuse_address = True
 
     s = S(("127.0.0.1", 0), H)
+    if a.tls:
+        import ssl
+        tc = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tc.load_cert_chain(a.tls[0], a.tls[1])
+        s.socket = tc.wrap_socket(s.socket, server_side=True)
     with open(a.port_file + ".tmp", "w") as f:
         f.write(str(s.server_address[1]))
     import os
