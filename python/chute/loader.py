@@ -393,6 +393,12 @@ class Loader:
             JPEGs decoded by nvJPEG on the GPU (0 = off); needs nvJPEG (the toolkit's
             libnvjpeg, `pip install nvidia-nvjpeg`, or $CHUTE_NVJPEG), else
             UnsupportedError "nvJPEG not found".
+        metrics_port: serve Prometheus metrics at http://metrics_addr:PORT/metrics
+            from a background thread (0 = off); metrics_addr defaults to
+            "127.0.0.1".  metrics_file: write the same text to this path every
+            second (temp file + rename) for node_exporter's textfile collector.
+            metrics_name: the ``dataset`` label (default: the dataset's base
+            name).  Metric set and labels: docs/METRICS.md.
         parquet_memory_bytes: Parquet (larger than memory): the decoded row
             groups held at once, in bytes by the footers' uncompressed sizes
             (default 1 GiB; at least 2 row groups); row groups are read on
@@ -486,6 +492,10 @@ class Loader:
         direct_io: int = _xdefault("direct_io", "dataset"),
         coalesce_gap_bytes: int = _xdefault("coalesce_gap_bytes", "dataset"),
         parquet_memory_bytes: Optional[int] = None,
+        metrics_port: int = _default("metrics_port"),
+        metrics_addr: Optional[str] = _xdefault("metrics_addr"),
+        metrics_file: Optional[str] = _xdefault("metrics_file"),
+        metrics_name: Optional[str] = _xdefault("metrics_name"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -650,6 +660,10 @@ class Loader:
             stream_samples=_opt("stream_samples", stream_samples),
             stream_timeout_ms=_opt("stream_timeout_ms", stream_timeout_ms),
             gpu_decode_share=_opt("gpu_decode_share", gpu_decode_share),
+            metrics_port=_opt("metrics_port", metrics_port),
+            metrics_addr=None if metrics_addr is None else str(metrics_addr),
+            metrics_file=None if metrics_file is None else os.fspath(metrics_file),
+            metrics_name=None if metrics_name is None else str(metrics_name),
         )
         self.device = device or "cpu"
         self.fields_requested: Tuple[str, ...] = (
