@@ -159,7 +159,7 @@ static void gauge(out *o, const char *lb, const char *name, const char *help, do
 /* Histogram bounds: 2^k - 1 ns for these k.  The internal histogram
  * (hist.h) has bucket edges at every power of two, so "reads <= 2^k - 1
  * ns" is an exact count, not an interpolation. */
-static const unsigned hist_pow2[] = {14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34};
+static const unsigned hist_pow2[] = {10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34};
 
 size_t ch_metrics_render(const char *lb, const chute_stats *s, const ch_hist_snap *h,
                          double fill_ratio, char *buf, size_t cap)
