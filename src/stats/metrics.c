@@ -13,7 +13,8 @@
  * civetweb, mongoose) would bring a general HTTP parser, its own threads,
  * TLS and a new build dependency into a training process for that; the
  * code below is one poll() loop whose every limit is a constant in this
- * file, small enough to read whole and to fuzz (tests/fuzz/fuzz_metrics_http.c).
+ * file, small enough to read whole and to fuzz (ch_metrics_request_status:
+ * tests/fuzz/fuzz_metrics_http.c).
  *
  * The responder's rules.  Bound to 127.0.0.1 unless metrics_addr says
  * otherwise.  At most MAX_CONN connections are kept; a new one over that
@@ -330,47 +331,6 @@ static void respond_text(ch_metrics *m, conn *c, int code, const char *reason)
     respond(m, c, code, reason, body, (size_t)n);
 }
 
-/* A whole request is in c->in[0..end): answer it. */
-static void handle_request(ch_metrics *m, conn *c)
-{
-    char *line = c->in, *eol = memchr(line, '\n', c->in_len);
-    if (!eol) {
-        respond_text(m, c, 400, "Bad Request");
-        return;
-    }
-    *eol = 0;
-    if (eol > line && eol[-1] == '\r')
-        eol[-1] = 0;
-    char *sp1 = strchr(line, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
-    if (!sp1 || !sp2 || sp1 == line || sp2 == sp1 + 1 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0 ||
-        strchr(sp2 + 1, ' ')) {
-        respond_text(m, c, 400, "Bad Request");
-        return;
-    }
-    *sp1 = *sp2 = 0;
-    const char *method = line, *target = sp1 + 1;
-    for (const char *p = method; *p; p++)
-        if (*p < 'A' || *p > 'Z') {
-            respond_text(m, c, 400, "Bad Request");
-            return;
-        }
-    size_t tl = strcspn(target, "?");
-    if (tl != 8 || memcmp(target, "/metrics", 8) != 0) {
-        respond_text(m, c, 404, "Not Found");
-        return;
-    }
-    if (strcmp(method, "GET") != 0) {
-        respond_text(m, c, 405, "Method Not Allowed");
-        return;
-    }
-    size_t n = render(m);
-    if (!n) {
-        respond_text(m, c, 503, "Service Unavailable");
-        return;
-    }
-    respond(m, c, 200, "OK", m->buf, n);
-}
-
 /* The end of the request's headers, or NULL. */
 static const char *request_end(const char *p, size_t n)
 {
@@ -378,13 +338,61 @@ static const char *request_end(const char *p, size_t n)
     return e ? e : memmem(p, n, "\n\n", 2);
 }
 
+int ch_metrics_request_status(const char *p, size_t n, size_t cap)
+{
+    if (!request_end(p, n))
+        return n >= cap ? 431 : 0;
+    const char *eol = memchr(p, '\n', n); /* there is one: request_end found it */
+    size_t ll = (size_t)(eol - p);
+    if (ll && p[ll - 1] == '\r')
+        ll--;
+    const char *end = p + ll;
+    const char *sp1 = memchr(p, ' ', ll);
+    if (!sp1 || sp1 == p)
+        return 400;
+    const char *t = sp1 + 1, *sp2 = memchr(t, ' ', (size_t)(end - t));
+    if (!sp2 || sp2 == t)
+        return 400;
+    const char *v = sp2 + 1;
+    size_t vl = (size_t)(end - v);
+    if (vl < 7 || memcmp(v, "HTTP/1.", 7) != 0 || memchr(v, ' ', vl))
+        return 400;
+    for (const char *q = p; q < sp1; q++)
+        if (*q < 'A' || *q > 'Z')
+            return 400;
+    size_t tl = (size_t)(sp2 - t);
+    const char *qm = memchr(t, '?', tl);
+    if (qm)
+        tl = (size_t)(qm - t);
+    if (tl != 8 || memcmp(t, "/metrics", 8) != 0)
+        return 404;
+    if (sp1 - p != 3 || memcmp(p, "GET", 3) != 0)
+        return 405;
+    return 200;
+}
+
+/* A whole request is in c->in (or MAX_REQ bytes without one): answer. */
+static void handle_request(ch_metrics *m, conn *c, int code)
+{
+    switch (code) {
+    case 200: {
+        size_t n = render(m);
+        if (n)
+            respond(m, c, 200, "OK", m->buf, n);
+        else
+            respond_text(m, c, 503, "Service Unavailable");
+        break;
+    }
+    case 404: respond_text(m, c, 404, "Not Found"); break;
+    case 405: respond_text(m, c, 405, "Method Not Allowed"); break;
+    case 431: respond_text(m, c, 431, "Request Header Fields Too Large"); break;
+    default: respond_text(m, c, 400, "Bad Request"); break;
+    }
+}
+
 static void conn_read(ch_metrics *m, conn *c)
 {
     for (;;) {
-        if (c->in_len == MAX_REQ) {
-            respond_text(m, c, 431, "Request Header Fields Too Large");
-            return;
-        }
         ssize_t r = recv(c->fd, c->in + c->in_len, MAX_REQ - c->in_len, 0);
         if (r < 0 && errno == EINTR)
             continue;
@@ -395,8 +403,9 @@ static void conn_read(ch_metrics *m, conn *c)
             return;
         }
         c->in_len += (size_t)r;
-        if (request_end(c->in, c->in_len)) {
-            handle_request(m, c);
+        int code = ch_metrics_request_status(c->in, c->in_len, MAX_REQ);
+        if (code) {
+            handle_request(m, c, code);
             return;
         }
     }

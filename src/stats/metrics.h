@@ -43,4 +43,11 @@ size_t ch_metrics_render(const char *labels, const chute_stats *s, const ch_hist
  * used, so no directory, credential or query string reaches a label. */
 void ch_metrics_label_value(char *dst, size_t cap, const char *src, int basename_only);
 
+/* What the responder answers to the n bytes a client sent so far (cap:
+ * the request size limit): 0 (no whole request yet: read on), 200 (GET
+ * /metrics, a query string allowed), 400 (not an HTTP/1.x request line),
+ * 404 (another path), 405 (another method), 431 (cap bytes and no end
+ * of headers).  Pure; the fuzz target drives it. */
+int ch_metrics_request_status(const char *p, size_t n, size_t cap);
+
 #endif
