@@ -1306,6 +1306,7 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
             return rc;
         }
     }
+    o->metrics_addr = o->metrics_file = o->metrics_name = NULL; /* borrowed: copied above */
     *out_loader = ld;
     return CHUTE_OK;
 }

@@ -61,7 +61,7 @@
 typedef struct conn {
     int fd;                /* -1: free */
     uint64_t deadline_ns;
-    uint64_t accepted_ns;  /* to find the oldest */
+    uint64_t seq;          /* accept order: to find the oldest */
     size_t in_len;
     char in[MAX_REQ];
     char *out;             /* the response, once the request is parsed */
@@ -81,6 +81,7 @@ struct ch_metrics {
     ch_hist_snap *hist;
     chute_stats prev;      /* at the last tick: the fill gauge's interval */
     double fill_ratio;
+    uint64_t accepted;     /* connections accepted so far */
 };
 
 void ch_metrics_label_value(char *dst, size_t cap, const char *src, int basename_only)
@@ -439,7 +440,7 @@ static void accept_all(ch_metrics *m, uint64_t now)
                 slot = c;
                 break;
             }
-            if (!oldest || c->accepted_ns < oldest->accepted_ns)
+            if (!oldest || c->seq < oldest->seq)
                 oldest = c;
         }
         if (!slot) { /* full: the oldest goes (see the essay) */
@@ -447,7 +448,7 @@ static void accept_all(ch_metrics *m, uint64_t now)
             slot = oldest;
         }
         slot->fd = fd;
-        slot->accepted_ns = now;
+        slot->seq = ++m->accepted;
         slot->deadline_ns = now + (uint64_t)CONN_DEADLINE_MS * 1000000ull;
     }
 }
@@ -540,7 +541,7 @@ static int open_listener(ch_metrics *m, const char *addr, uint32_t port, chute_e
         return ch_err_errno(err, CHUTE_EIO, errno, "metrics_port %u: socket", port);
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, MAX_CONN) != 0) {
+    if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 128) != 0) {
         int e = errno;
         close(fd);
         return ch_err_errno(err, CHUTE_EIO, e, "metrics_port %u on %s", port, addr);
