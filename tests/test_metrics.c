@@ -336,6 +336,34 @@ TEST(endpoint_survives_floods_and_slowloris)
     return 0;
 }
 
+TEST(endpoint_closes_an_unfinished_request_at_its_deadline)
+{
+    if (!have_data())
+        SKIP("fixture data missing (run the data_setup test)");
+    int port = free_port();
+    chute_dataset *ds;
+    chute_error err = {0};
+    chute_loader *ld = open_loader(&ds, port, NULL, &err);
+    CHECK(ld, "create: %s", err.message);
+    /* Half a request, then silence: the server closes it 2 s after the
+     * accept (CONN_DEADLINE_MS), with no answer. */
+    int fd = dial(port);
+    CHECK(fd >= 0, "dial");
+    double t0 = now_s();
+    CHECK(send(fd, "GET /metrics HTTP/1.1\r\n", 23, MSG_NOSIGNAL) == 23, "send");
+    char b[64];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    CHECK(poll(&p, 1, 6000) == 1, "not closed within 6 s");
+    ssize_t r = recv(fd, b, sizeof b, 0);
+    double dt = now_s() - t0;
+    CHECK(r == 0, "got %zd bytes, not a close", r);
+    CHECK(dt > 1.5 && dt < 3.5, "closed after %.2f s, want about 2", dt);
+    close(fd);
+    chute_loader_destroy(ld);
+    chute_dataset_close(ds);
+    return 0;
+}
+
 TEST(endpoint_errors_name_the_option)
 {
     if (!have_data())
