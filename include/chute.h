@@ -493,6 +493,21 @@ typedef struct chute_loader_options {
      * thread refreshes every 250 ms and the loader removes when destroyed
      * or at exit; off: CHUTE_STATS_SHM_OFF (the CLI's and Python's 0). */
     uint32_t stats_shm;
+    /* Prometheus export (docs/METRICS.md), off by default.  metrics_port
+     * nonzero: a background thread serves GET /metrics (exposition format
+     * 0.0.4) on metrics_addr (NULL or "": 127.0.0.1; an IPv4 or IPv6
+     * literal), answering nothing else.  metrics_file: the same text
+     * written every second to that path (temp file + rename) for
+     * node_exporter's textfile collector.  Labels: rank, host and dataset
+     * (metrics_name, else the dataset's base name; sanitized to
+     * [A-Za-z0-9._-]).  A busy port or an unwritable file fails
+     * chute_loader_create with CHUTE_EIO.  The strings are copied at
+     * create.  The thread reads the counters chute_loader_stats reads:
+     * nothing is added per sample. */
+    uint32_t metrics_port;
+    const char *metrics_addr;
+    const char *metrics_file;
+    const char *metrics_name;
 } chute_loader_options;
 
 /* chute_loader_options.stats_shm's value for "off". */

@@ -10,7 +10,7 @@ PKGS=(build-essential cmake pkg-config libjpeg62-turbo-dev libspng-dev zlib1g-de
       plasma-workspace-wallpapers dataset-fashion-mnist chromium
       librdkafka-dev python3-confluent-kafka
       libdeflate-dev strace
-      tmux)
+      tmux prometheus)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

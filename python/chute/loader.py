@@ -444,6 +444,12 @@ class Loader:
             thread at those steps.  See also :meth:`rank_report`.
         stats_shm: 1 (default) keeps a small shared-memory stats segment that
             ``chute top`` reads (docs/TOP.md); 0 turns it off.
+        metrics_port: serve Prometheus metrics at http://metrics_addr:PORT/metrics
+            from a background thread (0 = off); metrics_addr defaults to
+            "127.0.0.1".  metrics_file: write the same text to this path every
+            second (temp file + rename) for node_exporter's textfile collector.
+            metrics_name: the ``dataset`` label (default: the dataset's base
+            name).  Metric set and labels: docs/METRICS.md.
         parquet_memory_bytes: Parquet (larger than memory): the decoded row
             groups held at once, in bytes by the footers' uncompressed sizes
             (default 1 GiB; at least 2 row groups); row groups are read on
@@ -542,6 +548,10 @@ class Loader:
         parquet_memory_bytes: Optional[int] = None,
         tensorboard: Any = _xdefault("tensorboard"),
         tensorboard_every: int = _default("tensorboard_every"),
+        metrics_port: int = _default("metrics_port"),
+        metrics_addr: Optional[str] = _xdefault("metrics_addr"),
+        metrics_file: Optional[str] = _xdefault("metrics_file"),
+        metrics_name: Optional[str] = _xdefault("metrics_name"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -724,6 +734,10 @@ class Loader:
             tensorboard=tb_dir,
             tensorboard_every=self._tb_every,
             stats_shm=_opt("stats_shm", stats_shm),
+            metrics_port=_opt("metrics_port", metrics_port),
+            metrics_addr=None if metrics_addr is None else str(metrics_addr),
+            metrics_file=None if metrics_file is None else os.fspath(metrics_file),
+            metrics_name=None if metrics_name is None else str(metrics_name),
         )
         self.device = device or "cpu"
         self.fields_requested: Tuple[str, ...] = (

@@ -1414,12 +1414,12 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
                              "transform", "dtype", "layout", "shuffle", "remainder", "on_corrupt",
                              "normalize", "mean", "std", "dct_scale", "copy_on_hold_limit",
                              "crop_pct", "shuffle_mode", "fields", "device", "tensorboard",
-                             NULL};
+                             "metrics_addr", "metrics_file", "metrics_name", NULL};
     static const char fmt[] = "O!|$"
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) "O"
 #include "common/loader_options.def"
 #undef CH_LOADER_OPT
-                              "iiipiipOOppfiOzz:_Loader";
+                              "iiipiipOOppfiOzzzzz:_Loader";
     PyObject *vals[CH_LOPT_COUNT] = {0};
     PyObject *dataset = NULL, *mean = Py_None, *std = Py_None, *fields = Py_None;
     chute_loader_options o;
@@ -1428,7 +1428,8 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     int shuffle = 1, normalize = 1, dct_scale = 1, copy_on_limit = 1;
     int shuffle_mode = 0; /* chute_shuffle */
     float crop_pct = 0;
-    const char *device = NULL, *tensorboard = NULL;
+    const char *device = NULL, *tensorboard = NULL, *metrics_addr = NULL;
+    const char *metrics_file = NULL, *metrics_name = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &DatasetType, &dataset,
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) &vals[CH_LOPT_##name],
 #include "common/loader_options.def"
@@ -1436,7 +1437,8 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
                                      &transform, &dtype, &layout, &shuffle, &remainder,
                                      &on_corrupt, &normalize, &mean, &std, &dct_scale,
                                      &copy_on_limit, &crop_pct, &shuffle_mode, &fields,
-                                     &device, &tensorboard))
+                                     &device, &tensorboard, &metrics_addr, &metrics_file,
+                                     &metrics_name))
         return -1;
 #undef CH_LOADER_ENUM
 #undef CH_LOADER_FLOAT
@@ -1448,6 +1450,9 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
         copy_on_limit = 0;
     o.device = device;
     o.tensorboard = tensorboard;
+    o.metrics_addr = metrics_addr; /* copied by chute_loader_create */
+    o.metrics_file = metrics_file;
+    o.metrics_name = metrics_name;
     if (self->core) {
         PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
         return -1;

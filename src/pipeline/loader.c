@@ -76,6 +76,7 @@
 #include "../format/format.h"
 #include "../ops/ops.h"
 #include "../stats/hist.h"
+#include "../stats/metrics.h"
 #include "../stats/stats.h"
 #include "../stats/tboard.h"
 #include "../stats/shmstats.h"
@@ -164,6 +165,7 @@ typedef struct lfield {
 
 struct chute_loader {
     const chute_dataset *ds;
+    ch_metrics *metrics;      /* Prometheus exporter (metrics_port/file), or NULL */
     chute_loader_options o;
     ch_out_spec out;
     size_t sample_bytes;      /* bytes of one output sample */
@@ -1357,10 +1359,18 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
             return rc;
         }
     }
+    if (o->metrics_port || (o->metrics_file && *o->metrics_file)) {
+        rc = ch_metrics_start(ld, o, ds->stream ? NULL : ds->root, &ld->metrics, err);
+        if (rc != CHUTE_OK) {
+            chute_loader_destroy(ld);
+            return rc;
+        }
+    }
     ld->o.tensorboard = NULL; /* borrowed: read only here */
     if (o->stats_shm) /* optional: NULL (no /dev/shm, ...) leaves it off */
         ld->shm = ch_shm_create(CH_SHM_KIND_LOADER, o->rank, o->world_size, ds->root,
                                 shm_fill, ld);
+    o->metrics_addr = o->metrics_file = o->metrics_name = NULL; /* borrowed: copied above */
     *out_loader = ld;
     return CHUTE_OK;
 }
@@ -1448,6 +1458,8 @@ void chute_loader_destroy(chute_loader *ld)
     }
     ch_shm_close(ld->shm); /* its thread reads the stats: stop it first */
     ld->shm = NULL;
+    ch_metrics_stop(ld->metrics); /* reads the stats: before the workers go */
+    ld->metrics = NULL;
     if (ld->workers) {
         pthread_mutex_lock(&ld->mu);
         cancel_run_locked(ld);
@@ -2015,6 +2027,12 @@ void chute_loader_stats(const chute_loader *ld, chute_stats *out)
         out->tier_ram_bytes = cs.ram_bytes;
         out->tier_ram_budget = cs.ram_budget;
     }
+}
+
+void ch_loader_read_hist(const chute_loader *ld, ch_hist_snap *out)
+{
+    for (uint32_t i = 0; i < ld->nworkers; i++)
+        ch_hist_merge(out, &ld->workers[i].read_lat);
 }
 
 int chute_batch_use_stream(chute_batch *b, void *cuda_stream)
