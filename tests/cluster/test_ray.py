@@ -1,0 +1,155 @@
+"""Ray Data through chute (chute.ray): the datasource reads every sample
+exactly once at any parallelism, with chute's pixels; the datasink commits
+one dataset or nothing.
+
+Runs in the cluster venv (scripts/cluster_venv.sh: ray[data] 2.52.1) with
+the checkout's package built into build-python/lib-test (tests/python's
+conftest builds it).  One local Ray cluster for the module
+(ray.init(num_cpus=2)): its start is most of this file's time.
+
+Expected values come from outside chute.ray: the photo files themselves
+(their bytes, their class directory) and PIL's decode of them.
+"""
+import collections
+import hashlib
+import io
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LIB = os.path.join(ROOT, "build-python", "lib-test")
+if not os.environ.get("CHUTE_TEST_INSTALLED"):
+    sys.path.insert(0, LIB)
+    # Ray's workers are new processes: they find the same package this way.
+    os.environ["PYTHONPATH"] = LIB + os.pathsep + os.environ.get("PYTHONPATH", "")
+
+ray = pytest.importorskip("ray")
+import ray.data  # noqa: E402
+from PIL import Image  # noqa: E402
+
+import chute  # noqa: E402
+import chute.ray  # noqa: E402
+
+IMAGES = 60
+CLASSES = 3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    yield
+    ray.shutdown()
+
+
+def _run(*cmd):
+    r = subprocess.run(list(cmd), capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """An ImageFolder tree of real photos and the same samples as chute
+    shards, TFRecord files and WebDataset tars (several files each)."""
+    base = tmp_path_factory.mktemp("ray")
+    tree = str(base / "tree")
+    _run(sys.executable, os.path.join(ROOT, "tests", "tools", "make_tree.py"), tree,
+         "--images", str(IMAGES), "--classes", str(CLASSES), "--seed", "5", "--max-side", "200")
+    out = {"tree": tree}
+    out["shards"] = str(base / "shards")
+    chute.pack(tree, out["shards"], shard_size=400_000)
+    cli = os.path.join(os.path.dirname(chute.__file__), "bin", "chute")
+    for fmt in ("tfrecord", "wds"):
+        out[fmt] = str(base / fmt)
+        _run(cli, "convert", out["shards"], out[fmt], "--format", fmt, "--shard-size", "400K")
+    # The truth, from the files: each photo's bytes -> its class index
+    # (class directories in sorted order, as torchvision's ImageFolder).
+    truth = {}
+    for label, cls in enumerate(sorted(os.listdir(tree))):
+        for name in os.listdir(os.path.join(tree, cls)):
+            with open(os.path.join(tree, cls, name), "rb") as f:
+                blob = f.read()
+            truth[hashlib.sha256(blob).hexdigest()] = (label, blob)
+    assert len(truth) == IMAGES  # distinct photos: a duplicate row cannot hide
+    out["truth"] = truth
+    return out
+
+
+def _rows(ds):
+    return ds.take_all()
+
+
+def _check_exactly_once(rows, truth):
+    got = collections.Counter(hashlib.sha256(r["bytes"]).hexdigest() for r in rows)
+    assert sorted(got.values()) == [1] * len(truth) and set(got) == set(truth), (
+        "missing %d, repeated %d, foreign %d" % (len(set(truth) - set(got)),
+                                                 sum(1 for v in got.values() if v > 1),
+                                                 len(set(got) - set(truth))))
+    for r in rows:
+        assert r["label"] == truth[hashlib.sha256(r["bytes"]).hexdigest()][0]
+    assert sorted(int(r["index"]) for r in rows) == list(range(len(truth)))
+
+
+@pytest.mark.parametrize("blocks", [1, 3, 7])
+def test_shards_every_sample_once(data, blocks):
+    ds = chute.ray.read(data["shards"], columns=["bytes", "label", "index"],
+                        batch_size=8, override_num_blocks=blocks)
+    assert ds.count() == IMAGES
+    rows = _rows(ds)
+    _check_exactly_once(rows, data["truth"])
+
+
+@pytest.mark.parametrize("fmt,blocks", [("tfrecord", 4), ("wds", 5), ("tree", 2)])
+def test_formats_every_sample_once(data, fmt, blocks):
+    ds = chute.ray.read(data[fmt], columns=["bytes", "label", "index"], batch_size=16,
+                        override_num_blocks=blocks)
+    _check_exactly_once(_rows(ds), data["truth"])
+
+
+def _pil_eval(blob, size):
+    """torchvision's Resize(int(size / 0.875)) + CenterCrop(size), in PIL."""
+    with Image.open(io.BytesIO(blob)) as im:
+        im = im.convert("RGB")
+        w, h = im.size
+        short = int(size / 0.875)
+        if w <= h:
+            nw, nh = short, int(short * h / w)
+        else:
+            nw, nh = int(short * w / h), short
+        im = im.resize((nw, nh), Image.BILINEAR)
+        top, left = int(round((nh - size) / 2.0)), int(round((nw - size) / 2.0))
+        return np.asarray(im.crop((left, top, left + size, top + size)), dtype=np.float32)
+
+
+def test_decoded_pixels_match_pil(data):
+    size = 48
+    ds = chute.ray.read(data["tfrecord"], columns=["image", "bytes", "label", "index"],
+                        size=size, dct_scale=False, batch_size=8, override_num_blocks=3)
+    rows = _rows(ds)
+    _check_exactly_once(rows, data["truth"])
+    refs = {int(r["index"]): _pil_eval(r["bytes"], size) for r in rows}
+    for r in rows:
+        img = np.asarray(r["image"])
+        assert img.shape == (size, size, 3) and img.dtype == np.uint8
+        diff = np.abs(img.astype(np.float32) - refs[int(r["index"])]).mean()
+        # the bound tests/python (test_arrow, test_eval_options) use: rounding only
+        assert diff < 0.3, (int(r["index"]), diff)
+        other = refs[(int(r["index"]) + 1) % IMAGES]
+        assert np.abs(img.astype(np.float32) - other).mean() > 10 * max(diff, 0.1)
+
+
+def test_bad_input_fails_in_the_driver(data, tmp_path):
+    with pytest.raises(chute.NotFoundError):
+        chute.ray.read(str(tmp_path / "nothing-here"))
+    with pytest.raises(ValueError, match="shuffle"):
+        chute.ray.read(data["shards"], shuffle=True)
+    with pytest.raises(ValueError, match="columns"):
+        chute.ray.read(data["shards"], columns=["image", "pixels"])
