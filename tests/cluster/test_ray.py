@@ -146,6 +146,54 @@ def test_decoded_pixels_match_pil(data):
         assert np.abs(img.astype(np.float32) - other).mean() > 10 * max(diff, 0.1)
 
 
+def _weed_harness():
+    """tests/test_remote.py's SeaweedFS (`weed mini` on 127.0.0.1), as
+    tests/python/test_remote_loader.py uses it."""
+    import importlib.util
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    os.environ.setdefault("CHUTE_REMOTE_TOOLS", os.path.join(ROOT, "build-python",
+                                                             "remote-tools"))
+    spec = importlib.util.spec_from_file_location("_chute_remote_harness",
+                                                  os.path.join(ROOT, "tests", "test_remote.py"))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+class _Ctx:
+    def note(self, msg):
+        print(msg, file=sys.stderr)
+
+    def check(self, cond, msg):
+        assert cond, msg
+
+
+def test_s3_shards_every_sample_once(data, tmp_path, monkeypatch):
+    """s3:// through chute's own S3 source in every read task (the
+    credentials reach the workers through their environment)."""
+    pytest.importorskip("boto3")
+    R = _weed_harness()
+    import chute_testlib as T
+    try:
+        w = R.Weed(_Ctx(), str(tmp_path))
+    except T.Skip as e:
+        pytest.skip(str(e))
+    try:
+        c = w.client()
+        c.create_bucket(Bucket=R.BUCKET)
+        for name in os.listdir(data["shards"]):
+            c.upload_file(os.path.join(data["shards"], name), R.BUCKET, "shards/" + name)
+        env = {k: v for k, v in w.env().items() if k.startswith("AWS_")}
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        ds = chute.ray.read("s3://%s/shards/" % R.BUCKET, columns=["bytes", "label", "index"],
+                            override_num_blocks=3,
+                            ray_remote_args={"runtime_env": {"env_vars": env}})
+        _check_exactly_once(ds.take_all(), data["truth"])
+    finally:
+        w.stop()
+
+
 def test_bad_input_fails_in_the_driver(data, tmp_path):
     with pytest.raises(chute.NotFoundError):
         chute.ray.read(str(tmp_path / "nothing-here"))
