@@ -25,6 +25,8 @@ Ray is imported by this module, never by ``import chute``: Ray is an
 integration, not a dependency (``pip install 'ray[data]'``).
 """
 import os
+import shutil
+import uuid
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
@@ -32,14 +34,14 @@ import numpy as np
 try:
     import ray.data  # noqa: F401  (the top-level package; this module is chute.ray)
     from ray.data.block import Block, BlockAccessor, BlockMetadata
-    from ray.data.datasource import Datasource, ReadTask
+    from ray.data.datasource import Datasink, Datasource, ReadTask
 except ImportError as _e:  # pragma: no cover - depends on the environment
     raise ImportError("chute.ray needs Ray Data (pip install 'ray[data]'): %s" % _e) from _e
 
 from . import _chute
 from .loader import Loader
 
-__all__ = ["read", "ChuteDatasource"]
+__all__ = ["read", "write", "ChuteDatasource", "ChuteDatasink"]
 
 COLUMNS = ("image", "bytes", "label", "index")
 """The columns :func:`read` can produce: ``image`` (decoded HWC uint8,
@@ -247,3 +249,205 @@ def read(path: Any, *, columns: Sequence[str] = ("image", "label", "index"), siz
                           **options)
     return ray.data.read_datasource(src, override_num_blocks=override_num_blocks,
                                     ray_remote_args=ray_remote_args)
+
+
+# ---------------------------------------------------------------------------
+# Writing
+
+_STAGING = ".chute-ray-staging"
+"""Where write tasks put their attempts, inside dst (a dot name: no chute
+reader lists it, and the commit removes it)."""
+
+
+class ChuteDatasink(Datasink):
+    """A ``ray.data`` Datasink writing one chute / TFRecord / WebDataset dataset
+    with :class:`chute.Writer` (see :func:`write`).
+
+    Protocol: each write task writes its rows, in order, as complete files
+    with its own ``chute.Writer`` into an attempt-unique directory
+    ``dst/.chute-ray-staging/<job>/<task>-<uuid>/`` and returns what it wrote;
+    a failing task aborts its Writer and removes its attempt.  The driver's
+    ``on_write_complete`` takes the attempts Ray reported as the successful
+    ones, in task order, renames their files to their final names in ``dst``
+    and writes the dataset's one manifest (chute) last; then removes the
+    staging directory, with any attempt of a failed or retried task in it.
+    ``on_write_failed`` removes the staging directory: a failed write leaves
+    ``dst`` as it was.
+    """
+
+    def __init__(self, dst: Any, format: str = "chute", *, image_col: str = "image",
+                 label_col: str = "label", shard_size: Optional[int] = None,
+                 prefix: Optional[str] = None, label_offset: int = 0,
+                 classes: Optional[Sequence[str]] = None) -> None:
+        if format not in ("chute", "tfrecord", "wds"):
+            raise ValueError("format must be 'chute', 'tfrecord' or 'wds', not %r" % (format,))
+        self.dst = os.path.abspath(os.fspath(dst))
+        self.format = format
+        self.image_col, self.label_col = image_col, label_col
+        self.shard_size, self.prefix = shard_size, prefix
+        self.label_offset = int(label_offset)
+        self.classes = None if classes is None else [str(c) for c in classes]
+        self.job = uuid.uuid4().hex[:12]
+        self.staging = os.path.join(self.dst, _STAGING, self.job)
+        self.result: Optional[Dict[str, Any]] = None
+
+    def get_name(self) -> str:
+        return "Chute"
+
+    def on_write_start(self) -> None:
+        _refuse_existing(self.dst, self.format)
+        os.makedirs(self.staging)
+
+    def write(self, blocks: Iterable[Block], ctx: Any) -> Dict[str, Any]:
+        from . import Writer
+        attempt = os.path.join(self.staging, "%06d-%s" % (ctx.task_idx, uuid.uuid4().hex[:8]))
+        w = Writer(attempt, self.format, shard_size=self.shard_size, prefix=self.prefix,
+                   label_offset=self.label_offset, classes=self.classes)
+        try:
+            for block in blocks:
+                t = BlockAccessor.for_block(block).to_arrow()
+                for name in (self.image_col, self.label_col):
+                    if name not in t.column_names:
+                        raise KeyError("chute.ray.write: no column %r (columns: %s)"
+                                       % (name, ", ".join(t.column_names)))
+                images = t.column(self.image_col).to_pylist()
+                labels = t.column(self.label_col).to_pylist()
+                for data, label in zip(images, labels):
+                    if not isinstance(data, (bytes, bytearray, memoryview)):
+                        raise TypeError("chute.ray.write: column %r holds %s, not encoded "
+                                        "image bytes" % (self.image_col, type(data).__name__))
+                    w.write(bytes(data), int(label))
+            info = w.close()
+        except BaseException:
+            w.abort()
+            shutil.rmtree(attempt, ignore_errors=True)
+            raise
+        return {"task": int(ctx.task_idx), "dir": attempt, "info": info}
+
+    def on_write_complete(self, write_result: Any) -> None:
+        parts = sorted(write_result.write_returns, key=lambda r: r["task"])
+        try:
+            self.result = _commit(self.dst, self.format, [p["dir"] for p in parts],
+                                  self.prefix)
+            self.result["samples"] = sum(int(p["info"]["samples"]) for p in parts)
+            self.result["parts"] = [int(p["info"]["samples"]) for p in parts]
+        finally:
+            _remove_staging(self.dst)
+
+    def on_write_failed(self, error: Exception) -> None:
+        _remove_staging(self.dst)
+
+
+def _remove_staging(dst: str) -> None:
+    shutil.rmtree(os.path.join(dst, _STAGING), ignore_errors=True)
+
+
+def _refuse_existing(dst: str, format: str) -> None:
+    if os.path.isdir(dst):
+        left = [n for n in os.listdir(dst) if n != _STAGING]
+        if left:
+            raise FileExistsError("chute.ray.write: %s is not empty (%s...): choose a new "
+                                  "directory" % (dst, ", ".join(sorted(left)[:3])))
+
+
+def _parts_files(d: str, format: str, prefix: Optional[str]) -> List[str]:
+    """The data files one Writer left in d, in its order."""
+    names = sorted(os.listdir(d))
+    if format == "chute":
+        with open(os.path.join(d, "chute.manifest"), encoding="utf-8") as f:
+            return [ln.split(" ")[1] for ln in f.read().splitlines() if ln.startswith("shard ")]
+    if format == "tfrecord":
+        pre = (prefix or "train") + "-"
+        return [n for n in names if n.startswith(pre) and not n.endswith(".idx")]
+    return [n for n in names if n.endswith(".tar")]
+
+
+def _commit(dst: str, format: str, attempts: List[str], prefix: Optional[str]) -> Dict[str, Any]:
+    """Move the attempts' files to their final names in dst, in attempt order,
+    and write the one manifest (chute) last; the dataset exists only then."""
+    files = [(d, n) for d in attempts for n in _parts_files(d, format, prefix)]
+    total = len(files)
+    out: List[str] = []
+    lines: List[str] = []
+    samples = nbytes = 0
+    header: Optional[List[str]] = None
+    if format == "chute":
+        counts = {}
+        for d in attempts:
+            with open(os.path.join(d, "chute.manifest"), encoding="utf-8") as f:
+                text = f.read().splitlines()
+            head = [ln for ln in text if not ln.startswith(("shard ", "end "))]
+            if header is None:
+                header = head
+            elif head != header:
+                raise RuntimeError("chute.ray.write: the write tasks' manifests disagree (%r vs "
+                                   "%r)" % (head, header))
+            for ln in text:
+                if ln.startswith("shard "):
+                    _, name, n, size = ln.split(" ")
+                    counts[(d, name)] = (int(n), int(size))
+    for k, (d, name) in enumerate(files):
+        if format == "chute":
+            final = "shard-%05d.chute" % k
+        elif format == "tfrecord":
+            final = "%s-%05d-of-%05d" % (prefix or "train", k, total)
+        else:
+            final = "shard-%06d.tar" % k
+        os.replace(os.path.join(d, name), os.path.join(dst, final))
+        if format == "tfrecord" and os.path.exists(os.path.join(d, name + ".idx")):
+            os.replace(os.path.join(d, name + ".idx"), os.path.join(dst, final + ".idx"))
+        size = os.path.getsize(os.path.join(dst, final))
+        nbytes += size
+        out.append(final)
+        if format == "chute":
+            n, _ = counts[(d, name)]
+            samples += n
+            lines.append("shard %s %d %d" % (final, n, size))
+    if format == "chute":
+        tmp = os.path.join(dst, ".chute.manifest.tmp")
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            f.write("\n".join((header or ["chute-dataset 1"]) + lines
+                              + ["end %d %d" % (len(lines), samples)]) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(dst, "chute.manifest"))
+        out.append("chute.manifest")
+    fd = os.open(dst, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return {"files": out, "bytes": nbytes, "samples": samples}
+
+
+def write(ds: "ray.data.Dataset", dst: Any, format: str = "chute", *, image_col: str = "image",
+          label_col: str = "label", shard_size: Optional[int] = None,
+          prefix: Optional[str] = None, label_offset: int = 0,
+          classes: Optional[Sequence[str]] = None,
+          ray_remote_args: Optional[Dict[str, Any]] = None,
+          concurrency: Optional[int] = None) -> Dict[str, Any]:
+    """Write the rows of ``ds`` as one dataset in ``dst`` with :class:`chute.Writer`.
+
+    format: ``"chute"`` (shards + one ``chute.manifest``), ``"tfrecord"``
+        (``PREFIX-00000-of-0000N`` + DALI ``.idx``) or ``"wds"`` (tars).
+    image_col: a column of encoded image bytes (JPEG/PNG, as ``read_binary_files``
+        or :func:`read`'s ``bytes`` column give them); label_col: integers.
+    classes: the class names (every shard carries the same table, so every
+        write task needs them; default: the names "0".."max label").
+    shard_size, prefix, label_offset: as :class:`chute.Writer`.
+
+    Rows are written in the dataset's order (this sets
+    ``ds.context.execution_options.preserve_order``): task ``k``'s files come
+    before task ``k + 1``'s.  Returns ``{"samples", "files", "bytes"}`` of the
+    committed dataset.  See :class:`ChuteDatasink` for what happens on failure.
+    """
+    if classes is None:
+        top = ds.max(label_col)
+        classes = [str(c) for c in range(int(top) + 1)] if top is not None else []
+    sink = ChuteDatasink(dst, format, image_col=image_col, label_col=label_col,
+                         shard_size=shard_size, prefix=prefix, label_offset=label_offset,
+                         classes=classes)
+    ds.context.execution_options.preserve_order = True
+    ds.write_datasink(sink, ray_remote_args=ray_remote_args, concurrency=concurrency)
+    assert sink.result is not None
+    return sink.result

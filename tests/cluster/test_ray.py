@@ -26,6 +26,9 @@ if not os.environ.get("CHUTE_TEST_INSTALLED"):
     sys.path.insert(0, LIB)
     # Ray's workers are new processes: they find the same package this way.
     os.environ["PYTHONPATH"] = LIB + os.pathsep + os.environ.get("PYTHONPATH", "")
+# ... and this module, whose datasink subclasses they unpickle.
+os.environ["PYTHONPATH"] = (os.path.dirname(os.path.abspath(__file__)) + os.pathsep
+                            + os.environ.get("PYTHONPATH", ""))
 
 ray = pytest.importorskip("ray")
 import ray.data  # noqa: E402
@@ -35,6 +38,7 @@ import chute  # noqa: E402
 import chute.ray  # noqa: E402
 
 IMAGES = 60
+FMT = "chute"  # the failure tests
 CLASSES = 3
 
 
@@ -232,3 +236,127 @@ def test_corrupt_sample_fails_or_is_left_out(data, damaged):
         del want[hashlib.sha256(f.read()).hexdigest()]
     got = collections.Counter(hashlib.sha256(r["bytes"]).hexdigest() for r in rows)
     assert set(got) == set(want) and max(got.values()) == 1
+
+
+# ---------------------------------------------------------------------------
+# Writing (chute.ray.write / ChuteDatasink on chute.Writer)
+
+needs_writer = pytest.mark.skipif(not hasattr(chute, "Writer"),
+                                  reason="chute.Writer (branch s9-writer) not merged yet")
+
+def _rows_in_order(data):
+    """(bytes, label, class names) of the photos in tree order: the input."""
+    tree = data["tree"]
+    classes = sorted(os.listdir(tree))
+    out = []
+    for label, cls in enumerate(classes):
+        for name in sorted(os.listdir(os.path.join(tree, cls))):
+            with open(os.path.join(tree, cls, name), "rb") as f:
+                out.append((f.read(), label))
+    return out, classes
+
+
+def _ray_rows(rows, blocks):
+    import pyarrow as pa
+    cut = [len(rows) * k // blocks for k in range(blocks + 1)]
+    return ray.data.from_arrow([
+        pa.table({"image": pa.array([b for b, _ in rows[cut[k]:cut[k + 1]]], pa.binary()),
+                  "label": pa.array([l for _, l in rows[cut[k]:cut[k + 1]]], pa.int64())})
+        for k in range(blocks)])
+
+
+def _read_back(dst, fmt):
+    ds = chute.Dataset(dst, format={"chute": "shards"}.get(fmt, fmt))
+    return [(ds.read(i), ds.label(i)) for i in range(len(ds))], list(ds.classes)
+
+
+def _serial(dst, fmt, rows, counts, classes, **kw):
+    """The reference: chute.Writer run serially over the same parts, each
+    part's files renamed in order as the commit does."""
+    out = []
+    a = 0
+    for k, n in enumerate(counts):
+        part = os.path.join(dst, "part-%d" % k)
+        w = chute.Writer(part, fmt, classes=classes, **kw)
+        for b, l in rows[a:a + n]:
+            w.write(b, l)
+        w.close()
+        a += n
+        out.append(part)
+    return out
+
+
+@needs_writer
+@pytest.mark.parametrize("fmt", ["chute", "tfrecord", "wds"])
+def test_write_round_trip(data, tmp_path, fmt):
+    rows, classes = _rows_in_order(data)
+    dst = str(tmp_path / "out")
+    res = chute.ray.write(_ray_rows(rows, 4), dst, fmt, classes=classes, shard_size=300_000)
+    got, got_classes = _read_back(dst, fmt)
+    assert got == rows  # every row once, in the dataset's order, with its label
+    if fmt == "chute":
+        assert got_classes == classes
+    assert res["samples"] == len(rows)
+    assert sorted(os.listdir(dst)) == sorted(res["files"])  # nothing else left there
+
+
+class _DiesOnce(chute.ray.ChuteDatasink):
+    """Task 1's first attempt writes its first block, then its process dies (no
+    abort, no cleanup: what a killed node leaves); Ray runs the task again."""
+
+    def __init__(self, marker, *a, **kw):
+        super().__init__(*a, **kw)
+        self.marker = marker
+
+    def write(self, blocks, ctx):
+        if ctx.task_idx != 1 or os.path.exists(self.marker):
+            return super().write(blocks, ctx)
+
+        def then_die():
+            for b in blocks:
+                yield b  # written (complete shards on disk, the last one not)
+                open(self.marker, "w").close()
+                os._exit(1)
+        return super().write(then_die(), ctx)
+
+
+class _Fails(chute.ray.ChuteDatasink):
+    """Task 1 raises after writing its first block, every attempt."""
+
+    def write(self, blocks, ctx):
+        if ctx.task_idx != 1:
+            return super().write(blocks, ctx)
+
+        def then_raise():
+            for b in blocks:
+                yield b
+                raise RuntimeError("injected write failure")
+        return super().write(then_raise(), ctx)
+
+
+@needs_writer
+def test_write_failed_task_leaves_nothing(data, tmp_path):
+    rows, classes = _rows_in_order(data)
+    dst = str(tmp_path / "out")
+    with pytest.raises(Exception, match="injected write failure"):
+        _ray_rows(rows, 6).write_datasink(_Fails(dst, FMT, classes=classes,
+                                                 shard_size=100_000))
+    assert not os.path.exists(dst) or os.listdir(dst) == []
+
+
+@needs_writer
+def test_write_retried_task_leaves_the_clean_dataset(data, tmp_path):
+    rows, classes = _rows_in_order(data)
+    clean = str(tmp_path / "clean")
+    chute.ray.write(_ray_rows(rows, 3), clean, FMT, classes=classes, shard_size=100_000)
+    dst = str(tmp_path / "out")
+    marker = str(tmp_path / "died")
+    ds = _ray_rows(rows, 3)
+    ds.context.execution_options.preserve_order = True
+    sink = _DiesOnce(marker, dst, FMT, classes=classes, shard_size=100_000)
+    ds.write_datasink(sink, ray_remote_args={"max_retries": 2})
+    assert os.path.exists(marker)  # the attempt did die
+    assert sorted(os.listdir(dst)) == sorted(os.listdir(clean))
+    for name in os.listdir(clean):
+        with open(os.path.join(clean, name), "rb") as a, open(os.path.join(dst, name), "rb") as b:
+            assert a.read() == b.read(), name
