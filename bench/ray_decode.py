@@ -91,6 +91,22 @@ def consume(ds):
     return n
 
 
+def task_cpu_s(ds):
+    """CPU seconds the dataset's tasks used (Ray's per-block process CPU time,
+    which counts chute's decode threads too): unlike images/s, not changed by
+    other jobs on the cores."""
+    total = 0.0
+
+    def walk(summary):
+        nonlocal total
+        for op in summary.operators_stats:
+            total += (op.cpu_time or {}).get("sum", 0.0)
+        for parent in summary.parents:
+            walk(parent)
+    walk(ds._get_stats_summary())
+    return total
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cpus", type=int, default=os.cpu_count())
@@ -134,11 +150,14 @@ def main():
     # during the run (other jobs on shared cores) weighs on every pipeline
     # alike; the rate is images over the two runs' total time.
     times = {name: 0.0 for name, _ in ways}
+    cpu = {name: 0.0 for name, _ in ways}
     load0 = os.getloadavg()[0]
     for name, make in ways + ways[::-1]:
+        ds = make()
         t0 = time.perf_counter()
-        got = consume(make())
+        got = consume(ds)
         times[name] += time.perf_counter() - t0
+        cpu[name] += task_cpu_s(ds)
         if got != n:
             sys.exit("%s delivered %d images, expected %d" % (name, got, n))
     rates = {name: 2 * n / t for name, t in times.items()}
@@ -148,17 +167,23 @@ def main():
           % (n, "tiny" if a.tiny else "wallpapers", a.cpus, ray.__version__, chute.__version__,
              SIZE, SIZE, load0, os.getloadavg()[0]))
     print()
-    print("| pipeline | images/s | chute's ratio |")
-    print("|---|---|---|")
+    ms = {name: 1000 * c / (2 * n) for name, c in cpu.items()}
+    print("| pipeline | images/s | chute's ratio | task CPU ms/image | its ratio to chute's |")
+    print("|---|---|---|---|---|")
     for name, r in rates.items():
-        print("| %s | %.1f | %s |" % (name, r, "" if name == "chute" else
-                                      "%.2fx" % (rates["chute"] / r)))
+        first = name == "chute"
+        print("| %s | %.1f | %s | %.1f | %s |"
+              % (name, r, "" if first else "%.2fx" % (rates["chute"] / r), ms[name],
+                 "" if first else "%.2fx" % (ms[name] / ms["chute"])))
     print()
-    print("chute / bytes+PIL: %.2fx; chute dct_scale=0 / bytes+PIL: %.2fx; "
-          "chute / read_images: %.2fx"
+    print("images/s: chute / bytes+PIL %.2fx, chute dct_scale=0 / bytes+PIL %.2fx, "
+          "chute / read_images %.2fx; CPU per image: bytes+PIL / chute %.2fx, "
+          "bytes+PIL / chute dct_scale=0 %.2fx, read_images / chute %.2fx"
           % (rates["chute"] / rates["bytes + PIL"],
              rates["chute dct_scale=0"] / rates["bytes + PIL"],
-             rates["chute"] / rates["read_images"]))
+             rates["chute"] / rates["read_images"],
+             ms["bytes + PIL"] / ms["chute"], ms["bytes + PIL"] / ms["chute dct_scale=0"],
+             ms["read_images"] / ms["chute"]))
 
 
 if __name__ == "__main__":
