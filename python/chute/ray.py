@@ -59,7 +59,7 @@ _DATASET_KEYS = frozenset((
 # Loader keywords the datasource sets itself: the split and the batch layout.
 _FIXED_KEYS = frozenset((
     "rank", "world_size", "shuffle", "remainder", "return_indices", "dtype", "layout",
-    "as_torch", "drop_last", "normalize", "mean", "std", "fields", "device", "seed"))
+    "as_torch", "drop_last", "normalize", "mean", "std", "fields", "device"))
 
 
 def _open(path: str, ds_kw: Dict[str, Any]) -> "_chute.Dataset":
@@ -130,7 +130,9 @@ def _block(ds: "_chute.Dataset", columns: Sequence[str], idx: np.ndarray,
     cols: Dict[str, Any] = {}
     for c in columns:
         if c == "image":
-            cols[c] = np.ascontiguousarray(images)  # a copy: the batch's ring slot is reused
+            # images arrive selected by a boolean mask: a copy, so the
+            # Loader's ring slot the batch lived in can be reused.
+            cols[c] = np.ascontiguousarray(images)
         elif c == "bytes":
             cols[c] = np.array([ds.read(int(i)) for i in idx], dtype=object)
         elif c == "label":

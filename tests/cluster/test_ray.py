@@ -150,6 +150,19 @@ def test_decoded_pixels_match_pil(data):
         assert np.abs(img.astype(np.float32) - other).mean() > 10 * max(diff, 0.1)
 
 
+def test_train_crops_follow_the_sample_not_the_split(data):
+    """transform="train" draws each crop from (seed, sample): the same pixels
+    at 1 and 3 read tasks; another seed, other crops."""
+    def crops(blocks, **kw):
+        rows = chute.ray.read(data["shards"], size=32, transform="train", batch_size=16,
+                              override_num_blocks=blocks, **kw).take_all()
+        return {int(r["index"]): np.asarray(r["image"]) for r in rows}
+    one, three, other = crops(1), crops(3), crops(3, seed=5)
+    assert sorted(one) == sorted(three) == list(range(IMAGES))
+    assert all(np.array_equal(one[i], three[i]) for i in one)
+    assert sum(not np.array_equal(one[i], other[i]) for i in one) > IMAGES * 0.9
+
+
 def _weed_harness():
     """tests/test_remote.py's SeaweedFS (`weed mini` on 127.0.0.1), as
     tests/python/test_remote_loader.py uses it."""
