@@ -283,7 +283,11 @@ class ChuteDatasink(Datasink):
                  classes: Optional[Sequence[str]] = None) -> None:
         if format not in ("chute", "tfrecord", "wds"):
             raise ValueError("format must be 'chute', 'tfrecord' or 'wds', not %r" % (format,))
-        self.dst = os.path.abspath(os.fspath(dst))
+        path = os.fspath(dst)
+        if "://" in path:
+            raise ValueError("chute.ray.write commits by renaming files: dst must be a local "
+                             "or shared file system directory, not %s" % path)
+        self.dst = os.path.abspath(path)
         self.format = format
         self.image_col, self.label_col = image_col, label_col
         self.shard_size, self.prefix = shard_size, prefix
@@ -303,8 +307,7 @@ class ChuteDatasink(Datasink):
     def write(self, blocks: Iterable[Block], ctx: Any) -> Dict[str, Any]:
         from . import Writer
         attempt = os.path.join(self.staging, "%06d-%s" % (ctx.task_idx, uuid.uuid4().hex[:8]))
-        w = Writer(attempt, self.format, shard_size=self.shard_size, prefix=self.prefix,
-                   label_offset=self.label_offset, classes=self.classes)
+        w = None  # opened at the first row: a task given no rows writes nothing
         try:
             for block in blocks:
                 t = BlockAccessor.for_block(block).to_arrow()
@@ -318,10 +321,15 @@ class ChuteDatasink(Datasink):
                     if not isinstance(data, (bytes, bytearray, memoryview)):
                         raise TypeError("chute.ray.write: column %r holds %s, not encoded "
                                         "image bytes" % (self.image_col, type(data).__name__))
-                    w.write(bytes(data), int(label))
-            info = w.close()
+                    if w is None:
+                        w = Writer(attempt, self.format, shard_size=self.shard_size,
+                                   prefix=self.prefix, label_offset=self.label_offset,
+                                   classes=self.classes)
+                    w.write(data, int(label))
+            info = w.close() if w is not None else {"samples": 0, "files": [], "bytes": 0}
         except BaseException:
-            w.abort()
+            if w is not None:
+                w.abort()
             shutil.rmtree(attempt, ignore_errors=True)
             raise
         return {"task": int(ctx.task_idx), "dir": attempt, "info": info}
@@ -329,9 +337,7 @@ class ChuteDatasink(Datasink):
     def on_write_complete(self, write_result: Any) -> None:
         parts = sorted(write_result.write_returns, key=lambda r: r["task"])
         try:
-            self.result = _commit(self.dst, self.format, [p["dir"] for p in parts],
-                                  self.prefix)
-            self.result["samples"] = sum(int(p["info"]["samples"]) for p in parts)
+            self.result = _commit(self.dst, self.format, parts, self.prefix)
             self.result["parts"] = [int(p["info"]["samples"]) for p in parts]
         finally:
             _remove_staging(self.dst)
@@ -352,74 +358,61 @@ def _refuse_existing(dst: str, format: str) -> None:
                                   "directory" % (dst, ", ".join(sorted(left)[:3])))
 
 
-def _parts_files(d: str, format: str, prefix: Optional[str]) -> List[str]:
-    """The data files one Writer left in d, in its order."""
-    names = sorted(os.listdir(d))
-    if format == "chute":
-        with open(os.path.join(d, "chute.manifest"), encoding="utf-8") as f:
-            return [ln.split(" ")[1] for ln in f.read().splitlines() if ln.startswith("shard ")]
-    if format == "tfrecord":
-        pre = (prefix or "train") + "-"
-        return [n for n in names if n.startswith(pre) and not n.endswith(".idx")]
-    return [n for n in names if n.endswith(".tar")]
+def _data_files(info: Dict[str, Any], format: str) -> List[str]:
+    """The data files one Writer wrote (its close()'s sorted names), in order."""
+    ext = {"chute": ".chute", "wds": ".tar"}.get(format)
+    if ext is None:  # tfrecord: PREFIX-00000-of-0000N, each with its .idx
+        return [n for n in info["files"] if not n.endswith(".idx")]
+    return [n for n in info["files"] if n.endswith(ext)]
 
 
-def _commit(dst: str, format: str, attempts: List[str], prefix: Optional[str]) -> Dict[str, Any]:
-    """Move the attempts' files to their final names in dst, in attempt order,
-    and write the one manifest (chute) last; the dataset exists only then."""
-    files = [(d, n) for d in attempts for n in _parts_files(d, format, prefix)]
+def _manifest_counts(d: str) -> Dict[str, int]:
+    """Samples per shard from a Writer's chute.manifest (docs/FORMAT.md)."""
+    with open(os.path.join(d, "chute.manifest"), encoding="utf-8") as f:
+        return {ln.split(" ")[1]: int(ln.split(" ")[2])
+                for ln in f.read().splitlines() if ln.startswith("shard ")}
+
+
+def _commit(dst: str, format: str, parts: List[Dict[str, Any]],
+            prefix: Optional[str]) -> Dict[str, Any]:
+    """Move the parts' files (parts in task order) to their final names in
+    dst, then, for the chute format, write the one manifest: the dataset
+    exists only from that last rename on."""
+    from .writer import write_manifest
+    files = [(p, n) for p in parts for n in _data_files(p["info"], format)]
     total = len(files)
     out: List[str] = []
-    lines: List[str] = []
-    samples = nbytes = 0
-    header: Optional[List[str]] = None
-    if format == "chute":
-        counts = {}
-        for d in attempts:
-            with open(os.path.join(d, "chute.manifest"), encoding="utf-8") as f:
-                text = f.read().splitlines()
-            head = [ln for ln in text if not ln.startswith(("shard ", "end "))]
-            if header is None:
-                header = head
-            elif head != header:
-                raise RuntimeError("chute.ray.write: the write tasks' manifests disagree (%r vs "
-                                   "%r)" % (head, header))
-            for ln in text:
-                if ln.startswith("shard "):
-                    _, name, n, size = ln.split(" ")
-                    counts[(d, name)] = (int(n), int(size))
-    for k, (d, name) in enumerate(files):
+    counts: List[int] = []
+    sizes: List[int] = []
+    per_dir: Dict[str, Dict[str, int]] = {}
+    for k, (p, name) in enumerate(files):
+        d = p["dir"]
         if format == "chute":
             final = "shard-%05d.chute" % k
+            if d not in per_dir:
+                per_dir[d] = _manifest_counts(d)
+            counts.append(per_dir[d][name])
         elif format == "tfrecord":
             final = "%s-%05d-of-%05d" % (prefix or "train", k, total)
         else:
             final = "shard-%06d.tar" % k
         os.replace(os.path.join(d, name), os.path.join(dst, final))
-        if format == "tfrecord" and os.path.exists(os.path.join(d, name + ".idx")):
-            os.replace(os.path.join(d, name + ".idx"), os.path.join(dst, final + ".idx"))
-        size = os.path.getsize(os.path.join(dst, final))
-        nbytes += size
         out.append(final)
-        if format == "chute":
-            n, _ = counts[(d, name)]
-            samples += n
-            lines.append("shard %s %d %d" % (final, n, size))
+        sizes.append(os.path.getsize(os.path.join(dst, final)))
+        if format == "tfrecord" and name + ".idx" in p["info"]["files"]:
+            os.replace(os.path.join(d, name + ".idx"), os.path.join(dst, final + ".idx"))
+            out.append(final + ".idx")
     if format == "chute":
-        tmp = os.path.join(dst, ".chute.manifest.tmp")
-        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-            f.write("\n".join((header or ["chute-dataset 1"]) + lines
-                              + ["end %d %d" % (len(lines), samples)]) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(dst, "chute.manifest"))
+        write_manifest(dst, counts, sizes)  # temporary name, fsync, rename, fsync dst
         out.append("chute.manifest")
-    fd = os.open(dst, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return {"files": out, "bytes": nbytes, "samples": samples}
+    else:
+        fd = os.open(dst, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return {"files": sorted(out), "bytes": sum(sizes),
+            "samples": sum(int(p["info"]["samples"]) for p in parts)}
 
 
 def write(ds: "ray.data.Dataset", dst: Any, format: str = "chute", *, image_col: str = "image",
@@ -434,8 +427,10 @@ def write(ds: "ray.data.Dataset", dst: Any, format: str = "chute", *, image_col:
         (``PREFIX-00000-of-0000N`` + DALI ``.idx``) or ``"wds"`` (tars).
     image_col: a column of encoded image bytes (JPEG/PNG, as ``read_binary_files``
         or :func:`read`'s ``bytes`` column give them); label_col: integers.
-    classes: the class names (every shard carries the same table, so every
-        write task needs them; default: the names "0".."max label").
+    classes: the class names (label k is ``classes[k]``; a label outside is
+        refused).  The chute format needs them in every task (each shard
+        carries the class table): without them ``ds`` is read once more for
+        its largest label and the names are "0".."max".
     shard_size, prefix, label_offset: as :class:`chute.Writer`.
 
     Rows are written in the dataset's order (this sets
@@ -443,7 +438,9 @@ def write(ds: "ray.data.Dataset", dst: Any, format: str = "chute", *, image_col:
     before task ``k + 1``'s.  Returns ``{"samples", "files", "bytes"}`` of the
     committed dataset.  See :class:`ChuteDatasink` for what happens on failure.
     """
-    if classes is None:
+    if classes is None and format == "chute":
+        # Every shard carries the same class table (docs/FORMAT.md): the
+        # tasks need it before they start, so this reads ds once more.
         top = ds.max(label_col)
         classes = [str(c) for c in range(int(top) + 1)] if top is not None else []
     sink = ChuteDatasink(dst, format, image_col=image_col, label_col=label_col,
