@@ -361,8 +361,8 @@ def _refuse_existing(dst: str, format: str) -> None:
 def _data_files(info: Dict[str, Any], format: str) -> List[str]:
     """The data files one Writer wrote (its close()'s sorted names), in order."""
     ext = {"chute": ".chute", "wds": ".tar"}.get(format)
-    if ext is None:  # tfrecord: PREFIX-00000-of-0000N, each with its .idx
-        return [n for n in info["files"] if not n.endswith(".idx")]
+    if ext is None:  # tfrecord: PREFIX-00000-of-0000N, each with sidecars (.idx, ...)
+        return [n for n in info["files"] if "." not in n]
     return [n for n in info["files"] if n.endswith(ext)]
 
 
@@ -399,9 +399,10 @@ def _commit(dst: str, format: str, parts: List[Dict[str, Any]],
         os.replace(os.path.join(d, name), os.path.join(dst, final))
         out.append(final)
         sizes.append(os.path.getsize(os.path.join(dst, final)))
-        if format == "tfrecord" and name + ".idx" in p["info"]["files"]:
-            os.replace(os.path.join(d, name + ".idx"), os.path.join(dst, final + ".idx"))
-            out.append(final + ".idx")
+        for side in p["info"]["files"]:  # TFRecord's DALI .idx and chute's saved index
+            if side.startswith(name + "."):
+                os.replace(os.path.join(d, side), os.path.join(dst, final + side[len(name):]))
+                out.append(final + side[len(name):])
     if format == "chute":
         write_manifest(dst, counts, sizes)  # temporary name, fsync, rename, fsync dst
         out.append("chute.manifest")

@@ -283,20 +283,30 @@ def _read_back(dst, fmt):
     return [(ds.read(i), ds.label(i)) for i in range(len(ds))], list(ds.classes)
 
 
-def _serial(dst, fmt, rows, counts, classes, **kw):
-    """The reference: chute.Writer run serially over the same parts, each
-    part's files renamed in order as the commit does."""
-    out = []
+def _serial_parts(ref, fmt, rows, counts, classes, **kw):
+    """The reference: chute.Writer run serially, part after part, over the
+    same rows the write tasks got.  Returns each part's data files in order,
+    with their manifest counts for the chute format."""
+    files = []
     a = 0
     for k, n in enumerate(counts):
-        part = os.path.join(dst, "part-%d" % k)
+        part = os.path.join(ref, "part-%d" % k)
         w = chute.Writer(part, fmt, classes=classes, **kw)
         for b, l in rows[a:a + n]:
             w.write(b, l)
-        w.close()
+        info = w.close()
         a += n
-        out.append(part)
-    return out
+        counts_of = {}
+        if fmt == "chute":
+            with open(os.path.join(part, "chute.manifest")) as f:
+                for ln in f:
+                    if ln.startswith("shard "):
+                        counts_of[ln.split()[1]] = int(ln.split()[2])
+        for name in info["files"]:
+            if name.endswith(".chute") or name.endswith(".tar") or (
+                    fmt == "tfrecord" and "." not in name):
+                files.append((os.path.join(part, name), counts_of.get(name)))
+    return files
 
 
 @needs_writer
@@ -305,12 +315,31 @@ def test_write_round_trip(data, tmp_path, fmt):
     rows, classes = _rows_in_order(data)
     dst = str(tmp_path / "out")
     res = chute.ray.write(_ray_rows(rows, 4), dst, fmt, classes=classes, shard_size=300_000)
+    assert sorted(os.listdir(dst)) == sorted(res["files"])  # nothing else left there
+    assert res["samples"] == len(rows)
     got, got_classes = _read_back(dst, fmt)
     assert got == rows  # every row once, in the dataset's order, with its label
     if fmt == "chute":
         assert got_classes == classes
-    assert res["samples"] == len(rows)
-    assert sorted(os.listdir(dst)) == sorted(res["files"])  # nothing else left there
+    # The same files as chute.Writer run serially over the same parts (what
+    # chute.spark.write's tasks write for the same partitions), in order.
+    assert sum(res["parts"]) == len(rows) and len(res["parts"]) >= 2
+    ref = _serial_parts(str(tmp_path / "ref"), fmt, rows, res["parts"], classes,
+                        shard_size=300_000)
+    names = {"chute": "shard-%05d.chute", "wds": "shard-%06d.tar"}
+    for k, (path, _) in enumerate(ref):
+        final = names[fmt] % k if fmt in names else "train-%05d-of-%05d" % (k, len(ref))
+        with open(path, "rb") as a, open(os.path.join(dst, final), "rb") as b:
+            assert a.read() == b.read(), (path, final)
+    data_files = [n for n in res["files"] if n.endswith((".chute", ".tar"))
+                  or (fmt == "tfrecord" and "." not in n)]
+    assert len(data_files) == len(ref) >= 2
+    if fmt == "chute":  # the one manifest, as docs/FORMAT.md spells it
+        want = ["chute-dataset 1"] + [
+            "shard %s %d %d" % (names["chute"] % k, n, os.path.getsize(p))
+            for k, (p, n) in enumerate(ref)] + ["end %d %d" % (len(ref), len(rows))]
+        with open(os.path.join(dst, "chute.manifest")) as f:
+            assert f.read() == "\n".join(want) + "\n"
 
 
 class _DiesOnce(chute.ray.ChuteDatasink):
