@@ -342,6 +342,17 @@ def test_write_round_trip(data, tmp_path, fmt):
             assert f.read() == "\n".join(want) + "\n"
 
 
+@needs_writer
+def test_write_without_classes_names_them_by_number(data, tmp_path):
+    rows, _ = _rows_in_order(data)
+    dst = str(tmp_path / "out")
+    chute.ray.write(_ray_rows(rows, 3), dst)
+    got, got_classes = _read_back(dst, "chute")
+    assert got == rows and got_classes == [str(k) for k in range(CLASSES)]
+    with pytest.raises(FileExistsError, match="not empty"):
+        chute.ray.write(_ray_rows(rows, 3), dst)  # never over an existing dataset
+
+
 class _DiesOnce(chute.ray.ChuteDatasink):
     """Task 1's first attempt writes its first block, then its process dies (no
     abort, no cleanup: what a killed node leaves); Ray runs the task again."""
