@@ -1013,6 +1013,65 @@ typedef struct chute_convert_result {
  * memory: one sample and one output record at a time.                   */
 CHUTE_API int chute_convert(const char *src, const char *dst, const chute_convert_options *opt,
                             chute_convert_result *out_result, chute_error *err);
+
+/* A streaming writer: chute_convert with the caller as the source, for
+ * samples that come from elsewhere (a Spark partition, a Ray block, a
+ * program).  The same writers, options (format, shard_size, prefix,
+ * label_offset, align, validate, no_wait/on_wait, force) and crash
+ * safety as chute_convert:
+ *
+ *   open    dst is a local directory (made if absent; its flock held until
+ *           abort; files any chute writer writes there removed first) or
+ *           s3://bucket/prefix/ (staged in a private $TMPDIR directory;
+ *           an existing dataset there is refused unless opt->force).
+ *           nclasses/class_names (copied): the class table the chute
+ *           format stores in every shard (required there: CHUTE_EINVAL
+ *           without) and the .txt of WebDataset samples (optional for
+ *           tfrecord and wds); with it, a label outside 0..nclasses-1 is
+ *           refused (CHUTE_EINVAL).
+ *   add     one encoded image (JPEG, PNG, ...) and its label.  Its header
+ *           is checked as convert checks (decoded fully under validate);
+ *           a sample that fails is refused with CHUTE_ECORRUPT,
+ *           CHUTE_EFORMAT, CHUTE_ELIMIT or CHUTE_EUNSUPPORTED and a
+ *           message naming it ("sample N"), nothing of it is written, and
+ *           the writer goes on: the caller decides whether to skip it.
+ *           Any other failure (I/O, ENOMEM) leaves the writer failed:
+ *           only abort is left.
+ *   finish  completes every file, gives them their final names (fsync'd;
+ *           the chute manifest last), opens the result through its reader
+ *           and counts it (from s3:// after the upload).  At least one
+ *           sample must have been added (CHUTE_ENOTFOUND).  The writer
+ *           must still be freed with abort.
+ *   file    after a successful finish: the k-th of file_count files
+ *           written (bare names, sorted; TFRecord's .idx files included,
+ *           the chute manifest not), valid until abort.
+ *   abort   frees the writer (NULL ok).  One not finished, or whose finish
+ *           failed, leaves nothing in a local dst: temporaries and files
+ *           already renamed are removed.  For s3://, a finish that failed
+ *           during its upload may leave objects (never the manifest).
+ *
+ * One thread at a time per writer; no allocation per sample once the
+ * first output file is open (past the writers' growth of their own
+ * buffers).  Memory: one output record and the writer's file buffer.  */
+/* Write DIR/chute.manifest (version 1: temporary name, fsync, rename,
+ * fsync of DIR) for shards DIR/shard-00000.chute .. shard-(n-1) with
+ * these sample counts and file sizes: how a job that wrote shards in
+ * pieces (chute.spark.write) commits them as one dataset after renaming
+ * them.  Nothing is checked here; chute_dataset_open checks every shard
+ * against it.                                                         */
+CHUTE_API int chute_manifest_write(const char *dir, uint32_t n, const uint64_t *samples,
+                                   const uint64_t *bytes, chute_error *err);
+typedef struct chute_writer chute_writer;
+CHUTE_API int chute_writer_open(const char *dst, const chute_convert_options *opt,
+                                uint32_t nclasses, const char *const *class_names,
+                                chute_writer **out, chute_error *err);
+CHUTE_API int chute_writer_add(chute_writer *w, const void *data, size_t len, int32_t label,
+                               chute_error *err);
+CHUTE_API int chute_writer_finish(chute_writer *w, chute_convert_result *out_result,
+                                  chute_error *err);
+CHUTE_API uint32_t chute_writer_file_count(const chute_writer *w);
+CHUTE_API const char *chute_writer_file(const chute_writer *w, uint32_t k);
+CHUTE_API void chute_writer_abort(chute_writer *w);
 /* Inference: a submit/poll session for live requests.                  */
 /* ------------------------------------------------------------------ */
 /* A session turns encoded images (bytes or a path, each with the

@@ -54,8 +54,9 @@ from ._chute import (  # noqa: F401
 from ._chute import version as _lib_version
 from ._chute import Infer  # noqa: F401  (the inference session; see its docstring)
 from .loader import Loader, SkippedSamplesWarning, default_workers, distributed_defaults, pack
+from .writer import Writer
 
-for _obj in (Loader, pack, distributed_defaults, default_workers, SkippedSamplesWarning):
+for _obj in (Loader, Writer, pack, distributed_defaults, default_workers, SkippedSamplesWarning):
     _obj.__module__ = __name__  # help() and reprs say chute.Loader, not chute.loader.Loader
 del _obj
 
@@ -129,6 +130,7 @@ def features() -> _Dict[str, bool]:
 __all__ = [
     "Loader",
     "Infer",
+    "Writer",
     "Dataset",
     "Batch",
     "Array",

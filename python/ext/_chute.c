@@ -2879,7 +2879,264 @@ static PyObject *mod_arrow_units_stats(PyObject *mod, PyObject *arg)
     return Py_BuildValue("(KII)", (unsigned long long)loads, peak, now);
 }
 
+/* ------------------------------------------------------------------ */
+/* _Writer: chute_writer_open/add/finish/abort (chute.Writer wraps it)  */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD chute_writer *w;
+    int busy;  /* a call is in C without the GIL: no second one */
+} WriterObject;
+
+static int Writer_init(WriterObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"dst",   "format",   "shard_size", "prefix", "label_offset",
+                             "align", "validate", "classes",    "force",  NULL};
+    PyObject *dst = NULL, *classes = Py_None;
+    const char *format = "chute", *prefix = NULL;
+    unsigned long long shard_size = 0;
+    int label_offset = 0, validate = 0, force = 0;
+    unsigned int align = 0;
+    if (self->w) {
+        PyErr_SetString(PyExc_RuntimeError, "_Writer is already open");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|s$KziIpOp:_Writer", kwlist,
+                                     PyUnicode_FSConverter, &dst, &format, &shard_size, &prefix,
+                                     &label_offset, &align, &validate, &classes, &force))
+        return -1;
+    PyObject *seq = NULL;
+    const char **names = NULL;
+    Py_ssize_t nc = 0;
+    if (classes != Py_None) {
+        seq = PySequence_Fast(classes, "classes must be a sequence of str");
+        if (!seq)
+            goto fail;
+        nc = PySequence_Fast_GET_SIZE(seq);
+        if (nc > 0xFFFFFF) {
+            PyErr_SetString(PyExc_ValueError, "classes: more than 2^24 names");
+            goto fail;
+        }
+        names = PyMem_Calloc(nc ? (size_t)nc : 1, sizeof *names);
+        if (!names) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < nc; i++) {
+            PyObject *s = PySequence_Fast_GET_ITEM(seq, i);
+            if (!PyUnicode_Check(s) || !(names[i] = PyUnicode_AsUTF8(s))) {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_TypeError, "classes[%zd] is not a str", i);
+                goto fail;
+            }
+        }
+    }
+    chute_convert_options o;
+    memset(&o, 0, sizeof o);
+    o.format = format;
+    o.shard_size = shard_size;
+    o.prefix = prefix;
+    o.label_offset = label_offset;
+    o.align = align;
+    o.validate = validate;
+    o.force = force;
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    chute_writer *w = NULL;
+    int rc;
+    const char *dp = PyBytes_AS_STRING(dst);
+    Py_BEGIN_ALLOW_THREADS
+    rc = chute_writer_open(dp, &o, (uint32_t)nc, names, &w, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != CHUTE_OK) {
+        raise_status(rc, err.message);
+        goto fail;
+    }
+    self->w = w;
+    PyMem_Free(names);
+    Py_XDECREF(seq);
+    Py_DECREF(dst);
+    return 0;
+fail:
+    PyMem_Free(names);
+    Py_XDECREF(seq);
+    Py_DECREF(dst);
+    return -1;
+}
+
+static int writer_usable(WriterObject *self)
+{
+    if (!self->w) {
+        PyErr_SetString(PyExc_ValueError, "the writer is closed");
+        return 0;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "the writer is in use by another thread");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *Writer_write(WriterObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    int label = 0;
+    if (!PyArg_ParseTuple(args, "y*i:write", &buf, &label))
+        return NULL;
+    if (!writer_usable(self)) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    chute_error err;
+    err.message[0] = '\0';
+    int rc;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = chute_writer_add(self->w, buf.buf, (size_t)buf.len, label, &err);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    PyBuffer_Release(&buf);
+    if (rc != CHUTE_OK)
+        return raise_status(rc, err.message);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Writer_close(WriterObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!writer_usable(self))
+        return NULL;
+    chute_convert_result res;
+    memset(&res, 0, sizeof res);
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    int rc;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = chute_writer_finish(self->w, &res, &err);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    PyObject *files = NULL;
+    if (rc == CHUTE_OK && (files = PyList_New(0)) != NULL) {
+        for (uint32_t k = 0; k < chute_writer_file_count(self->w); k++) {
+            PyObject *s = PyUnicode_DecodeFSDefault(chute_writer_file(self->w, k));
+            if (!s || PyList_Append(files, s) < 0) {
+                Py_XDECREF(s);
+                Py_CLEAR(files);
+                break;
+            }
+            Py_DECREF(s);
+        }
+    }
+    chute_writer *w = self->w;
+    self->w = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    chute_writer_abort(w); /* frees; a failed finish leaves nothing behind */
+    Py_END_ALLOW_THREADS
+    if (rc != CHUTE_OK)
+        return raise_status(rc, err.message);
+    if (!files)
+        return NULL;
+    return Py_BuildValue("{s:K,s:N,s:K,s:d,s:s}", "samples", (unsigned long long)res.samples,
+                         "files", files, "bytes", (unsigned long long)res.bytes, "seconds",
+                         res.seconds, "format", res.format);
+}
+
+static PyObject *Writer_abort(WriterObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "the writer is in use by another thread");
+        return NULL;
+    }
+    chute_writer *w = self->w;
+    self->w = NULL;
+    if (w) {
+        Py_BEGIN_ALLOW_THREADS
+        chute_writer_abort(w);
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+static void Writer_dealloc(WriterObject *self)
+{
+    chute_writer_abort(self->w); /* never closed: nothing it wrote stays */
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Writer_methods[] = {
+    {"write", (PyCFunction)Writer_write, METH_VARARGS,
+     "write(data, label)\n--\n\nAdd one encoded image (bytes-like) and its label."},
+    {"close", (PyCFunction)Writer_close, METH_NOARGS,
+     "close()\n--\n\nFinish and publish; returns dict(samples, files, bytes, seconds, format)."},
+    {"abort", (PyCFunction)Writer_abort, METH_NOARGS,
+     "abort()\n--\n\nDrop everything written (idempotent)."},
+    {NULL},
+};
+
+static PyTypeObject WriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chute._chute._Writer",
+    .tp_basicsize = sizeof(WriterObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Low-level chute_writer_*; see chute.Writer.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Writer_init,
+    .tp_dealloc = (destructor)Writer_dealloc,
+    .tp_methods = Writer_methods,
+};
+
+static PyObject *mod_write_manifest(PyObject *m, PyObject *args)
+{
+    PyObject *dir = NULL, *samples = NULL, *bytes = NULL;
+    (void)m;
+    if (!PyArg_ParseTuple(args, "O&OO:write_manifest", PyUnicode_FSConverter, &dir, &samples,
+                          &bytes))
+        return NULL;
+    PyObject *ss = PySequence_Fast(samples, "samples must be a sequence of int");
+    PyObject *bs = ss ? PySequence_Fast(bytes, "bytes must be a sequence of int") : NULL;
+    uint64_t *v = NULL;
+    Py_ssize_t n = bs ? PySequence_Fast_GET_SIZE(ss) : 0;
+    PyObject *ret = NULL;
+    if (!bs)
+        goto out;
+    if (PySequence_Fast_GET_SIZE(bs) != n || n > 0xFFFFFF) {
+        PyErr_SetString(PyExc_ValueError, "samples and bytes: one entry per shard (at most 2^24)");
+        goto out;
+    }
+    if (!(v = PyMem_Calloc(n ? 2 * (size_t)n : 1, sizeof *v))) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        v[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(ss, i));
+        v[n + i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(bs, i));
+        if (PyErr_Occurred())
+            goto out;
+    }
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    int rc;
+    const char *dp = PyBytes_AS_STRING(dir);
+    Py_BEGIN_ALLOW_THREADS
+    rc = chute_manifest_write(dp, (uint32_t)n, v, v + n, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != CHUTE_OK)
+        raise_status(rc, err.message);
+    else
+        ret = Py_None, Py_INCREF(Py_None);
+out:
+    PyMem_Free(v);
+    Py_XDECREF(ss);
+    Py_XDECREF(bs);
+    Py_DECREF(dir);
+    return ret;
+}
+
 static PyMethodDef module_methods[] = {
+    {"write_manifest", (PyCFunction)mod_write_manifest, METH_VARARGS,
+     "write_manifest(dir, samples, bytes)\n--\n\n"
+     "chute_manifest_write: DIR/chute.manifest for shard-00000.chute.. with these counts."},
     {"pack", (PyCFunction)(void (*)(void))mod_pack, METH_VARARGS | METH_KEYWORDS,
      "pack(root, out_dir, *, shard_size=0, threads=0, strict=False, validate=True, align=0,\n"
      "     max_pixels=0, progress=None, max_sample_bytes=0, wait=True, max_side=0, quality=0, raw=False)\n--\n\n"
@@ -3411,6 +3668,8 @@ PyMODINIT_FUNC PyInit__chute(void)
         goto fail;
     InferType.tp_doc = infer_doc();
     if (add_type(m, &InferType, "Infer"))
+        goto fail;
+    if (add_type(m, &WriterType, "_Writer"))
         goto fail;
     ChuteError = PyErr_NewExceptionWithDoc(
         "chute.ChuteError",

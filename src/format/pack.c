@@ -1108,6 +1108,17 @@ int ch_pack_write_manifest(const char *dir, const uint64_t *samples, const uint6
     return rc;
 }
 
+int chute_manifest_write(const char *dir, uint32_t n, const uint64_t *samples,
+                         const uint64_t *bytes, chute_error *err)
+{
+    if (!dir || !n || !samples || !bytes)
+        return ch_err(err, CHUTE_EINVAL, "chute_manifest_write: dir and at least one shard");
+    if (n > (1u << 24))
+        return ch_err(err, CHUTE_ELIMIT, "%s: %u shards is over the manifest's 2^24", dir, n);
+    int rc = ch_pack_write_manifest(dir, samples, bytes, n, err);
+    return rc ? rc : ch_fsync_dir(dir, err);
+}
+
 int chute_pack_info_read(const char *dir, chute_pack_info *out, chute_error *err)
 {
     if (!dir || !out)

@@ -82,6 +82,25 @@ int ch_publish_convert(const char *src, const char *dst, const chute_convert_opt
     return ch_err(err, CHUTE_EUNSUPPORTED, "%s: this build has no S3 support (libcurl)", dst);
 }
 
+int ch_publish_open(const char *dst, int force, ch_publish **out, const char **stage,
+                    chute_error *err)
+{
+    (void)force, (void)out, (void)stage;
+    return ch_err(err, CHUTE_EUNSUPPORTED, "%s: this build has no S3 support (libcurl)", dst);
+}
+
+int ch_publish_finish(ch_publish *p, const char *reader, int32_t label_offset, uint64_t samples,
+                      chute_error *err)
+{
+    (void)p, (void)reader, (void)label_offset, (void)samples;
+    return ch_err(err, CHUTE_EUNSUPPORTED, "this build has no S3 support (libcurl)");
+}
+
+void ch_publish_free(ch_publish *p)
+{
+    (void)p;
+}
+
 #else
 
 typedef struct names {
@@ -492,6 +511,43 @@ int ch_publish_pack(const char *root, const char *dst, const chute_pack_options 
     if (rc == CHUTE_OK && res)
         *res = r;
     return rc;
+}
+
+/* ---- the streaming writer (chute_writer_open): stage, then commit ---- */
+
+struct ch_publish {
+    publish p;
+};
+
+int ch_publish_open(const char *dst, int force, ch_publish **out, const char **stage,
+                    chute_error *err)
+{
+    ch_publish *h = malloc(sizeof *h);
+    if (!h)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    int rc = publish_begin(&h->p, NULL, dst, force, err);
+    if (rc) {
+        publish_end(&h->p);
+        free(h);
+        return rc;
+    }
+    *out = h;
+    *stage = h->p.stage;
+    return CHUTE_OK;
+}
+
+int ch_publish_finish(ch_publish *h, const char *reader, int32_t label_offset, uint64_t samples,
+                      chute_error *err)
+{
+    return publish_commit(&h->p, reader, label_offset, samples, err);
+}
+
+void ch_publish_free(ch_publish *h)
+{
+    if (!h)
+        return;
+    publish_end(&h->p);
+    free(h);
 }
 
 int ch_publish_convert(const char *src, const char *dst, const chute_convert_options *o,

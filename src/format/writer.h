@@ -120,4 +120,17 @@ int ch_publish_pack(const char *root, const char *dst, const chute_pack_options 
 int ch_publish_convert(const char *src, const char *dst, const chute_convert_options *o,
                        chute_convert_result *res, chute_error *err);
 
+/* The streaming writer's s3:// dst (publish.c): open makes the private
+ * staging directory (*stage, owned by the handle) after the checks
+ * convert makes (a prefix inside a bucket; an existing dataset only
+ * replaced under force); finish uploads what the stage holds, data
+ * before the manifest, and opens the result from s3:// to count it;
+ * free removes the stage whatever happened. */
+typedef struct ch_publish ch_publish;
+int ch_publish_open(const char *dst, int force, ch_publish **out, const char **stage,
+                    chute_error *err);
+int ch_publish_finish(ch_publish *p, const char *reader, int32_t label_offset, uint64_t samples,
+                      chute_error *err);
+void ch_publish_free(ch_publish *p);
+
 #endif

@@ -469,3 +469,295 @@ int chute_convert(const char *src, const char *dst, const chute_convert_options 
     chute_dataset_close(r.ds);
     return rc;
 }
+
+/* ------------------------------------------------------------------ */
+/* The streaming writer: the engine with the caller as the source      */
+/* ------------------------------------------------------------------ */
+
+/* chute_writer_open .. finish drive the same ch_writer_ops the convert
+ * drives, with the same directory contract (lock, old output removed,
+ * temporaries renamed only at finish, the result opened through its
+ * reader and counted), the same per-sample header check, and for s3://
+ * the same staging and upload (publish.c).  What changes is who supplies
+ * the samples: the caller, one at a time, with its own labels. */
+struct chute_writer {
+    chute_convert_options o;
+    const ch_writer_ops *wr;
+    void *w;                 /* the format writer; NULL once finished or failed */
+    char *dst;               /* as given */
+    char *dir;               /* the local directory written: dst, or the stage */
+    char *prefix;
+    ch_publish *pub;         /* s3:// dst: the staging and upload */
+    int lock_fd;
+    int failed;              /* a write failed: only abort is left */
+    int finished;
+    uint32_t nclasses;
+    char **class_names;
+    uint64_t written, bytes;
+    uint32_t files;
+    char **names;            /* after finish: the files written, sorted */
+    uint32_t nnames;
+    uint64_t t0;
+    char origin[48];         /* "sample N": the record's name and error prefix */
+};
+
+/* The options convert applies, checked the same way. */
+static int convert_defaults(chute_convert_options *o, const ch_writer_ops **out_wr,
+                            chute_error *err)
+{
+    const char *fname = o->format ? o->format : "chute";
+    const ch_writer_ops *wr = ch_writer_find(fname);
+    if (!wr) {
+        char names[256] = "";
+        size_t len = 0;
+        for (size_t k = 0; ch_writers[k] && len < sizeof names; k++)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", k ? ", " : "",
+                                    ch_writers[k]->name);
+        return ch_err(err, CHUTE_EINVAL, "unknown output format '%s' (chute writes: %s)", fname,
+                      names);
+    }
+    if (!o->shard_size)
+        o->shard_size = 256ull << 20;
+    if (!o->align)
+        o->align = 4096;
+    if (!o->prefix || !*o->prefix)
+        o->prefix = "train";
+    if (strchr(o->prefix, '/') || strlen(o->prefix) > 200)
+        return ch_err(err, CHUTE_EINVAL, "prefix '%s': a file name (no '/', at most 200 bytes)",
+                      o->prefix);
+    if (o->align < 64 || (o->align & (o->align - 1)))
+        return ch_err(err, CHUTE_EINVAL, "align %u is not a power of two >= 64", o->align);
+    *out_wr = wr;
+    return CHUTE_OK;
+}
+
+static void writer_free(chute_writer *w)
+{
+    for (uint32_t c = 0; c < w->nclasses; c++)
+        free(w->class_names[c]);
+    free(w->class_names);
+    for (uint32_t k = 0; k < w->nnames; k++)
+        free(w->names[k]);
+    free(w->names);
+    free(w->dst);
+    free(w->dir);
+    free(w->prefix);
+    free(w);
+}
+
+int chute_writer_open(const char *dst, const chute_convert_options *opt, uint32_t nclasses,
+                      const char *const *class_names, chute_writer **out, chute_error *err)
+{
+    if (!dst || !out)
+        return ch_err(err, CHUTE_EINVAL, "chute_writer_open: dst and out are required");
+    *out = NULL;
+    if (nclasses && !class_names)
+        return ch_err(err, CHUTE_EINVAL, "chute_writer_open: %u classes and no names", nclasses);
+    chute_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory");
+    w->lock_fd = -1;
+    w->t0 = ch_now_ns();
+    w->o = opt ? *opt : (chute_convert_options){0};
+    w->o.source = NULL;
+    int rc = convert_defaults(&w->o, &w->wr, err);
+    if (rc == CHUTE_OK && (!(w->prefix = strdup(w->o.prefix)) || !(w->dst = strdup(dst)) ||
+                           !(w->class_names = calloc(nclasses ? nclasses : 1, sizeof(char *)))))
+        rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+    w->o.prefix = w->prefix;
+    for (uint32_t c = 0; rc == CHUTE_OK && c < nclasses; c++) {
+        if (!class_names[c])
+            rc = ch_err(err, CHUTE_EINVAL, "chute_writer_open: class %u has no name", c);
+        else if (!(w->class_names[c] = strdup(class_names[c])))
+            rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+        else
+            w->nclasses = c + 1;
+    }
+    if (rc == CHUTE_OK && !nclasses && w->wr == &ch_writer_chute)
+        rc = ch_err(err, CHUTE_EINVAL,
+                    "%s: the chute format stores a class table in every shard: give the class "
+                    "names (label k is name k)", dst);
+    const char *dir = dst;
+    if (rc == CHUTE_OK && ch_publish_is_remote(dst))
+        rc = ch_publish_open(dst, w->o.force, &w->pub, &dir, err);
+    if (rc == CHUTE_OK && !(w->dir = strdup(dir)))
+        rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+    if (rc == CHUTE_OK && !w->pub) {
+        int waited = 0;
+        rc = ch_mkdir_p(dst, err);
+        if (rc == CHUTE_OK)
+            rc = ch_pack_lock(dst, w->o.no_wait, w->o.on_wait, w->o.user, &w->lock_fd, &waited,
+                              err);
+        if (rc == CHUTE_OK)
+            rc = remove_output(dst, err);
+    }
+    if (rc == CHUTE_OK) {
+        ch_writer_cfg cfg = {0};
+        cfg.dir = w->dir;
+        cfg.shard_size = w->o.shard_size;
+        cfg.label_offset = w->o.label_offset;
+        cfg.prefix = w->prefix;
+        cfg.align = w->o.align;
+        cfg.total = 0; /* not known: the caller streams */
+        cfg.nclasses = w->nclasses;
+        cfg.class_names = w->class_names;
+        rc = w->wr->open(&cfg, &w->w, err);
+    }
+    if (rc != CHUTE_OK) {
+        w->failed = 1;
+        chute_writer_abort(w);
+        return rc;
+    }
+    *out = w;
+    return CHUTE_OK;
+}
+
+int chute_writer_add(chute_writer *w, const void *data, size_t len, int32_t label,
+                     chute_error *err)
+{
+    if (!w || (!data && len))
+        return ch_err(err, CHUTE_EINVAL, "chute_writer_add: writer and data are required");
+    if (w->finished || w->failed || !w->w)
+        return ch_err(err, CHUTE_EINVAL, "%s: the writer is %s", w->dst,
+                      w->finished ? "finished" : "failed (abort it)");
+    snprintf(w->origin, sizeof w->origin, "sample %llu", (unsigned long long)w->written);
+    if (w->nclasses && (label < 0 || (uint32_t)label >= w->nclasses))
+        return ch_err(err, CHUTE_EINVAL, "%s: label %d is not a class (0..%u)", w->origin,
+                      (int)label, w->nclasses - 1);
+    ch_writer_sample s = {0};
+    s.data = data;
+    s.len = len;
+    s.kind = ch_sniff(data, len);
+    int fmt = 0;
+    chute_error e = {0};
+    int rc = chute_image_header(data, len, &s.width, &s.height, &s.channels, &fmt, &e);
+    if (rc == CHUTE_OK && w->o.validate)
+        rc = chute_probe_image(data, len, CHUTE_DEFAULT_MAX_PIXELS, NULL, NULL, NULL, &e);
+    if (rc != CHUTE_OK) /* refused, not written: the writer goes on */
+        return ch_err(err, rc, "%s (%zu bytes): %s", w->origin, len, e.message);
+    s.index = w->written;
+    s.label = label;
+    s.class_name = w->nclasses ? w->class_names[label] : NULL;
+    s.origin = w->origin;
+    rc = w->wr->add(w->w, &s, err);
+    if (rc != CHUTE_OK) { /* the open file may hold part of it: no more writes */
+        w->failed = 1;
+        return rc;
+    }
+    w->written++;
+    w->bytes += len;
+    return CHUTE_OK;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The writer's files in its directory (the manifest is not a data file). */
+static int list_written(chute_writer *w, chute_error *err)
+{
+    DIR *d = opendir(w->dir);
+    if (!d)
+        return ch_err_errno(err, CHUTE_EIO, errno, "%s: cannot list", w->dir);
+    uint32_t cap = 0;
+    int rc = CHUTE_OK;
+    struct dirent *de;
+    while (rc == CHUTE_OK && (de = readdir(d)) != NULL) {
+        if (!w->wr->owns(de->d_name) || !strcmp(de->d_name, CH_MANIFEST_NAME))
+            continue;
+        if (w->nnames == cap) {
+            uint32_t c = cap ? cap * 2 : 16;
+            char **t = realloc(w->names, c * sizeof *t);
+            if (!t) {
+                rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+                break;
+            }
+            w->names = t;
+            cap = c;
+        }
+        if (!(w->names[w->nnames] = strdup(de->d_name)))
+            rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+        else
+            w->nnames++;
+    }
+    closedir(d);
+    if (rc == CHUTE_OK && w->nnames)
+        qsort(w->names, w->nnames, sizeof *w->names, cmp_name);
+    return rc;
+}
+
+int chute_writer_finish(chute_writer *w, chute_convert_result *out_result, chute_error *err)
+{
+    if (!w)
+        return ch_err(err, CHUTE_EINVAL, "chute_writer_finish: no writer");
+    if (w->finished || w->failed || !w->w)
+        return ch_err(err, CHUTE_EINVAL, "%s: the writer is %s", w->dst,
+                      w->finished ? "finished" : "failed (abort it)");
+    w->failed = 1; /* until it has all worked */
+    if (w->written == 0)
+        return ch_err(err, CHUTE_ENOTFOUND, "%s: no sample was written", w->dst);
+    void *fw = w->w;
+    w->w = NULL; /* finish frees it, whatever it returns */
+    int rc = w->wr->finish(fw, &w->files, err);
+    if (rc == CHUTE_OK)
+        rc = ch_fsync_dir(w->dir, err);
+    if (rc == CHUTE_OK)
+        rc = list_written(w, err);
+    int32_t lo = strcmp(w->wr->name, "chute") ? -w->o.label_offset : 0;
+    if (rc == CHUTE_OK && w->pub) {
+        rc = ch_publish_finish(w->pub, w->wr->reader, lo, w->written, err);
+    } else if (rc == CHUTE_OK) {
+        convert_run r;
+        memset(&r, 0, sizeof r);
+        r.o = &w->o;
+        r.wr = w->wr;
+        r.dst = w->dst;
+        r.written = w->written;
+        rc = verify_output(&r, err);
+    }
+    if (rc != CHUTE_OK)
+        return rc;
+    w->failed = 0;
+    w->finished = 1;
+    if (out_result) {
+        chute_convert_result res = {0};
+        res.samples = w->written;
+        res.bytes = w->bytes;
+        res.files = w->files;
+        res.classes = w->nclasses;
+        res.seconds = (ch_now_ns() - w->t0) / 1e9;
+        res.format = w->wr->name;
+        *out_result = res;
+    }
+    return CHUTE_OK;
+}
+
+uint32_t chute_writer_file_count(const chute_writer *w)
+{
+    return w && w->finished ? w->nnames : 0;
+}
+
+const char *chute_writer_file(const chute_writer *w, uint32_t k)
+{
+    return w && w->finished && k < w->nnames ? w->names[k] : NULL;
+}
+
+void chute_writer_abort(chute_writer *w)
+{
+    if (!w)
+        return;
+    if (w->w)
+        w->wr->abort(w->w);
+    w->w = NULL;
+    /* Not finished: nothing it wrote may stay (a chute shard is renamed
+     * when complete, before the manifest; a failed finish may have
+     * renamed some files).  Old output was removed at open, so every
+     * writer file in dst is this writer's. */
+    if (!w->finished && !w->pub && w->lock_fd >= 0)
+        remove_output(w->dst, NULL);
+    if (w->lock_fd >= 0)
+        ch_pack_unlock(w->dst, w->lock_fd);
+    ch_publish_free(w->pub); /* the stage goes; uploads made by a failed finish stay (publish.c) */
+    writer_free(w);
+}
