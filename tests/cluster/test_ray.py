@@ -254,9 +254,6 @@ def test_corrupt_sample_fails_or_is_left_out(data, damaged):
 # ---------------------------------------------------------------------------
 # Writing (chute.ray.write / ChuteDatasink on chute.Writer)
 
-needs_writer = pytest.mark.skipif(not hasattr(chute, "Writer"),
-                                  reason="chute.Writer (branch s9-writer) not merged yet")
-
 def _rows_in_order(data):
     """(bytes, label, class names) of the photos in tree order: the input."""
     tree = data["tree"]
@@ -309,7 +306,6 @@ def _serial_parts(ref, fmt, rows, counts, classes, **kw):
     return files
 
 
-@needs_writer
 @pytest.mark.parametrize("fmt", ["chute", "tfrecord", "wds"])
 def test_write_round_trip(data, tmp_path, fmt):
     rows, classes = _rows_in_order(data)
@@ -342,7 +338,6 @@ def test_write_round_trip(data, tmp_path, fmt):
             assert f.read() == "\n".join(want) + "\n"
 
 
-@needs_writer
 def test_write_without_classes_names_them_by_number(data, tmp_path):
     rows, _ = _rows_in_order(data)
     dst = str(tmp_path / "out")
@@ -387,7 +382,6 @@ class _Fails(chute.ray.ChuteDatasink):
         return super().write(then_raise(), ctx)
 
 
-@needs_writer
 def test_write_failed_task_leaves_nothing(data, tmp_path):
     rows, classes = _rows_in_order(data)
     dst = str(tmp_path / "out")
@@ -397,7 +391,6 @@ def test_write_failed_task_leaves_nothing(data, tmp_path):
     assert not os.path.exists(dst) or os.listdir(dst) == []
 
 
-@needs_writer
 def test_write_retried_task_leaves_the_clean_dataset(data, tmp_path):
     rows, classes = _rows_in_order(data)
     clean = str(tmp_path / "clean")
