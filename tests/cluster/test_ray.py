@@ -280,6 +280,33 @@ def _read_back(dst, fmt):
     return [(ds.read(i), ds.label(i)) for i in range(len(ds))], list(ds.classes)
 
 
+def _read_with_peer(dst, fmt, files):
+    """The rows as the format's own readers see them: the webdataset package
+    for tars, tests/test_writers.py's stdlib TFRecord/Example parser (both
+    CRCs checked) for TFRecord; None for chute (read back by chute above)."""
+    if fmt == "wds":
+        import webdataset
+        urls = [os.path.join(dst, n) for n in sorted(files) if n.endswith(".tar")]
+        out = []
+        for sample in webdataset.WebDataset(urls, shardshuffle=False):
+            image = [sample[k] for k in ("jpg", "jpeg", "png", "bmp") if k in sample]
+            assert len(image) == 1, sorted(sample)
+            out.append((image[0], int(sample["cls"])))
+        return out
+    if fmt == "tfrecord":
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        import test_writers as TW
+        out = []
+        for n in sorted(files):
+            if "." in n:
+                continue
+            for _, _, rec in TW.read_tfrecords(_Ctx(), os.path.join(dst, n)):
+                f = TW.example_features(rec)
+                out.append((f["image/encoded"][0], f["image/class/label"][0]))
+        return out
+    return None
+
+
 def _serial_parts(ref, fmt, rows, counts, classes, **kw):
     """The reference: chute.Writer run serially, part after part, over the
     same rows the write tasks got.  Returns each part's data files in order,
@@ -317,6 +344,8 @@ def test_write_round_trip(data, tmp_path, fmt):
     assert got == rows  # every row once, in the dataset's order, with its label
     if fmt == "chute":
         assert got_classes == classes
+    peer = _read_with_peer(dst, fmt, res["files"])
+    assert peer is None if fmt == "chute" else peer == rows
     # The same files as chute.Writer run serially over the same parts (what
     # chute.spark.write's tasks write for the same partitions), in order.
     assert sum(res["parts"]) == len(rows) and len(res["parts"]) >= 2
