@@ -18,8 +18,10 @@ run in libchute's threads (``workers`` per task, default the CPUs Ray
 gives the task); Python only wraps each batch as an Arrow block.
 
 Writing.  :func:`write` (a :class:`ChuteDatasink` for
-``Dataset.write_datasink``) hands each write task's rows to
-:class:`chute.Writer`; see its docstring for the commit protocol.
+``Dataset.write_datasink``) hands each write task's rows to its own
+:class:`chute.Writer` in a staging directory; the driver commits the
+successful attempts as one dataset, or removes them all
+(:class:`ChuteDatasink` has the protocol).
 
 Ray is imported by this module, never by ``import chute``: Ray is an
 integration, not a dependency (``pip install 'ray[data]'``).
