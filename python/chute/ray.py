@@ -258,6 +258,10 @@ def read(path: Any, *, columns: Sequence[str] = ("image", "label", "index"), siz
 # ---------------------------------------------------------------------------
 # Writing
 
+_DAMAGED = (_chute.CorruptDataError, _chute.FormatError, _chute.LimitExceededError,
+            _chute.UnsupportedError)
+"""What chute.Writer.write refuses a damaged image with (the writer goes on)."""
+
 _STAGING = ".chute-ray-staging"
 """Where write tasks put their attempts, inside dst (a dot name: no chute
 reader lists it, and the commit removes it)."""
@@ -282,7 +286,10 @@ class ChuteDatasink(Datasink):
     def __init__(self, dst: Any, format: str = "chute", *, image_col: str = "image",
                  label_col: str = "label", shard_size: Optional[int] = None,
                  prefix: Optional[str] = None, label_offset: int = 0,
-                 classes: Optional[Sequence[str]] = None) -> None:
+                 classes: Optional[Sequence[str]] = None, on_damaged: str = "skip") -> None:
+        if on_damaged not in ("skip", "fail"):
+            raise ValueError("on_damaged must be 'skip' or 'fail', not %r" % (on_damaged,))
+        self.on_damaged = on_damaged
         if format not in ("chute", "tfrecord", "wds"):
             raise ValueError("format must be 'chute', 'tfrecord' or 'wds', not %r" % (format,))
         path = os.fspath(dst)
@@ -310,6 +317,7 @@ class ChuteDatasink(Datasink):
         from . import Writer
         attempt = os.path.join(self.staging, "%06d-%s" % (ctx.task_idx, uuid.uuid4().hex[:8]))
         w = None  # opened at the first row: a task given no rows writes nothing
+        skipped = written = 0
         try:
             for block in blocks:
                 t = BlockAccessor.for_block(block).to_arrow()
@@ -327,20 +335,32 @@ class ChuteDatasink(Datasink):
                         w = Writer(attempt, self.format, shard_size=self.shard_size,
                                    prefix=self.prefix, label_offset=self.label_offset,
                                    classes=self.classes)
-                    w.write(data, int(label))
-            info = w.close() if w is not None else {"samples": 0, "files": [], "bytes": 0}
+                    try:
+                        w.write(data, int(label))
+                        written += 1
+                    except _DAMAGED:
+                        if self.on_damaged == "fail":
+                            raise
+                        skipped += 1  # refused whole: nothing of it was written
+            if written:
+                info = w.close()
+            else:  # no row, or every row refused: no files (a Writer needs one sample)
+                if w is not None:
+                    w.abort()
+                info = {"samples": 0, "files": [], "bytes": 0}
         except BaseException:
             if w is not None:
                 w.abort()
             shutil.rmtree(attempt, ignore_errors=True)
             raise
-        return {"task": int(ctx.task_idx), "dir": attempt, "info": info}
+        return {"task": int(ctx.task_idx), "dir": attempt, "info": info, "skipped": skipped}
 
     def on_write_complete(self, write_result: Any) -> None:
         parts = sorted(write_result.write_returns, key=lambda r: r["task"])
         try:
             self.result = _commit(self.dst, self.format, parts, self.prefix)
             self.result["parts"] = [int(p["info"]["samples"]) for p in parts]
+            self.result["skipped"] = sum(int(p["skipped"]) for p in parts)
         finally:
             _remove_staging(self.dst)
 
@@ -421,7 +441,7 @@ def _commit(dst: str, format: str, parts: List[Dict[str, Any]],
 def write(ds: "ray.data.Dataset", dst: Any, format: str = "chute", *, image_col: str = "image",
           label_col: str = "label", shard_size: Optional[int] = None,
           prefix: Optional[str] = None, label_offset: int = 0,
-          classes: Optional[Sequence[str]] = None,
+          classes: Optional[Sequence[str]] = None, on_damaged: str = "skip",
           ray_remote_args: Optional[Dict[str, Any]] = None,
           concurrency: Optional[int] = None) -> Dict[str, Any]:
     """Write the rows of ``ds`` as one dataset in ``dst`` with :class:`chute.Writer`.
@@ -435,11 +455,15 @@ def write(ds: "ray.data.Dataset", dst: Any, format: str = "chute", *, image_col:
         carries the class table): without them ``ds`` is read once more for
         its largest label and the names are "0".."max".
     shard_size, prefix, label_offset: as :class:`chute.Writer`.
+    on_damaged: an image chute.Writer refuses (damaged, unsupported, over
+        the limits): ``"skip"`` (left out and counted in the result's
+        ``skipped``; the default, as ``chute.spark.write``) or ``"fail"``
+        (the write fails naming it, and leaves nothing).
 
     Rows are written in the dataset's order (this sets
     ``ds.context.execution_options.preserve_order``): task ``k``'s files come
-    before task ``k + 1``'s.  Returns ``{"samples", "files", "bytes"}`` of the
-    committed dataset.  See :class:`ChuteDatasink` for what happens on failure.
+    before task ``k + 1``'s.  Returns ``{"samples", "skipped", "files", "bytes",
+    "parts"}`` of the committed dataset (``parts``: samples per write task).  See :class:`ChuteDatasink` for what happens on failure.
     """
     if classes is None and format == "chute":
         # Every shard carries the same class table (docs/FORMAT.md): the
@@ -448,7 +472,7 @@ def write(ds: "ray.data.Dataset", dst: Any, format: str = "chute", *, image_col:
         classes = [str(c) for c in range(int(top) + 1)] if top is not None else []
     sink = ChuteDatasink(dst, format, image_col=image_col, label_col=label_col,
                          shard_size=shard_size, prefix=prefix, label_offset=label_offset,
-                         classes=classes)
+                         classes=classes, on_damaged=on_damaged)
     ds.context.execution_options.preserve_order = True
     ds.write_datasink(sink, ray_remote_args=ray_remote_args, concurrency=concurrency)
     assert sink.result is not None

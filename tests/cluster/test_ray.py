@@ -377,6 +377,23 @@ def test_write_without_classes_names_them_by_number(data, tmp_path):
         chute.ray.write(_ray_rows(rows, 3), dst)  # never over an existing dataset
 
 
+def test_write_damaged_rows_skipped_or_failing(data, tmp_path):
+    rows, classes = _rows_in_order(data)
+    bad = list(rows)
+    bad[7] = (rows[7][0][:200], rows[7][1])  # a JPEG cut short: its header says more
+    bad[31] = (b"not an image at all", rows[31][1])
+    dst = str(tmp_path / "skip")
+    res = chute.ray.write(_ray_rows(bad, 3), dst, classes=classes)
+    assert res["skipped"] == 2 and res["samples"] == len(rows) - 2
+    got, _ = _read_back(dst, "chute")
+    assert got == [r for k, r in enumerate(rows) if k not in (7, 31)]
+    dst = str(tmp_path / "fail")
+    with pytest.raises(Exception) as e:
+        chute.ray.write(_ray_rows(bad, 3), dst, classes=classes, on_damaged="fail")
+    assert isinstance(e.value, (chute.CorruptDataError, chute.FormatError)), repr(e.value)
+    assert not os.path.exists(dst) or os.listdir(dst) == []
+
+
 class _DiesOnce(chute.ray.ChuteDatasink):
     """Task 1's first attempt writes its first block, then its process dies (no
     abort, no cleanup: what a killed node leaves); Ray runs the task again."""
