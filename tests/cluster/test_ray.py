@@ -377,6 +377,35 @@ def test_write_without_classes_names_them_by_number(data, tmp_path):
         chute.ray.write(_ray_rows(rows, 3), dst)  # never over an existing dataset
 
 
+@pytest.mark.parametrize("fmt", ["chute", "wds"])
+def test_write_equals_spark(data, tmp_path, fmt):
+    """The same rows in the same partitions through chute.spark.write
+    (local[2]) and chute.ray.write: the same files, byte for byte."""
+    pytest.importorskip("pyspark")
+    spark_write = pytest.importorskip("chute.spark").write
+    from pyspark.sql import SparkSession
+    rows, classes = _rows_in_order(data)
+    ray_dst, spark_dst = str(tmp_path / "ray"), str(tmp_path / "spark")
+    res = chute.ray.write(_ray_rows(rows, 4), ray_dst, fmt, classes=classes,
+                          shard_size=300_000)
+    assert res["parts"] == [15, 15, 15, 15]
+    spark = (SparkSession.builder.master("local[2]").appName("chute-ray-vs-spark")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    try:
+        # parallelize cuts a list as _ray_rows does: [k*n//P, (k+1)*n//P)
+        rdd = spark.sparkContext.parallelize([(bytearray(b), l) for b, l in rows], 4)
+        df = spark.createDataFrame(rdd, "image binary, label long")
+        spark_write(df, spark_dst, fmt, classes=classes, shard_size=300_000)
+    finally:
+        spark.stop()
+    names = sorted(os.listdir(spark_dst))
+    assert names == sorted(os.listdir(ray_dst)) and len(names) >= 4
+    for name in names:
+        with open(os.path.join(ray_dst, name), "rb") as a, \
+                open(os.path.join(spark_dst, name), "rb") as b:
+            assert a.read() == b.read(), name
+
+
 def test_write_damaged_rows_skipped_or_failing(data, tmp_path):
     rows, classes = _rows_in_order(data)
     bad = list(rows)
