@@ -72,6 +72,11 @@ if [ -d tests/python ]; then
   run_tier pytest pytest /usr/bin/python3 -m pytest -q -rfE tests/python
 fi
 
+if [ -d tests/cluster ]; then
+  echo "== cluster engines (Spark, Ray) in their pinned venv: pytest tests/cluster"
+  run_tier cluster pytest bash scripts/test_cluster.sh
+fi
+
 if [ "${1:-}" != "--quick" ]; then
   echo "== wheel: sdist -> wheel -> auditwheel repair, installed in a fresh venv, tested there"
   run_tier wheel pytest bash scripts/wheel.sh
