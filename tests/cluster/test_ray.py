@@ -381,8 +381,7 @@ def test_write_without_classes_names_them_by_number(data, tmp_path):
 def test_write_equals_spark(data, tmp_path, fmt):
     """The same rows in the same partitions through chute.spark.write
     (local[2]) and chute.ray.write: the same files, byte for byte."""
-    pytest.importorskip("pyspark")
-    spark_write = pytest.importorskip("chute.spark").write
+    from chute.spark import write as spark_write
     from pyspark.sql import SparkSession
     rows, classes = _rows_in_order(data)
     ray_dst, spark_dst = str(tmp_path / "ray"), str(tmp_path / "spark")
