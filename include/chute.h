@@ -258,7 +258,10 @@ CHUTE_API uint64_t chute_dataset_sample_size(const chute_dataset *ds, uint64_t i
 CHUTE_API const char *chute_dataset_describe(const chute_dataset *ds, uint64_t i,
                                              char *buf, size_t buflen);
 /* Read the encoded bytes of sample i into buf (cap bytes).  Shard records
- * are checked against their checksum.  Thread-safe.                      */
+ * are checked against their checksum.  Thread-safe.  A format may need
+ * more room than chute_dataset_sample_size while reading (TFRecord reads
+ * the whole record, then moves the image to the front): then it returns
+ * CHUTE_ELIMIT with *out_len set to the room needed.                     */
 CHUTE_API int chute_dataset_read(const chute_dataset *ds, uint64_t i, void *buf,
                                  size_t cap, size_t *out_len, chute_error *err);
 /* Entries an image tree's listing left out although their names end in an

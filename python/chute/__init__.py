@@ -26,6 +26,8 @@ Contents
     probe_image  decode-check encoded bytes
     features     what this build can do (png, io_uring, nvml, ...)
     get_include, get_lib  chute.h and libchute.so for C users
+    chute.ray    (import it yourself; needs ray[data]) Ray Data datasource
+                 and datasink
     ChuteError   base of the exceptions (InvalidArgumentError, NotFoundError,
                  CorruptDataError, BusyError, ...)
 """

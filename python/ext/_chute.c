@@ -1203,6 +1203,19 @@ static PyObject *Dataset_read(DatasetObject *self, PyObject *arg)
     Py_BEGIN_ALLOW_THREADS
     rc = chute_dataset_read(ds, i, dst, (size_t)sz, &len, &err);
     Py_END_ALLOW_THREADS
+    if (rc == CHUTE_ELIMIT && len > sz && len <= (size_t)PY_SSIZE_T_MAX) {
+        /* A TFRecord sample is read whole (framing, Example) and the image
+         * cut out of it in place: the buffer needs the record's size, which
+         * the first call reported in len (chute.h). */
+        if (_PyBytes_Resize(&b, (Py_ssize_t)len) < 0)
+            return NULL;
+        sz = len;
+        dst = PyBytes_AS_STRING(b);
+        memset(&err, 0, sizeof err);
+        Py_BEGIN_ALLOW_THREADS
+        rc = chute_dataset_read(ds, i, dst, (size_t)sz, &len, &err);
+        Py_END_ALLOW_THREADS
+    }
     if (rc != CHUTE_OK) {
         Py_DECREF(b);
         return raise_status(rc, err.message);

@@ -37,6 +37,20 @@ def test_tfrecord_fixture_through_python(tmp_path):
     assert "x.tfrecord@0" in str(e.value) and "label_offset" in str(e.value)
 
 
+def test_tfrecord_read_returns_the_image_feature(tmp_path):
+    """Dataset.read of a TFRecord sample is its image feature's bytes (as
+    TensorFlow wrote them): the reader needs the whole record's room, more
+    than sample_size, and Dataset.read used to fail with "needs N bytes"."""
+    recs = json.load(open(os.path.join(FIX, "expected.json")))["tfrecord"]["plain.tfrecord"]["records"]
+    p = tmp_path / "x.tfrecord"
+    shutil.copy(os.path.join(FIX, "plain.tfrecord"), p)
+    ds = chute.Dataset(str(p), image_key="image", label_key="label", label_offset=30)
+    for i, r in enumerate(recs):
+        want = bytes.fromhex(r["features"]["image"]["values"][0])
+        assert ds.sample_size(i) == len(want)
+        assert ds.read(i) == want
+
+
 def test_loader_format_keyword(tree):
     ld = chute.Loader(tree, format="tree", batch_size=8, size=32, workers=1)
     assert ld.dataset.kind == "tree"
