@@ -10,7 +10,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 V="${CHUTE_CLUSTER_VENV:-$ROOT/build-cluster/venv}"
-STAMP="$V/.chute-pins-1"
+STAMP="$V/.chute-pins-2"
 if [ ! -f "$STAMP" ]; then
   if ! command -v java >/dev/null 2>&1; then
     apt-get install -y -q default-jre-headless >&2
@@ -19,7 +19,8 @@ if [ ! -f "$STAMP" ]; then
   /usr/bin/python3 -m venv "$V" >&2
   "$V/bin/pip" install -q --disable-pip-version-check \
     "pyspark==3.5.8" "ray[data]==2.52.1" "numpy==1.26.4" "pyarrow==17.0.0" \
-    "pandas==2.2.3" "pytest==8.3.4" "webdataset==1.0.2" "pillow==11.0.0" >&2
+    "pandas==2.2.3" "pytest==8.3.4" "webdataset==1.0.2" "pillow==11.0.0" \
+    "boto3==1.35.99" >&2
   touch "$STAMP"
 fi
 echo "$V/bin/python"
