@@ -33,7 +33,14 @@ def spark(weed):
     s = (SparkSession.builder.master("local[2,2]")  # 2 cores; maxFailures 2 (local mode's knob)
          .appName("chute-test").config("spark.ui.enabled", "false")
          .config("spark.sql.shuffle.partitions", "4")
-         .config("spark.driver.memory", "1g").getOrCreate())
+         .config("spark.driver.memory", "1g"))
+    # The Python workers' environment comes from the JVM, which an earlier
+    # module's session (test_ray's) may have started before `weed` set the
+    # AWS_* variables: hand them over explicitly.
+    for k, v in os.environ.items():
+        if k.startswith("AWS_"):
+            s = s.config("spark.executorEnv." + k, v)
+    s = s.getOrCreate()
     s.sparkContext.setLogLevel("ERROR")
     yield s
     s.stop()

@@ -117,8 +117,12 @@ def check(scalars, rec, tags_exact, tags_loose):
             if tag in tags_exact:
                 assert np.float32(e.value) == want, (tag, e.step, e.value, want)
             else:
-                assert abs(e.value - want) <= 0.02 * abs(want) + 1e-6, (tag, e.step, e.value,
-                                                                          want)
+                # Divided by elapsed time, read microseconds apart: 2%, and for
+                # percentages also 0.05 points (a 10 s window's tiny wait share,
+                # 0.02%, moves by more than 2% of itself when the window slides).
+                slack = 0.05 if tag.endswith("_pct") else 1e-6
+                assert abs(e.value - want) <= 0.02 * abs(want) + slack, (tag, e.step, e.value,
+                                                                           want)
 
 
 ALL_TAGS = set(expected_scalars({k: 1.0 for k in (
