@@ -507,7 +507,7 @@ def s3_restart(ctx):
             p = subprocess.Popen([srcprobe(), "pget", "s3://%s/r/big.bin" % BUCKET, "2", "32768"],
                                  stdout=f, stderr=subprocess.PIPE, env=env)
             time.sleep(1.5)
-            before = stats(st)[0]
+            before = requests(st, strict=True)  # the proxy rewrites it: never a torn read
             w.stop(hard=True)
             time.sleep(1.0)
             w.start()
