@@ -184,8 +184,9 @@ if [ "$run_pytest" = 1 ]; then
   echo "== Python tests against the installed wheel"
   mkdir -p tests python
   cp -r "$ROOT/tests/python" "$ROOT/tests/tools" "$ROOT/tests/fixtures" tests/
-  # The remote tests' server harness (test_remote.py) and the test library.
-  cp "$ROOT/tests/chute_testlib.py" "$ROOT/tests/test_remote.py" tests/
+  # The remote tests' server harness (test_remote.py), the test library and
+  # test_writers.py (test_writer.py's independent TFRecord parser).
+  cp "$ROOT/tests/chute_testlib.py" "$ROOT/tests/test_remote.py" "$ROOT/tests/test_writers.py" tests/
   cp -r "$ROOT/python/tools" python/
   # test_readme checks the installed `chute version` against the README.
   cp "$ROOT/README.md" .

@@ -14,6 +14,7 @@
 #include "chute.h"
 #include "../src/stats/metrics.h"
 
+#include <stdatomic.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -268,7 +269,7 @@ TEST(endpoint_serves_only_get_metrics)
 
 typedef struct slow_arg {
     int port;
-    volatile int stop;
+    atomic_int stop;          /* set by the test's thread, read by the client's */
     int bytes_sent;
 } slow_arg;
 
@@ -277,15 +278,15 @@ static void *slowloris(void *p)
 {
     slow_arg *a = p;
     const char *req = "GET /metrics HTTP/1.1\r\nX-a: b\r\nX-c: d\r\n";
-    while (!a->stop) {
+    while (!atomic_load(&a->stop)) {
         int fd = dial(a->port);
         if (fd < 0)
             return NULL;
-        for (size_t i = 0; req[i] && !a->stop; i++) {
+        for (size_t i = 0; req[i] && !atomic_load(&a->stop); i++) {
             if (send(fd, req + i, 1, MSG_NOSIGNAL) != 1)
                 break; /* closed by the server's deadline: start over */
             a->bytes_sent++;
-            for (int k = 0; k < 10 && !a->stop; k++)
+            for (int k = 0; k < 10 && !atomic_load(&a->stop); k++)
                 usleep(100000);
         }
         close(fd);
@@ -323,7 +324,7 @@ TEST(endpoint_survives_floods_and_slowloris)
         CHECK(strstr(g_resp, "chute_read_latency_seconds_count{"), "scrape %d: body", k);
         usleep(700000);
     }
-    sa.stop = 1;
+    atomic_store(&sa.stop, 1);
     pthread_join(th, NULL);
     /* The slowloris connection was cut by the 2 s deadline and started
      * over: its request never completed, so it never got more than the
