@@ -402,13 +402,11 @@ static int convert_locked(convert_run *r, chute_error *err)
     return rc;
 }
 
-int chute_convert(const char *src, const char *dst, const chute_convert_options *opt,
-                  chute_convert_result *out_result, chute_error *err)
+/* The options convert applies, checked the same way. */
+static int convert_defaults(chute_convert_options *o, const ch_writer_ops **out_wr,
+                            chute_error *err)
 {
-    if (!src || !dst)
-        return ch_err(err, CHUTE_EINVAL, "chute_convert: src and dst are required");
-    chute_convert_options o = opt ? *opt : (chute_convert_options){0};
-    const char *fname = o.format ? o.format : "chute";
+    const char *fname = o->format ? o->format : "chute";
     const ch_writer_ops *wr = ch_writer_find(fname);
     if (!wr) {
         char names[256] = "";
@@ -419,17 +417,31 @@ int chute_convert(const char *src, const char *dst, const chute_convert_options 
         return ch_err(err, CHUTE_EINVAL, "unknown output format '%s' (chute writes: %s)", fname,
                       names);
     }
-    if (!o.shard_size)
-        o.shard_size = 256ull << 20;
-    if (!o.align)
-        o.align = 4096;
-    if (!o.prefix || !*o.prefix)
-        o.prefix = "train";
-    if (strchr(o.prefix, '/') || strlen(o.prefix) > 200)
+    if (!o->shard_size)
+        o->shard_size = 256ull << 20;
+    if (!o->align)
+        o->align = 4096;
+    if (!o->prefix || !*o->prefix)
+        o->prefix = "train";
+    if (strchr(o->prefix, '/') || strlen(o->prefix) > 200)
         return ch_err(err, CHUTE_EINVAL, "prefix '%s': a file name (no '/', at most 200 bytes)",
-                      o.prefix);
-    if (o.align < 64 || (o.align & (o.align - 1)))
-        return ch_err(err, CHUTE_EINVAL, "align %u is not a power of two >= 64", o.align);
+                      o->prefix);
+    if (o->align < 64 || (o->align & (o->align - 1)))
+        return ch_err(err, CHUTE_EINVAL, "align %u is not a power of two >= 64", o->align);
+    *out_wr = wr;
+    return CHUTE_OK;
+}
+
+int chute_convert(const char *src, const char *dst, const chute_convert_options *opt,
+                  chute_convert_result *out_result, chute_error *err)
+{
+    if (!src || !dst)
+        return ch_err(err, CHUTE_EINVAL, "chute_convert: src and dst are required");
+    chute_convert_options o = opt ? *opt : (chute_convert_options){0};
+    const ch_writer_ops *wr = NULL;
+    int rc = convert_defaults(&o, &wr, err);
+    if (rc)
+        return rc;
 
     if (ch_publish_is_remote(dst)) /* s3://: staged here, uploaded (publish.c) */
         return ch_publish_convert(src, dst, &o, out_result, err);
@@ -440,7 +452,7 @@ int chute_convert(const char *src, const char *dst, const chute_convert_options 
     r.src = src;
     r.dst = dst;
     r.t0 = ch_now_ns();
-    int rc = ch_pack_check_paths(src, dst, err);
+    rc = ch_pack_check_paths(src, dst, err);
     if (rc)
         return rc;
     chute_dataset_options dso = o.source ? *o.source : (chute_dataset_options){0};
@@ -500,36 +512,6 @@ struct chute_writer {
     uint64_t t0;
     char origin[48];         /* "sample N": the record's name and error prefix */
 };
-
-/* The options convert applies, checked the same way. */
-static int convert_defaults(chute_convert_options *o, const ch_writer_ops **out_wr,
-                            chute_error *err)
-{
-    const char *fname = o->format ? o->format : "chute";
-    const ch_writer_ops *wr = ch_writer_find(fname);
-    if (!wr) {
-        char names[256] = "";
-        size_t len = 0;
-        for (size_t k = 0; ch_writers[k] && len < sizeof names; k++)
-            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", k ? ", " : "",
-                                    ch_writers[k]->name);
-        return ch_err(err, CHUTE_EINVAL, "unknown output format '%s' (chute writes: %s)", fname,
-                      names);
-    }
-    if (!o->shard_size)
-        o->shard_size = 256ull << 20;
-    if (!o->align)
-        o->align = 4096;
-    if (!o->prefix || !*o->prefix)
-        o->prefix = "train";
-    if (strchr(o->prefix, '/') || strlen(o->prefix) > 200)
-        return ch_err(err, CHUTE_EINVAL, "prefix '%s': a file name (no '/', at most 200 bytes)",
-                      o->prefix);
-    if (o->align < 64 || (o->align & (o->align - 1)))
-        return ch_err(err, CHUTE_EINVAL, "align %u is not a power of two >= 64", o->align);
-    *out_wr = wr;
-    return CHUTE_OK;
-}
 
 static void writer_free(chute_writer *w)
 {
