@@ -165,6 +165,19 @@ class Ctx:
         return out
 
 
+def remote_harness():
+    """tests/test_remote.py (SeaweedFS `weed mini`, the fault proxy, the
+    upload helpers) loaded as a module, from whatever directory a test
+    runs in (it is a ctest script, not a package module)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "_chute_remote_harness",
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_remote.py"))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
 def parse_counts(text):
     """'samples=N batches=B corrupt=C' -> dict of ints."""
     out = {}

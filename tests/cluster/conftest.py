@@ -65,12 +65,8 @@ def weed(tmp_path_factory):
     AWS_* environment chute and pyarrow read is set for the session (before
     any engine starts: Spark's and Ray's workers inherit it).  (None, why)
     where no server can be had."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("_chute_remote_harness",
-                                                  os.path.join(ROOT, "tests", "test_remote.py"))
-    R = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(R)
     import chute_testlib as T
+    R = T.remote_harness()
 
     class Weed(R.Weed):
         def ready_probe(self):  # pyarrow instead of boto3 (not in the cluster venv)

@@ -166,15 +166,11 @@ def test_train_crops_follow_the_sample_not_the_split(data):
 def _weed_harness():
     """tests/test_remote.py's SeaweedFS (`weed mini` on 127.0.0.1), as
     tests/python/test_remote_loader.py uses it."""
-    import importlib.util
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     os.environ.setdefault("CHUTE_REMOTE_TOOLS", os.path.join(ROOT, "build-python",
                                                              "remote-tools"))
-    spec = importlib.util.spec_from_file_location("_chute_remote_harness",
-                                                  os.path.join(ROOT, "tests", "test_remote.py"))
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    import chute_testlib
+    return chute_testlib.remote_harness()
 
 
 class _Ctx:

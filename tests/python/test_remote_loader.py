@@ -22,12 +22,7 @@ import chute_testlib as T  # noqa: E402
 
 
 def _harness():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("_chute_remote_harness",
-                                                  os.path.join(ROOT, "tests", "test_remote.py"))
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return T.remote_harness()
 
 
 R = _harness()

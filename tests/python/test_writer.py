@@ -227,12 +227,8 @@ def test_writes_from_threads_in_parallel(tree, tmp_path):
 # ---- s3:// (SeaweedFS) -----------------------------------------------------
 
 def _harness():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("_chute_remote_harness",
-                                                  os.path.join(ROOT, "tests", "test_remote.py"))
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    import chute_testlib
+    return chute_testlib.remote_harness()
 
 
 @pytest.fixture(scope="module")
