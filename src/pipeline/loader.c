@@ -121,7 +121,9 @@ typedef struct slot {
     uint64_t seq;             /* (mu) batch this slot holds */
     uint32_t count;           /* (mu) samples in this batch */
     uint64_t epoch;           /* (mu) */
-    int failed;               /* (mu) a sample could not be made (first error wins) */
+    int failed;               /* (mu) a sample could not be made */
+    uint64_t fail_pos;        /* (mu) its position: the lowest failing position wins, so
+                               * the error named does not depend on which worker ran first */
     int fail_code;            /* (mu) status chute_loader_next returns for it */
     char errmsg[1280];        /* (mu) */
     chute_batch handle;
@@ -598,6 +600,7 @@ static slot *acquire_slot(chute_loader *ld, uint64_t seq, uint64_t gen)
         n->count = (uint32_t)cnt;
         n->epoch = ld->epoch;
         n->failed = 0;
+        n->fail_pos = UINT64_MAX;
         n->fail_code = 0;
         n->errmsg[0] = '\0';
         atomic_store(&n->remaining, (uint32_t)cnt);
@@ -607,15 +610,16 @@ static slot *acquire_slot(chute_loader *ld, uint64_t seq, uint64_t gen)
     return s;
 }
 
-static void fail_slot(chute_loader *ld, slot *s, int code, const char *where, const char *reason,
-                      const char *extra);
+static void fail_slot(chute_loader *ld, slot *s, uint64_t pos, int code, const char *where,
+                      const char *reason, const char *extra);
 
 static void finish_task(chute_loader *ld, slot *s)
 {
     if (atomic_fetch_sub_explicit(&s->remaining, 1, memory_order_acq_rel) == 1) {
         chute_error gerr = {0};
         if (ld->gpu && ch_cuda_loader_submit(ld->gpu, s->handle.index, s->count, &gerr))
-            fail_slot(ld, s, gerr.code, "copying the batch to the device", gerr.message, NULL);
+            fail_slot(ld, s, UINT64_MAX, gerr.code, "copying the batch to the device",
+                      gerr.message, NULL);
         pthread_mutex_lock(&ld->mu);
         s->state = SLOT_READY;
         pthread_cond_broadcast(&ld->ready_cv);
@@ -669,12 +673,13 @@ static void locate(char *out, size_t n, const char *where, const char *reason)
 }
 
 /* Mark the batch failed with `code` unless an earlier sample already did. */
-static void fail_slot(chute_loader *ld, slot *s, int code, const char *where, const char *reason,
-                      const char *extra)
+static void fail_slot(chute_loader *ld, slot *s, uint64_t pos, int code, const char *where,
+                      const char *reason, const char *extra)
 {
     pthread_mutex_lock(&ld->mu);
-    if (!s->failed) {
+    if (!s->failed || pos < s->fail_pos) {
         s->failed = 1;
+        s->fail_pos = pos;
         s->fail_code = code;
         locate(s->errmsg, sizeof s->errmsg, where, reason);
         size_t n = strnlen(s->errmsg, sizeof s->errmsg);
@@ -762,7 +767,7 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
         char msg[sizeof ld->io_fail_msg];
         memcpy(msg, ld->io_fail_msg, sizeof msg);
         pthread_mutex_unlock(&ld->mu);
-        fail_slot(ld, s, code, "", msg, NULL);
+        fail_slot(ld, s, pos, code, "", msg, NULL);
         finish_task(ld, s);
         return;
     }
@@ -775,12 +780,12 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
         describe_sample(ld, idx, where, sizeof where);
         int kind = ch_error_kind(rc);
         if (kind != CH_ERR_CONTENT) {
-            fail_slot(ld, s, rc, where, err.message, NULL);
+            fail_slot(ld, s, pos, rc, where, err.message, NULL);
             if (kind == CH_ERR_IO)
                 io_fail_run(ld, gen, rc, where, err.message);
         } else if (ld->o.on_corrupt == CHUTE_CORRUPT_FAIL) {
             ch_counter_inc(&w->stats->corrupt);
-            fail_slot(ld, s, CHUTE_ECORRUPT, where, err.message, NULL);
+            fail_slot(ld, s, pos, CHUTE_ECORRUPT, where, err.message, NULL);
         } else {
             note_skip(ld, w, idx, where, err.message);
             /* Deterministic replacement from this rank's epoch.  Each
@@ -807,7 +812,7 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
                 if (ch_error_kind(rc) != CH_ERR_CONTENT) {
                     char extra[600];
                     snprintf(extra, sizeof extra, " (while replacing skipped sample %s)", where);
-                    fail_slot(ld, s, rc, rwhere, rerr.message, extra);
+                    fail_slot(ld, s, pos, rc, rwhere, rerr.message, extra);
                     if (ch_error_kind(rc) == CH_ERR_IO)
                         io_fail_run(ld, gen, rc, rwhere, rerr.message);
                     done = 1;
@@ -822,7 +827,7 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
                                  REPLACE_ATTEMPTS);
                 locate(extra + n, sizeof extra - (size_t)n - 1, rwhere, rerr.message);
                 strcat(extra, ")");
-                fail_slot(ld, s, CHUTE_ECORRUPT, where, err.message, extra);
+                fail_slot(ld, s, pos, CHUTE_ECORRUPT, where, err.message, extra);
             }
         }
     }
