@@ -60,7 +60,7 @@ typedef struct lat_result {
      * (chute_infer_batch_timing): */
     pcts added;               /* total - the idle time of the same image */
     pcts late;                /* submit - scheduled arrival (the generator) */
-    pcts queue;               /* worker start - submit */
+    pcts queue;               /* worker start - submit (the generator's send) */
     pcts service;             /* done - worker start: decode+transform under load */
     pcts deliver;             /* poll handed it out - done */
     /* What the tail consists of: over the requests whose added latency is
@@ -300,7 +300,12 @@ static int run_rate(const lat_cfg *c, double rate, double dur, lat_result *r, ch
             uint64_t idle = c->idle_ns[i % c->nimg];
             added[i] = d.lat[i] > idle ? d.lat[i] - idle : 0;
             if (chute_infer_batch_timing(b, k, &tm) == CHUTE_OK && tm.start_ns) {
-                qw[i] = tm.start_ns - tm.submit_ns;
+                /* From the generator's own reading (late), not the
+                 * session's submit stamp taken a moment later inside
+                 * chute_infer_submit: the parts then add up exactly to
+                 * the added latency (the call's own time is queue wait). */
+                uint64_t sent = due + d.late[i];
+                qw[i] = tm.start_ns > sent ? tm.start_ns - sent : 0;
                 sv[i] = tm.done_ns - tm.start_ns;
                 dl[i] = now - tm.done_ns;
             }

@@ -127,9 +127,12 @@ def preset(ctx):
     ctx.check(a.get("service_p50_ms", 0) > 0, "decode+transform p50 %r" % a.get("service_p50_ms"))
     parts = sum(a.get("tail_" + k, 0) for k in ("late_ms", "queue_wait_ms", "service_extra_ms",
                                                  "deliver_ms"))
-    ctx.check(a.get("tail_requests", 0) >= 1 and abs(parts - a.get("tail_added_ms", -1)) <= 0.01,
+    ctx.check(a.get("tail_requests", 0) >= 1 and abs(parts - a.get("tail_added_ms", -1)) <= 0.001,
               "tail: %r requests, parts add up to %.4f ms, added %r" % (
                   a.get("tail_requests"), parts, a.get("tail_added_ms")))
+    # (This check sat unreachable after _kernel_below's return since 16f3577.)
+    ctx.check(0 < r.get("single_image_p50_ms", 0) <= r.get("single_image_p99_ms", -1),
+              "single-image spread: %r" % r)
     ctx.check(r.get("worker_slice_us") == 0, "worker slice asked %r" % r.get("worker_slice_us"))
     default = _own_slice_us()
     if default and not _kernel_below(6, 12):
@@ -162,8 +165,6 @@ def _kernel_below(major, minor):
     except ValueError:
         return True
     return v < [major, minor]
-    ctx.check(0 < r.get("single_image_p50_ms", 0) <= r.get("single_image_p99_ms", -1),
-              "single-image spread: %r" % r)
 
 
 def _bench_latency_module():
