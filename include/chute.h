@@ -326,7 +326,9 @@ typedef enum chute_layout {
  * until the next chute_loader_start_epoch).                              */
 typedef enum chute_corrupt_policy {
     CHUTE_CORRUPT_SKIP = 0,   /* count it, fill its slot with a replacement sample */
-    CHUTE_CORRUPT_FAIL = 1    /* chute_loader_next fails with the sample's location */
+    CHUTE_CORRUPT_FAIL = 1    /* chute_loader_next fails with the location of the batch's
+                               * first bad sample (the lowest position, whichever
+                               * worker reached it first) */
 } chute_corrupt_policy;
 
 typedef enum chute_remainder {
