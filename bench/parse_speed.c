@@ -45,12 +45,12 @@ static uint8_t *make_tfr(size_t total, size_t rec, size_t *out_n)
     uint64_t s = 1;
     while (n + rec + 16 <= total) {
         put_le(b + n, rec, 8);
-        put_le(b + n + 8, fmt_crc32c_mask(fmt_crc32c(0, b + n, 8)), 4);
+        put_le(b + n + 8, ch_crc32c_mask(ch_crc32c(0, b + n, 8)), 4);
         for (size_t i = 0; i < rec; i += 8) {
             s = s * 6364136223846793005ull + 1442695040888963407ull;
             memcpy(b + n + 12 + i, &s, CH_MIN(8, rec - i));
         }
-        put_le(b + n + 12 + rec, fmt_crc32c_mask(fmt_crc32c(0, b + n + 12, rec)), 4);
+        put_le(b + n + 12 + rec, ch_crc32c_mask(ch_crc32c(0, b + n + 12, rec)), 4);
         n += rec + 16;
     }
     *out_n = n;
@@ -113,14 +113,14 @@ int main(int argc, char **argv)
             b[i] = (uint8_t)(i * 131 + (i >> 9));
         double bh = 1e9, bs = 1e9;
         uint32_t c1 = 0, c2 = 0;
-        int hw = fmt_crc32c_hw(0, b, 1, &c1) == CHUTE_OK;
+        int hw = ch_crc32c_hw(0, b, 1, &c1) == CHUTE_OK;
         for (int rep = 0; rep < 5; rep++) {
             double t = now_s();
             if (hw)
-                fmt_crc32c_hw(0, b, n, &c1);
+                ch_crc32c_hw(0, b, n, &c1);
             bh = CH_MIN(bh, now_s() - t);
             t = now_s();
-            c2 = fmt_crc32c_sw(0, b, n);
+            c2 = ch_crc32c_sw(0, b, n);
             bs = CH_MIN(bs, now_s() - t);
         }
         printf("{\"bench\": \"crc32c\", \"hw_gbs\": %.2f, \"sw_gbs\": %.2f, \"agree\": %s}\n",

@@ -12,7 +12,7 @@
  */
 #include "unit.h"
 
-#include "format/crc32c_table.h"
+#include "common/crc32c_table.h"
 #include "format/parse.h"
 
 #include <fcntl.h>
@@ -101,28 +101,28 @@ TEST(crc32c_known_values)
 {
     /* The CRC catalogue's check value and RFC 3720 B.4's test vectors. */
     const char *check = "123456789";
-    CHECK(fmt_crc32c(0, check, 9) == 0xE3069283u, "check value %08x", fmt_crc32c(0, check, 9));
-    CHECK(fmt_crc32c_sw(0, check, 9) == 0xE3069283u, "sw check value");
+    CHECK(ch_crc32c(0, check, 9) == 0xE3069283u, "check value %08x", ch_crc32c(0, check, 9));
+    CHECK(ch_crc32c_sw(0, check, 9) == 0xE3069283u, "sw check value");
     uint8_t z[32] = {0}, f[32], up[32], down[32];
     for (int i = 0; i < 32; i++) {
         f[i] = 0xff;
         up[i] = (uint8_t)i;
         down[i] = (uint8_t)(31 - i);
     }
-    CHECK(fmt_crc32c(0, z, 32) == 0x8A9136AAu, "zeros");
-    CHECK(fmt_crc32c(0, f, 32) == 0x62A8AB43u, "ones");
-    CHECK(fmt_crc32c(0, up, 32) == 0x46DD794Eu, "ascending");
-    CHECK(fmt_crc32c(0, down, 32) == 0x113FDB5Cu, "descending");
-    CHECK(fmt_crc32c(0, NULL, 0) == 0, "empty");
+    CHECK(ch_crc32c(0, z, 32) == 0x8A9136AAu, "zeros");
+    CHECK(ch_crc32c(0, f, 32) == 0x62A8AB43u, "ones");
+    CHECK(ch_crc32c(0, up, 32) == 0x46DD794Eu, "ascending");
+    CHECK(ch_crc32c(0, down, 32) == 0x113FDB5Cu, "descending");
+    CHECK(ch_crc32c(0, NULL, 0) == 0, "empty");
     /* The generated tables, entry by entry, against a bitwise derivation. */
     for (int i = 0; i < 256; i++) {
         uint32_t c = (uint32_t)i;
         for (int k = 0; k < 8; k++)
             c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
-        CHECK(fmt_crc32c_table[0][i] == c, "table[0][%d]", i);
+        CHECK(ch_crc32c_table[0][i] == c, "table[0][%d]", i);
         for (int t = 1; t < 8; t++) {
-            c = (c >> 8) ^ fmt_crc32c_table[0][c & 0xff];
-            CHECK(fmt_crc32c_table[t][i] == c, "table[%d][%d]", t, i);
+            c = (c >> 8) ^ ch_crc32c_table[0][c & 0xff];
+            CHECK(ch_crc32c_table[t][i] == c, "table[%d][%d]", t, i);
         }
     }
     return 0;
@@ -135,25 +135,25 @@ TEST(crc32c_hw_equals_sw)
     for (size_t i = 0; i < sizeof buf; i++)
         buf[i] = (uint8_t)unit_rand(&s);
     uint32_t hw;
-    int have_hw = fmt_crc32c_hw(0, buf, 1, &hw) == CHUTE_OK;
+    int have_hw = ch_crc32c_hw(0, buf, 1, &hw) == CHUTE_OK;
     for (size_t off = 0; off < 16; off++)
         for (size_t n = 0; n <= 600; n += (n < 80 ? 1 : 37)) {
             uint32_t want = ref_crc32c(buf + off, n);
-            CHECK(fmt_crc32c_sw(0, buf + off, n) == want, "sw off %zu n %zu", off, n);
-            CHECK(fmt_crc32c(0, buf + off, n) == want, "dispatch off %zu n %zu", off, n);
+            CHECK(ch_crc32c_sw(0, buf + off, n) == want, "sw off %zu n %zu", off, n);
+            CHECK(ch_crc32c(0, buf + off, n) == want, "dispatch off %zu n %zu", off, n);
             if (have_hw) {
-                CHECK(fmt_crc32c_hw(0, buf + off, n, &hw) == CHUTE_OK && hw == want,
+                CHECK(ch_crc32c_hw(0, buf + off, n, &hw) == CHUTE_OK && hw == want,
                       "hw off %zu n %zu", off, n);
             }
             /* Running CRC over two pieces equals the whole. */
             size_t cut = n / 3;
-            CHECK(fmt_crc32c(fmt_crc32c(0, buf + off, cut), buf + off + cut, n - cut) == want,
+            CHECK(ch_crc32c(ch_crc32c(0, buf + off, cut), buf + off + cut, n - cut) == want,
                   "pieces off %zu n %zu", off, n);
-            CHECK(fmt_crc32c_sw(fmt_crc32c_sw(0, buf + off, cut), buf + off + cut, n - cut) ==
+            CHECK(ch_crc32c_sw(ch_crc32c_sw(0, buf + off, cut), buf + off + cut, n - cut) ==
                       want,
                   "sw pieces");
         }
-    CHECK(fmt_crc32c(0, buf, sizeof buf) == ref_crc32c(buf, sizeof buf), "4 KiB");
+    CHECK(ch_crc32c(0, buf, sizeof buf) == ref_crc32c(buf, sizeof buf), "4 KiB");
     if (!have_hw)
         fprintf(stderr, "note: no SSE4.2 here; only the table path was checked\n");
     return 0;

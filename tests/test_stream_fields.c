@@ -743,9 +743,9 @@ static size_t framed_of_length(uint8_t *out, size_t length)
             return 0;
         for (int i = 0; i < 8; i++)
             out[i] = (uint8_t)((uint64_t)length >> (8 * i));
-        uint32_t c = fmt_crc32c_mask(fmt_crc32c(0, out, 8));
+        uint32_t c = ch_crc32c_mask(ch_crc32c(0, out, 8));
         memcpy(out + 12, b, n);
-        uint32_t d = fmt_crc32c_mask(fmt_crc32c(0, b, n));
+        uint32_t d = ch_crc32c_mask(ch_crc32c(0, b, n));
         for (int i = 0; i < 4; i++) {
             out[8 + i] = (uint8_t)(c >> (8 * i));
             out[12 + n + (size_t)i] = (uint8_t)(d >> (8 * i));

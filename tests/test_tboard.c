@@ -19,7 +19,7 @@
 
 static uint32_t masked(const uint8_t *p, size_t n)
 {
-    uint32_t c = fmt_crc32c_sw(0, p, n);
+    uint32_t c = ch_crc32c_sw(0, p, n);
     return ((c >> 15) | (c << 17)) + 0xa282ead8u; /* TFRecord's mask */
 }
 

@@ -14,27 +14,13 @@
  * file is checked against what is left of the file and of the image.
  */
 #include "png0.h"
+#include "../common/checksum.h"
 
 #include <string.h>
 #include <zlib.h>
 #ifdef CHUTE_HAVE_LIBDEFLATE
 #include <libdeflate.h>
 #endif
-
-static uint32_t png0_crc(uint32_t crc, const uint8_t *p, size_t n)
-{
-#ifdef CHUTE_HAVE_LIBDEFLATE
-    return libdeflate_crc32(crc, p, n);
-#else
-    while (n) {
-        uInt m = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        crc = (uint32_t)crc32(crc, p, m);
-        p += m;
-        n -= m;
-    }
-    return crc;
-#endif
-}
 
 static uint32_t png0_adler(uint32_t a, const uint8_t *p, size_t n)
 {
@@ -334,7 +320,7 @@ int ch_png0_decode(const uint8_t *p, size_t len, uint32_t w, uint32_t h, uint32_
     /* IHDR: exactly 13 bytes, first, matching the caller's size. */
     const uint8_t *c = p + 8;
     if (be32(c) != 13 || memcmp(c + 4, "IHDR", 4) != 0 || be32(c + 8) != w ||
-        be32(c + 12) != h || png0_crc(0, c + 4, 17) != be32(c + 21))
+        be32(c + 12) != h || ch_crc32_update(0, c + 4, 17) != be32(c + 21))
         return 0;
     uint8_t depth = c[16], ctype = c[17];
     if (depth != 8 || c[18] != 0 || c[19] != 0 || c[20] != 0) /* compression, filter, interlace */
@@ -358,7 +344,7 @@ int ch_png0_decode(const uint8_t *p, size_t len, uint32_t w, uint32_t h, uint32_
         const uint8_t *type = p + at + 4;
         if (n > 0x7fffffffu || n > len - at - 12)
             return 0;
-        if (png0_crc(0, type, 4 + (size_t)n) != be32(type + 4 + n))
+        if (ch_crc32_update(0, type, 4 + (size_t)n) != be32(type + 4 + n))
             return 0;
         if (memcmp(type, "IDAT", 4) == 0) {
             if (z.state == Z_DONE || !zs_feed(&z, &r, type + 4, n))

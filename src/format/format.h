@@ -15,6 +15,7 @@
 #ifndef CHUTE_FORMAT_H
 #define CHUTE_FORMAT_H
 
+#include "../common/checksum.h"
 #include "../common/common.h"
 #include "../io/io.h"
 #include "../io/remote.h"
@@ -383,11 +384,7 @@ uint64_t ch_shard_writer_count(const ch_shard_writer *w);
 int ch_shard_writer_finish(ch_shard_writer *w, chute_error *err);
 void ch_shard_writer_abort(ch_shard_writer *w);
 
-uint32_t ch_crc32(const void *data, size_t len);
-/* crc32_clmul.c: advances *crc (zlib's convention) over a prefix of data
- * by PCLMULQDQ and returns its length (a multiple of 16; 0 where the CPU
- * lacks it or len < 64); ch_crc32 finishes the rest with zlib. */
-size_t ch_crc32_clmul(uint32_t *crc, const void *data, size_t len);
+/* ch_crc32 (shards' checksum) is in common/checksum.h. */
 
 /* Manifest ("chute.manifest", docs/FORMAT.md), parsed from memory so the
  * parser can be fuzzed without files.  Numbers are plain decimal digits

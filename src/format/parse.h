@@ -42,6 +42,7 @@
 #ifndef CHUTE_FORMAT_PARSE_H
 #define CHUTE_FORMAT_PARSE_H
 
+#include "../common/checksum.h"
 #include "../common/common.h"
 
 #include <stddef.h>
@@ -83,21 +84,7 @@ int fmt_reader_source(fmt_reader *r, const struct ch_source_ops *src, void *h, u
                       size_t window, const char *name, chute_error *err);
 void fmt_reader_free(fmt_reader *r);
 
-/* ---- CRC32C (Castagnoli), as TFRecord uses it ------------------------- */
-
-/* Running CRC32C: start with crc = 0, feed pieces in order.  Uses the
- * SSE4.2 crc32 instruction when the CPU has it, else a table. */
-uint32_t fmt_crc32c(uint32_t crc, const void *p, size_t n);
-/* The portable table implementation (always available). */
-uint32_t fmt_crc32c_sw(uint32_t crc, const void *p, size_t n);
-/* The hardware implementation: CHUTE_EUNSUPPORTED if this CPU (or build)
- * lacks it, else CHUTE_OK with *out set. */
-int fmt_crc32c_hw(uint32_t crc, const void *p, size_t n, uint32_t *out);
-/* TFRecord's masked CRC: rotate right 15, add a constant. */
-static inline uint32_t fmt_crc32c_mask(uint32_t crc)
-{
-    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
+/* CRC-32C (TFRecord's checksum) lives in common/checksum.h. */
 
 /* ---- TFRecord framing ------------------------------------------------- */
 /*

@@ -31,22 +31,6 @@
 #include <unistd.h>
 #include <zlib.h>
 
-uint32_t ch_crc32(const void *data, size_t len)
-{
-    uint32_t c0 = 0; /* crc32_clmul.c: the 16-byte-aligned bulk, where the CPU can */
-    size_t done = ch_crc32_clmul(&c0, data, len);
-    uLong c = c0;
-    const uint8_t *p = (const uint8_t *)data + done;
-    len -= done;
-    while (len > 0) {
-        uInt chunk = len > (1u << 30) ? (1u << 30) : (uInt)len;
-        c = crc32(c, p, chunk);
-        p += chunk;
-        len -= chunk;
-    }
-    return (uint32_t)c;
-}
-
 int ch_packfile_kind(const char *name, unsigned *out_index)
 {
     size_t len = strlen(name);

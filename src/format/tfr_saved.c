@@ -92,7 +92,7 @@ int ch_tfx_parse(const uint8_t *p, size_t n, const char *name, const ch_tfx_want
         return ch_err(err, CHUTE_ECORRUPT, "%s@32: %llu records but %llu bytes of them "
                       "(truncated?)", name, (unsigned long long)count, (unsigned long long)body);
     const uint8_t *t = p + n - TFX_TRAILER;
-    if (memcmp(t + 4, "TFXE", 4) != 0 || rd32(t) != fmt_crc32c(0, p, n - TFX_TRAILER))
+    if (memcmp(t + 4, "TFXE", 4) != 0 || rd32(t) != ch_crc32c(0, p, n - TFX_TRAILER))
         return ch_err(err, CHUTE_ECORRUPT, "%s@%zu: checksum mismatch (damaged index)", name,
                       n - TFX_TRAILER);
     /* The keys: two NUL-terminated strings filling exactly k bytes. */
@@ -179,7 +179,7 @@ int ch_tfx_format(const ch_tfx *ix, const ch_tfx_want *want, uint8_t **out, size
         wr32(r + 24, x->image_len);
         wr32(r + 28, x->bad);
     }
-    wr32(p + n - TFX_TRAILER, fmt_crc32c(0, p, n - TFX_TRAILER));
+    wr32(p + n - TFX_TRAILER, ch_crc32c(0, p, n - TFX_TRAILER));
     memcpy(p + n - 4, "TFXE", 4);
     *out = p;
     *out_len = n;

@@ -102,7 +102,7 @@ static int index_push(fmt_tfr_index *ix, uint64_t off, uint64_t len, const tfr_l
 static int parse_header(const uint8_t *h, uint64_t off, const tfr_limits *l, const char *name,
                         uint64_t *out_len, chute_error *err)
 {
-    uint32_t want = get_le32(h + 8), got = fmt_crc32c_mask(fmt_crc32c(0, h, 8));
+    uint32_t want = get_le32(h + 8), got = ch_crc32c_mask(ch_crc32c(0, h, 8));
     if (want != got) {
         if (off == 0)
             return ch_err(err, CHUTE_EFORMAT,
@@ -126,7 +126,7 @@ static int parse_header(const uint8_t *h, uint64_t off, const tfr_limits *l, con
 int fmt_tfr_check_header(const uint8_t hdr[12], uint64_t expect_length, const char *name,
                          uint64_t offset, chute_error *err)
 {
-    uint32_t want = get_le32(hdr + 8), got = fmt_crc32c_mask(fmt_crc32c(0, hdr, 8));
+    uint32_t want = get_le32(hdr + 8), got = ch_crc32c_mask(ch_crc32c(0, hdr, 8));
     if (want != got)
         return ch_err(err, CHUTE_ECORRUPT,
                       "%s@%llu: record length CRC mismatch (stored 0x%08x, computed 0x%08x)",
@@ -147,7 +147,7 @@ int fmt_tfr_check_data(const uint8_t *data, uint64_t length, const char *name, u
         return ch_err(err, CHUTE_ELIMIT, "%s@%llu: record too large for this machine", name,
                       (unsigned long long)offset);
     uint32_t want = get_le32(data + length);
-    uint32_t got = fmt_crc32c_mask(fmt_crc32c(0, data, (size_t)length));
+    uint32_t got = ch_crc32c_mask(ch_crc32c(0, data, (size_t)length));
     if (want != got)
         return ch_err(err, CHUTE_ECORRUPT,
                       "%s@%llu: record data CRC mismatch (stored 0x%08x, computed 0x%08x, "
@@ -169,7 +169,7 @@ static int verify_through(fmt_reader *r, uint64_t off, uint64_t len, chute_error
         int rc = fmt_reader_get(r, p, k, &v, err);
         if (rc)
             return rc;
-        crc = fmt_crc32c(crc, v, k);
+        crc = ch_crc32c(crc, v, k);
         p += k;
         left -= k;
     }
@@ -178,11 +178,11 @@ static int verify_through(fmt_reader *r, uint64_t off, uint64_t len, chute_error
     if (rc)
         return rc;
     uint32_t want = get_le32(t);
-    if (want != fmt_crc32c_mask(crc))
+    if (want != ch_crc32c_mask(crc))
         return ch_err(err, CHUTE_ECORRUPT,
                       "%s@%llu: record data CRC mismatch (stored 0x%08x, computed 0x%08x, "
                       "%llu bytes)",
-                      r->name, (unsigned long long)off, want, fmt_crc32c_mask(crc),
+                      r->name, (unsigned long long)off, want, ch_crc32c_mask(crc),
                       (unsigned long long)len);
     return CHUTE_OK;
 }
@@ -265,7 +265,7 @@ static int stream_feed(tfr_stream *s, const uint8_t *p, size_t n, chute_error *e
             s->phase = s->left ? 1 : 2;
         } else if (s->phase == 1) {
             size_t k = s->left < n ? (size_t)s->left : n;
-            s->crc = fmt_crc32c(s->crc, p, k);
+            s->crc = ch_crc32c(s->crc, p, k);
             s->left -= k;
             p += k;
             n -= k;
@@ -281,7 +281,7 @@ static int stream_feed(tfr_stream *s, const uint8_t *p, size_t n, chute_error *e
             s->pos += k;
             if (s->have < 4)
                 continue;
-            uint32_t want = get_le32(s->buf), got = fmt_crc32c_mask(s->crc);
+            uint32_t want = get_le32(s->buf), got = ch_crc32c_mask(s->crc);
             if (want != got)
                 return ch_err(err, CHUTE_ECORRUPT,
                               "%s@%llu (uncompressed): record data CRC mismatch (stored "

@@ -13,7 +13,7 @@
  *   - The Example is encoded here by hand (varints, length-delimited
  *     fields, the int64 list packed as TensorFlow packs it) into one
  *     reusable buffer with its framing: u64 length, masked CRC32C of the
- *     length, data, masked CRC32C of the data (crc32c.c).  No allocation
+ *     length, data, masked CRC32C of the data (common/checksum.c).  No allocation
  *     per sample once the buffer has grown to the largest record.
  *   - Files are named PREFIX-00000-of-0000N (the script's "train-..."),
  *     N known only at the end: files are written under temporary names and
@@ -234,7 +234,7 @@ static int tfw_add(void *vw, const ch_writer_sample *s, chute_error *err)
         return ch_err(err, CHUTE_ENOMEM, "out of memory for a %zu-byte record", total);
     uint8_t *b = w->rec.data;
     le64(b, data);
-    le32(b + 8, fmt_crc32c_mask(fmt_crc32c(0, b, 8)));
+    le32(b + 8, ch_crc32c_mask(ch_crc32c(0, b, 8)));
     uint8_t *p = b + 12;
     p = vput(p, 0x0A);
     p = vput(p, feats);
@@ -243,7 +243,7 @@ static int tfw_add(void *vw, const ch_writer_sample *s, chute_error *err)
     if ((size_t)(p - (b + 12)) != data)
         return ch_err(err, CHUTE_EINVAL, "internal: Example size %zu, computed %zu",
                       (size_t)(p - (b + 12)), data);
-    le32(p, fmt_crc32c_mask(fmt_crc32c(0, b + 12, data)));
+    le32(p, ch_crc32c_mask(ch_crc32c(0, b + 12, data)));
 
     /* The DALI index line: offset of the framing, framed size. */
     char line[64];

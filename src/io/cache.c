@@ -82,7 +82,7 @@
  */
 #define _GNU_SOURCE
 #include "io.h"
-#include "../format/parse.h"
+#include "../common/checksum.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -225,7 +225,7 @@ static void hdr_build(const cache_file *f, uint64_t k, uint64_t len, uint8_t *h)
     put64(h + 40, f->size);
     put64(h + 48, (uint64_t)f->mtime);
     put32(h + 56, CHUNK);
-    uint32_t hc = fmt_crc32c(fmt_crc32c(0, h, 60), f->key, f->keylen);
+    uint32_t hc = ch_crc32c(ch_crc32c(0, h, 60), f->key, f->keylen);
     put32(h + 60, hc);
 }
 
@@ -270,7 +270,7 @@ static uint32_t pieces_crc(const piece *pc, int np, uint64_t from, uint64_t to)
         if (from >= e || pc[i].n == 0)
             continue;
         uint64_t x = CH_MIN(to, e);
-        crc = fmt_crc32c(crc, pc[i].p + (from - pc[i].at), (size_t)(x - from));
+        crc = ch_crc32c(crc, pc[i].p + (from - pc[i].at), (size_t)(x - from));
         from = x;
     }
     return crc;
@@ -333,7 +333,7 @@ static int try_hit(cache_file *f, uint64_t k, const char *p, uint64_t boff, void
     if (n == (ssize_t)hl && memcmp(h, k_magic, 6) == 0 && h[6] != k_magic[6])
         goto out; /* another version of the format: refilled in place */
     if (n != (ssize_t)hl || memcmp(h, k_magic, 8) ||
-        get32(h + 60) != fmt_crc32c(fmt_crc32c(0, h, 60), h + HDR, f->keylen)) {
+        get32(h + 60) != ch_crc32c(ch_crc32c(0, h, 60), h + HDR, f->keylen)) {
         drop_corrupt(f, p, &st); /* truncated, torn or overwritten */
         goto out;
     }
@@ -562,7 +562,7 @@ static void fill(cache_file *f, uint64_t k, const char *final, const uint8_t *da
     }
     for (uint64_t i = 0; i < nc; i++) {
         uint64_t at = i * CHUNK;
-        put32(tab + 4 * i, fmt_crc32c(0, data + at, (size_t)CH_MIN((uint64_t)CHUNK, bl - at)));
+        put32(tab + 4 * i, ch_crc32c(0, data + at, (size_t)CH_MIN((uint64_t)CHUNK, bl - at)));
     }
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%llu", final, (long)getpid(),

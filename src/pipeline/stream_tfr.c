@@ -81,7 +81,7 @@ static uint32_t le32(const uint8_t *p)
 /* A TFRecord header's length CRC holds (hdr: FMT_TFR_HEADER bytes). */
 static int header_crc_ok(const uint8_t *hdr)
 {
-    return fmt_crc32c_mask(fmt_crc32c(0, hdr, 8)) == le32(hdr + 8);
+    return ch_crc32c_mask(ch_crc32c(0, hdr, 8)) == le32(hdr + 8);
 }
 
 static void bad(ch_stream_rec *rec, const char *where, const char *why)
@@ -168,7 +168,7 @@ void ch_stream_tfr_fill(const ch_stream_spec *spec, ch_stream_rec *rec, const ch
                  (unsigned long long)length, n - FMT_TFR_OVERHEAD);
         return bad(rec, where, why);
     }
-    if (fmt_crc32c_mask(fmt_crc32c(0, d + FMT_TFR_HEADER, (size_t)length)) !=
+    if (ch_crc32c_mask(ch_crc32c(0, d + FMT_TFR_HEADER, (size_t)length)) !=
         le32(d + FMT_TFR_HEADER + length))
         return bad(rec, where, "TFRecord data CRC mismatch");
     fill_example(spec, rec, where, FMT_TFR_HEADER, (size_t)length);

@@ -14,7 +14,7 @@
 #define _GNU_SOURCE
 #include "tboard.h"
 
-#include "../format/parse.h"
+#include "../common/checksum.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -125,8 +125,8 @@ static uint8_t *put_event_head(uint8_t *p, double wall_time, uint64_t step)
 static size_t frame(uint8_t *buf, size_t n)
 {
     put_le(buf, n, 8);
-    put_le(buf + 8, fmt_crc32c_mask(fmt_crc32c(0, buf, 8)), 4);
-    put_le(buf + 12 + n, fmt_crc32c_mask(fmt_crc32c(0, buf + 12, n)), 4);
+    put_le(buf + 8, ch_crc32c_mask(ch_crc32c(0, buf, 8)), 4);
+    put_le(buf + 12 + n, ch_crc32c_mask(ch_crc32c(0, buf + 12, n)), 4);
     return 12 + n + 4;
 }
 

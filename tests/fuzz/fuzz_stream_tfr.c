@@ -156,9 +156,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint64_t len = size;
         for (int i = 0; i < 8; i++)
             d[i] = (uint8_t)(len >> (8 * i));
-        put32(d + 8, fmt_crc32c_mask(fmt_crc32c(0, d, 8)));
+        put32(d + 8, ch_crc32c_mask(ch_crc32c(0, d, 8)));
         memcpy(d + FMT_TFR_HEADER, data, size);
-        put32(d + FMT_TFR_HEADER + size, fmt_crc32c_mask(fmt_crc32c(0, data, size)));
+        put32(d + FMT_TFR_HEADER + size, ch_crc32c_mask(ch_crc32c(0, data, size)));
     } else {
         memcpy(d, data, size);
     }

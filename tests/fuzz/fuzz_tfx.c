@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!fixed)
             return 0;
         memcpy(fixed, data, size);
-        uint32_t c = fmt_crc32c(0, fixed, size - 8);
+        uint32_t c = ch_crc32c(0, fixed, size - 8);
         for (int i = 0; i < 4; i++)
             fixed[size - 8 + i] = (uint8_t)(c >> (8 * i));
         one(fixed, size);

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-static const uint32_t fmt_crc32c_table[8][256] = {
+static const uint32_t ch_crc32c_table[8][256] = {
     {
         0x00000000u, 0xf26b8303u, 0xe13b70f7u, 0x1350f3f4u, 0xc79a971fu, 0x35f1141cu,
         0x26a1e7e8u, 0xd4ca64ebu, 0x8ad958cfu, 0x78b2dbccu, 0x6be22838u, 0x9989ab3bu,
