@@ -1,0 +1,152 @@
+/*
+ * color.c — brightness, contrast, saturation and hue: ColorJitter's four
+ * adjustments as standalone ops (ColorJitter(brightness=b) etc.), and the
+ * kernels colorjitter.c composes.  Each follows torchvision's uint8 kernel
+ * in float32, in its order of operations:
+ *   brightness  clamp(x * f) truncated
+ *   contrast    _blend(x, mean(floor(gray)), f)
+ *   saturation  _blend(x, floor(gray), f)
+ *   hue         x / 255 -> HSV, h = (h + f) mod 1 -> RGB, * (256 - 1e-3),
+ *               truncated
+ * where _blend(a, b, f) = clamp(a * f + (1 - f) * b) truncated.  The
+ * parameter is ColorJitter's: the factor is drawn uniformly from
+ * [max(0, 1 - v), 1 + v] (hue: [-v, v]).
+ */
+#include "../aug.h"
+
+#include <math.h>
+
+void ch_aug_brightness(uint8_t *px, size_t n, float f)
+{
+    for (size_t i = 0; i < n * 3; i++)
+        px[i] = ch_aug_u8_trunc((float)px[i] * f);
+}
+
+static float blend_alpha(float f)
+{
+    return (float)(1.0 - (double)f); /* torchvision: alpha=(1.0 - ratio) in double */
+}
+
+void ch_aug_contrast(uint8_t *px, size_t n, float f)
+{
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += floorf(ch_aug_gray(px + i * 3));
+    /* float32 division as torch.mean: sum and n are exact in float below 2^24 */
+    const float mean = (float)sum / (float)n, alpha = blend_alpha(f);
+    for (size_t i = 0; i < n * 3; i++)
+        px[i] = ch_aug_blend(px[i], mean, f, alpha);
+}
+
+void ch_aug_saturation(uint8_t *px, size_t n, float f)
+{
+    const float alpha = blend_alpha(f);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *q = px + i * 3;
+        float g = floorf(ch_aug_gray(q));
+        q[0] = ch_aug_blend(q[0], g, f, alpha);
+        q[1] = ch_aug_blend(q[1], g, f, alpha);
+        q[2] = ch_aug_blend(q[2], g, f, alpha);
+    }
+}
+
+/* torchvision's _rgb_to_hsv and _hsv_to_rgb on one pixel, float32. */
+void ch_aug_hue(uint8_t *px, size_t n, float f)
+{
+    const float inv255 = (float)(1.0 / 255.0);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *q = px + i * 3;
+        float r = (float)q[0] * inv255, g = (float)q[1] * inv255, b = (float)q[2] * inv255;
+        float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
+        int eqc = maxc == minc;
+        float range = maxc - minc;
+        float s = range / (eqc ? 1.0f : maxc);
+        float div = eqc ? 1.0f : range;
+        float rc = (maxc - r) / div, gc = (maxc - g) / div, bc = (maxc - b) / div;
+        float hh;
+        if (maxc == r)
+            hh = bc - gc;
+        else if (maxc == g)
+            hh = (rc + 2.0f) - bc;
+        else
+            hh = (gc + 4.0f) - rc;
+        /* h.mul_(1/6).add_(1).fmod_(1), then add_(f).remainder_(1) */
+        float h = fmodf(hh * (float)(1.0 / 6.0) + 1.0f, 1.0f);
+        h = h + f;
+        h = h - floorf(h); /* remainder with divisor 1: result in [0, 1) */
+        if (h >= 1.0f)
+            h = 0.0f;
+        float h6 = h * 6.0f, fi = floorf(h6), fr = h6 - fi;
+        int k = ((int)fi % 6 + 6) % 6;
+        float v = maxc;
+        float sxf = s * fr, oms = 1.0f - s;
+        float qq = fminf(fmaxf((1.0f - sxf) * v, 0.0f), 1.0f);
+        float t = fminf(fmaxf((sxf + oms) * v, 0.0f), 1.0f);
+        float p = fminf(fmaxf(oms * v, 0.0f), 1.0f);
+        float o[3];
+        switch (k) {
+        case 0: o[0] = v, o[1] = t, o[2] = p; break;
+        case 1: o[0] = qq, o[1] = v, o[2] = p; break;
+        case 2: o[0] = p, o[1] = v, o[2] = t; break;
+        case 3: o[0] = p, o[1] = qq, o[2] = v; break;
+        case 4: o[0] = t, o[1] = p, o[2] = v; break;
+        default: o[0] = v, o[1] = p, o[2] = qq; break;
+        }
+        for (int c = 0; c < 3; c++)
+            q[c] = ch_aug_u8_trunc(o[c] * (float)(255.0 + 1.0 - 1e-3));
+    }
+}
+
+/* ColorJitter's factor range for one parameter v: [max(0, 1 - v), 1 + v]. */
+float ch_aug_jitter_factor(ch_rng *r, float v)
+{
+    float lo = 1.0f - v < 0.0f ? 0.0f : 1.0f - v;
+    return ch_aug_uniform(r, lo, 1.0f + v);
+}
+
+static int draw_factor(const float *p, uint32_t w, uint32_t h, ch_rng *r, float *args)
+{
+    (void)w, (void)h;
+    args[0] = ch_aug_jitter_factor(r, p[0]);
+    return p[0] > 0.0f;
+}
+
+static int draw_hue(const float *p, uint32_t w, uint32_t h, ch_rng *r, float *args)
+{
+    (void)w, (void)h;
+    args[0] = ch_aug_uniform(r, -p[0], p[0]);
+    return p[0] > 0.0f;
+}
+
+#define COLOR_APPLY(fn)                                                                        \
+    static int apply_##fn(uint8_t *px, uint32_t w, uint32_t h, const float *args, ch_buf *s)   \
+    {                                                                                          \
+        (void)s;                                                                               \
+        ch_aug_##fn(px, (size_t)w * h, args[0]);                                               \
+        return CHUTE_OK;                                                                       \
+    }
+COLOR_APPLY(brightness)
+COLOR_APPLY(contrast)
+COLOR_APPLY(saturation)
+COLOR_APPLY(hue)
+
+const ch_aug_op ch_aug_brightness_op = {
+    .name = "brightness", .torchvision = "ColorJitter(brightness=v)", .stage = CH_AUG_PIXELS,
+    .nparams = 1, .nrequired = 1, .pname = {"v"}, .def = {0}, .lo = {0}, .hi = {100},
+    .draw = draw_factor, .apply = apply_brightness,
+};
+const ch_aug_op ch_aug_contrast_op = {
+    .name = "contrast", .torchvision = "ColorJitter(contrast=v)", .stage = CH_AUG_PIXELS,
+    .nparams = 1, .nrequired = 1, .pname = {"v"}, .def = {0}, .lo = {0}, .hi = {100},
+    .draw = draw_factor, .apply = apply_contrast,
+};
+const ch_aug_op ch_aug_saturation_op = {
+    .name = "saturation", .torchvision = "ColorJitter(saturation=v)", .stage = CH_AUG_PIXELS,
+    .nparams = 1, .nrequired = 1, .pname = {"v"}, .def = {0}, .lo = {0}, .hi = {100},
+    .draw = draw_factor, .apply = apply_saturation,
+};
+const ch_aug_op ch_aug_hue_op = {
+    .name = "hue", .torchvision = "ColorJitter(hue=v)", .stage = CH_AUG_PIXELS,
+    .nparams = 1, .nrequired = 1, .pname = {"v"}, .def = {0}, .lo = {0}, .hi = {0.5f},
+    .draw = draw_hue, .apply = apply_hue,
+};
