@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""The augmentation ops against torchvision.transforms.v2.
+
+golden    every case of tests/fixtures/augment/golden.npz (torchvision's
+          output, made by tests/fixtures/make_augment_golden.py on small
+          real-photo crops): chute's op (tests/tools/augtool) on the same
+          input with the same parameters.  Ops torchvision computes exactly
+          on uint8 must be identical; the others within BOUND levels.  Max
+          and mean absolute difference are printed per op.
+parse     augment strings: the parsed steps, and errors that name the
+          offending token.
+draws     the draw functions: coin frequencies match p, factors stay in
+          ColorJitter's ranges and fill them, ColorJitter's orders are
+          all 24 permutations, erasing boxes fit and match their area range.
+"""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chute_testlib as T  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GOLDEN = os.path.join(HERE, "fixtures", "augment", "golden.npz")
+# Non-exact ops: 1 level (float sums in another order, vectorised exp, fused
+# multiply-adds where PyTorch's scalar tail does not fuse).
+BOUND = {"grayscale": 1, "brightness": 1, "contrast": 1, "saturation": 1, "hue": 1,
+         "sharpness": 1, "blur": 1, "colorjitter": 1}
+# and on average: an op that is off by one level on a share of its pixels is
+# wrong, however small each difference (dropping saturation's floor() gives
+# max 1, mean 0.18)
+MEAN_BOUND = 0.01
+
+
+def augtool(ctx):
+    return os.path.join(os.path.dirname(ctx.dump), "augtool")
+
+
+def golden(ctx):
+    ctx.need_modules("numpy")
+    import numpy as np
+    tool = augtool(ctx)
+    work = ctx.scratch("golden")
+    g = np.load(GOLDEN)
+    meta = json.loads(bytes(g["meta"]).decode())
+    ctx.note("torch %s, torchvision %s" % (meta["torch"], meta["torchvision"]))
+    per_op = {}
+    for c in meta["cases"]:
+        src = g["in%d" % c["input"]]
+        want = g[c["key"]]
+        h, w = src.shape[:2]
+        if c["op"] == "erasing" and w != h:
+            continue  # output-stage ops act on a square slot
+        inp, out = os.path.join(work, "in.bin"), os.path.join(work, "out.bin")
+        with open(inp, "wb") as f:
+            f.write(np.ascontiguousarray(src).tobytes())
+        args = ["%.9g" % a for a in c["args"]]
+        ctx.run([tool, "apply", c["op"], w, h, inp, out] + args, what=c["case"])
+        got = np.fromfile(out, dtype=np.uint8).reshape(src.shape)
+        d = np.abs(got.astype(np.int32) - want.astype(np.int32))
+        mx, mean = int(d.max()), float(d.mean())
+        r = per_op.setdefault(c["op"], [0, 0.0, 0, c["exact"]])
+        r[0] = max(r[0], mx)
+        r[1] += float(d.sum())
+        r[2] += d.size
+        limit = 0 if c["exact"] else BOUND[c["op"]]
+        ctx.check(mx <= limit, "%s on input %d: max abs diff %d > %d (mean %.4f)"
+                  % (c["case"], c["input"], mx, limit, mean))
+        ctx.check(mean <= MEAN_BOUND, "%s on input %d: mean abs diff %.4f > %g"
+                  % (c["case"], c["input"], mean, MEAN_BOUND))
+    ctx.check(len(per_op) >= 14, "only %d ops in the golden file" % len(per_op))
+    for op, (mx, s, n, exact) in sorted(per_op.items()):
+        print("%-13s %-6s max abs diff %d  mean %.5f" % (op, "exact" if exact else "bound",
+                                                         mx, s / n))
+
+
+def parse(ctx):
+    tool = augtool(ctx)
+    p = ctx.run([tool, "parse", "colorjitter=0.4:0.4:0.4:0.1, grayscale=0.2,solarize=128,"
+                 "erasing=0.25,blur=5"])
+    want = ["colorjitter brightness=0.4 contrast=0.4 saturation=0.4 hue=0.1",
+            "grayscale p=0.2", "solarize threshold=128 p=0.5",
+            "erasing p=0.25 scale_lo=0.02 scale_hi=0.33 ratio_lo=0.3 ratio_hi=3.3 value=0",
+            "blur kernel=5 lo=0.1 hi=2"]
+    ctx.check(p.out.split("\n")[:5] == want, "parsed: %r" % p.out)
+    ctx.check(ctx.run([tool, "parse", ""]).out == "", "empty string gives steps")
+    bad = {
+        "invert,fliip": "unknown op 'fliip' at offset 7",
+        "colorjitter=0.4:x": "contrast of colorjitter is 'x', not a number",
+        "solarize=300": "threshold of solarize is 300, outside [0, 255]",
+        "posterize=2.5": "bits must be a whole number",
+        "posterize": "posterize needs bits",
+        "invert=0.1:0.2": "invert takes at most 1 value",
+        "invert,,equalize": "empty op at offset 7",
+        "blur=4": "kernel size must be an odd whole number",
+        "blur=5:2:1": "sigma range must be 0 < lo <= hi",
+        "hue=0.6": "outside [0, 0.5]",
+        "erasing=0.5:0.3:0.1": "scale range must be lo <= hi",
+        "brightness=nan": "not a number",
+        "grayscale=": "p of grayscale is empty",
+        ",".join(["invert"] * 17): "more than 16 ops",
+    }
+    for spec, msg in bad.items():
+        p = ctx.run([tool, "parse", spec], expect=2)
+        ctx.check(msg in p.out, "%r: %r lacks %r" % (spec, p.out, msg))
+
+
+def draws(ctx):
+    tool = augtool(ctx)
+    N = 4000
+    p = ctx.run([tool, "draw", "grayscale=0.2,colorjitter=0.4:0.3:0.5:0.1,erasing=0.5",
+                 64, 48, 11, 3, N])
+    rows = [line.split() for line in p.out.strip().split("\n")]
+    ctx.check(len(rows) == 3 * N, "draw rows: %d" % len(rows))
+    gray = [r for r in rows if r[1] == "0"]
+    cj = [list(map(float, r[3:])) for r in rows if r[1] == "1"]
+    er = [(int(r[2]), list(map(float, r[3:]))) for r in rows if r[1] == "2"]
+    fg = sum(int(r[2]) for r in gray) / N
+    ctx.check(abs(fg - 0.2) < 0.03, "grayscale p=0.2 applied to %.3f" % fg)
+    orders = {tuple(int(a) for a in c[:4]) for c in cj}
+    ctx.check(len(orders) == 24, "colorjitter orders seen: %d of 24" % len(orders))
+    for k, (lo, hi) in enumerate([(0.6, 1.4), (0.7, 1.3), (0.5, 1.5), (-0.1, 0.1)]):
+        v = [c[4 + k] for c in cj]
+        ctx.check(min(v) >= lo and max(v) <= hi, "factor %d outside [%g, %g]" % (k, lo, hi))
+        ctx.check(min(v) < lo + 0.02 * (hi - lo) and max(v) > hi - 0.02 * (hi - lo),
+                  "factor %d does not fill [%g, %g]: %g..%g" % (k, lo, hi, min(v), max(v)))
+    on = [a for o, a in er if o]
+    fe = len(on) / N
+    ctx.check(abs(fe - 0.5) < 0.04, "erasing p=0.5 applied to %.3f" % fe)
+    for a in on:
+        top, left, h, w = a[:4]
+        ctx.check(0 <= top and top + h <= 48 and 0 <= left and left + w <= 64 and h < 48
+                  and w < 64, "erasing box %r outside 64x48" % (a[:4],))
+        # rounding h and w moves the area by at most (h + w) / 2 + 1/4 pixels
+        ctx.check(0.02 * 3072 - (h + w) / 2 - 1 <= h * w <= 0.33 * 3072 + (h + w) / 2 + 1,
+                  "erasing area %g outside scale (0.02, 0.33)" % (h * w))
+
+
+if __name__ == "__main__":
+    T.main({"golden": golden, "parse": parse, "draws": draws})
