@@ -9,6 +9,12 @@ golden    every case of tests/fixtures/augment/golden.npz (torchvision's
           and mean absolute difference are printed per op.
 parse     augment strings: the parsed steps, and errors that name the
           offending token.
+loader    option augment through the loader (tests/tools/dump): workers 1, 2
+          and 3 give byte-identical epochs (tree, shards and a decoded
+          cache too); seeds differ; invert=1 on uint8 is 255 - the plain
+          epoch; erasing=1 on float32 zeroes one rectangle per sample and
+          leaves the rest as a no-op augment string does; a no-op string
+          differs from the plain float pass by the uint8 rounding only.
 draws     the draw functions: coin frequencies match p, factors stay in
           ColorJitter's ranges and fill them, ColorJitter's orders are
           all 24 permutations, erasing boxes fit and match their area range.
@@ -137,5 +143,75 @@ def draws(ctx):
                   "erasing area %g outside scale (0.02, 0.33)" % (h * w))
 
 
+SPEC = "colorjitter=0.4:0.4:0.4:0.1,grayscale=0.2,solarize=128:0.3,blur=3:0.1:1.5,erasing=0.25"
+
+
+def same_file(a, b):
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+def loader(ctx):
+    ctx.need_data()
+    ctx.need_modules("numpy")
+    import numpy as np
+    work = ctx.scratch("loader")
+    S = 48
+    common = ["--transform", "train", "--size", S, "--batch-size", 16, "--epoch", 1, "--seed", 5]
+    f32 = common + ["--dtype", "float32"]
+    outs = {}
+    for w in (1, 2, 3):
+        outs[w] = os.path.join(work, "w%d.bin" % w)
+        p = ctx.dump_run(ctx.tree, outs[w], *f32, "--workers", w, "--augment", SPEC)
+        ctx.check(T.parse_counts(p.out).get("samples") == 200, "workers %d: %r" % (w, p.out))
+    ctx.check(same_file(outs[1], outs[2]), "augment: workers 1 and 2 give different bytes")
+    ctx.check(same_file(outs[1], outs[3]), "augment: workers 1 and 3 give different bytes")
+    sh = os.path.join(work, "shards.bin")
+    ctx.dump_run(ctx.shards, sh, *f32, "--workers", 2, "--augment", SPEC)
+    ctx.check(same_file(outs[1], sh), "augment: the tree and its shards differ")
+    dc = os.path.join(work, "cache.bin")
+    ctx.dump_run(ctx.tree, dc, *f32, "--workers", 3, "--augment", SPEC,
+                 "--decoded-cache-bytes", 1 << 30)
+    ctx.check(same_file(outs[1], dc), "augment: a decoded cache changes the epoch")
+    seed6 = os.path.join(work, "seed6.bin")
+    ctx.dump_run(ctx.tree, seed6, *f32, "--workers", 2, "--augment", SPEC, "--seed", 6)
+    ctx.check(not same_file(outs[1], seed6), "augment: seeds 5 and 6 give the same epoch")
+    plain = os.path.join(work, "plain.bin")
+    ctx.dump_run(ctx.tree, plain, *f32, "--workers", 2)
+    ctx.check(not same_file(outs[1], plain), "augment changed nothing")
+
+    # invert=1 (always): exactly 255 - the plain uint8 epoch
+    u8p, u8i = os.path.join(work, "u8.bin"), os.path.join(work, "u8inv.bin")
+    ctx.dump_run(ctx.tree, u8p, *common, "--dtype", "uint8", "--workers", 2)
+    ctx.dump_run(ctx.tree, u8i, *common, "--dtype", "uint8", "--workers", 2, "--augment", "invert=1")
+    ia, _, a = ctx.read_dump(u8p, S, "uint8")
+    ib, _, b = ctx.read_dump(u8i, S, "uint8")
+    ctx.check(np.array_equal(ia, ib), "invert=1: another sample order")
+    ctx.check(np.array_equal(b, 255 - a), "invert=1 is not 255 - the plain epoch")
+
+    # a no-op string (invert with p 0): the plain float pass up to uint8 rounding
+    nop, era = os.path.join(work, "nop.bin"), os.path.join(work, "erase.bin")
+    ctx.dump_run(ctx.tree, nop, *f32, "--workers", 2, "--augment", "invert=0")
+    ctx.dump_run(ctx.tree, era, *f32, "--workers", 2, "--augment", "invert=0,erasing=1")
+    _, _, fp = ctx.read_dump(plain, S, "float32")
+    _, _, fn = ctx.read_dump(nop, S, "float32")
+    _, _, fe = ctx.read_dump(era, S, "float32")
+    step = 0.5 / 255 / 0.224 + 1e-5  # half a level, the smallest std of the default
+    ctx.check(float(np.abs(fp - fn).max()) <= step, "no-op augment moved a value by %g > %g"
+              % (float(np.abs(fp - fn).max()), step))
+    erased = 0
+    for k in range(fn.shape[0]):
+        x, y = fn[k].reshape(3, S, S), fe[k].reshape(3, S, S)
+        m = (x != y).any(axis=0)
+        ctx.check(((y == 0.0) | ~m[None]).all(), "sample %d: erasing wrote a nonzero value" % k)
+        if m.any():
+            erased += 1
+            rows, cols = np.where(m.any(axis=1))[0], np.where(m.any(axis=0))[0]
+            box = (rows[-1] - rows[0] + 1) * (cols[-1] - cols[0] + 1)
+            ctx.check(box == m.sum(), "sample %d: erased pixels are not a rectangle" % k)
+            ctx.check(box <= 0.33 * S * S + S, "sample %d: erased %d pixels" % (k, box))
+    ctx.check(erased >= 190, "erasing=1 erased only %d of %d samples" % (erased, fn.shape[0]))
+
+
 if __name__ == "__main__":
-    T.main({"golden": golden, "parse": parse, "draws": draws})
+    T.main({"golden": golden, "parse": parse, "draws": draws, "loader": loader})
