@@ -115,7 +115,19 @@ static inline uint8_t ch_aug_u8_trunc(float v)
 }
 /* rgb_to_grayscale's float value: r*0.2989 + 0.587*g + 0.114*b with
  * PyTorch's fused add-with-alpha (vectorised fmadd). */
-float ch_aug_gray(const uint8_t *rgb);
+static inline float ch_aug_gray(const uint8_t *rgb)
+{
+    float l = (float)rgb[0] * 0.2989f;
+    l = __builtin_fmaf(0.587f, (float)rgb[1], l);
+    return __builtin_fmaf(0.114f, (float)rgb[2], l);
+}
+/* The per-pixel kernels get an x86-64-v3 clone (FMA in hardware rather
+ * than libm's fmaf call; the same exactly rounded result either way). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+#define CH_AUG_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define CH_AUG_CLONES
+#endif
 /* _blend(image1, image2, ratio) of one value: image1*ratio + image2*(1-ratio),
  * clamped and truncated. */
 static inline uint8_t ch_aug_blend(uint8_t a, float b, float ratio, float alpha)

@@ -62,6 +62,7 @@ static uint32_t reflect(int64_t i, uint32_t n)
     return (uint32_t)(i < n ? i : period - i);
 }
 
+CH_AUG_CLONES
 static int apply(uint8_t *px, uint32_t w, uint32_t h, const float *args, ch_buf *s)
 {
     const int k = (int)args[0], r = k / 2;

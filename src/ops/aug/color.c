@@ -16,10 +16,20 @@
 
 #include <math.h>
 
-void ch_aug_brightness(uint8_t *px, size_t n, float f)
+/* brightness and contrast map each value through a function of that value
+ * alone: a 256-entry table per sample, computed with the same expression. */
+static void apply_lut(uint8_t *px, size_t n, const uint8_t *lut)
 {
     for (size_t i = 0; i < n * 3; i++)
-        px[i] = ch_aug_u8_trunc((float)px[i] * f);
+        px[i] = lut[px[i]];
+}
+
+void ch_aug_brightness(uint8_t *px, size_t n, float f)
+{
+    uint8_t lut[256];
+    for (int v = 0; v < 256; v++)
+        lut[v] = ch_aug_u8_trunc((float)v * f);
+    apply_lut(px, n, lut);
 }
 
 static float blend_alpha(float f)
@@ -27,37 +37,61 @@ static float blend_alpha(float f)
     return (float)(1.0 - (double)f); /* torchvision: alpha=(1.0 - ratio) in double */
 }
 
-void ch_aug_contrast(uint8_t *px, size_t n, float f)
+CH_AUG_CLONES
+static double gray_floor_sum(const uint8_t *px, size_t n)
 {
     double sum = 0;
     for (size_t i = 0; i < n; i++)
-        sum += floorf(ch_aug_gray(px + i * 3));
-    /* float32 division as torch.mean: sum and n are exact in float below 2^24 */
-    const float mean = (float)sum / (float)n, alpha = blend_alpha(f);
-    for (size_t i = 0; i < n * 3; i++)
-        px[i] = ch_aug_blend(px[i], mean, f, alpha);
+        sum += (int)ch_aug_gray(px + i * 3); /* >= 0: truncation is floor */
+    return sum;
 }
 
+void ch_aug_contrast(uint8_t *px, size_t n, float f)
+{
+    double sum = gray_floor_sum(px, n);
+    /* float32 division as torch.mean: sum and n are exact in float below 2^24 */
+    const float mean = (float)sum / (float)n, alpha = blend_alpha(f);
+    uint8_t lut[256];
+    for (int v = 0; v < 256; v++)
+        lut[v] = ch_aug_blend((uint8_t)v, mean, f, alpha);
+    apply_lut(px, n, lut);
+}
+
+CH_AUG_CLONES
 void ch_aug_saturation(uint8_t *px, size_t n, float f)
 {
     const float alpha = blend_alpha(f);
     for (size_t i = 0; i < n; i++) {
         uint8_t *q = px + i * 3;
-        float g = floorf(ch_aug_gray(q));
+        float g = (float)(int)ch_aug_gray(q); /* >= 0: truncation is floor */
         q[0] = ch_aug_blend(q[0], g, f, alpha);
         q[1] = ch_aug_blend(q[1], g, f, alpha);
         q[2] = ch_aug_blend(q[2], g, f, alpha);
     }
 }
 
+static inline float maxf(float a, float b)
+{
+    return a > b ? a : b;
+}
+static inline float minf(float a, float b)
+{
+    return a < b ? a : b;
+}
+static inline float clamp01(float v)
+{
+    return v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
+}
+
 /* torchvision's _rgb_to_hsv and _hsv_to_rgb on one pixel, float32. */
+CH_AUG_CLONES
 void ch_aug_hue(uint8_t *px, size_t n, float f)
 {
     const float inv255 = (float)(1.0 / 255.0);
     for (size_t i = 0; i < n; i++) {
         uint8_t *q = px + i * 3;
         float r = (float)q[0] * inv255, g = (float)q[1] * inv255, b = (float)q[2] * inv255;
-        float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
+        float maxc = maxf(r, maxf(g, b)), minc = minf(r, minf(g, b));
         int eqc = maxc == minc;
         float range = maxc - minc;
         float s = range / (eqc ? 1.0f : maxc);
@@ -71,18 +105,20 @@ void ch_aug_hue(uint8_t *px, size_t n, float f)
         else
             hh = (gc + 4.0f) - rc;
         /* h.mul_(1/6).add_(1).fmod_(1), then add_(f).remainder_(1) */
-        float h = fmodf(hh * (float)(1.0 / 6.0) + 1.0f, 1.0f);
-        h = h + f;
-        h = h - floorf(h); /* remainder with divisor 1: result in [0, 1) */
+        /* hh / 6 + 1 lies in [0, 2): fmod(x, 1) is x - 1 above 1, exactly */
+        float h = hh * (float)(1.0 / 6.0) + 1.0f;
+        h = h >= 1.0f ? h - 1.0f : h;
+        h = h + f; /* in (-0.5, 1.5): remainder(h, 1) = h - floor(h) */
+        h = h < 0.0f ? h + 1.0f : h >= 1.0f ? h - 1.0f : h;
         if (h >= 1.0f)
             h = 0.0f;
-        float h6 = h * 6.0f, fi = floorf(h6), fr = h6 - fi;
-        int k = ((int)fi % 6 + 6) % 6;
+        float h6 = h * 6.0f, fi = (float)(int)h6, fr = h6 - fi; /* h6 >= 0 */
+        int k = (int)fi % 6;
         float v = maxc;
         float sxf = s * fr, oms = 1.0f - s;
-        float qq = fminf(fmaxf((1.0f - sxf) * v, 0.0f), 1.0f);
-        float t = fminf(fmaxf((sxf + oms) * v, 0.0f), 1.0f);
-        float p = fminf(fmaxf(oms * v, 0.0f), 1.0f);
+        float qq = clamp01((1.0f - sxf) * v);
+        float t = clamp01((sxf + oms) * v);
+        float p = clamp01(oms * v);
         float o[3];
         switch (k) {
         case 0: o[0] = v, o[1] = t, o[2] = p; break;

@@ -5,19 +5,13 @@
  */
 #include "../aug.h"
 
-float ch_aug_gray(const uint8_t *rgb)
-{
-    float l = (float)rgb[0] * 0.2989f;
-    l = __builtin_fmaf(0.587f, (float)rgb[1], l);
-    return __builtin_fmaf(0.114f, (float)rgb[2], l);
-}
-
 static int draw(const float *p, uint32_t w, uint32_t h, ch_rng *r, float *args)
 {
     (void)w, (void)h, (void)args;
     return ch_aug_coin(r, p[0]);
 }
 
+CH_AUG_CLONES
 static int apply(uint8_t *px, uint32_t w, uint32_t h, const float *args, ch_buf *s)
 {
     (void)args, (void)s;

@@ -19,6 +19,7 @@ static int draw(const float *p, uint32_t w, uint32_t h, ch_rng *r, float *args)
     return ch_aug_coin(r, p[1]);
 }
 
+CH_AUG_CLONES
 static int apply(uint8_t *px, uint32_t w, uint32_t h, const float *args, ch_buf *s)
 {
     if (w <= 2 || h <= 2)
