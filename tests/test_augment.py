@@ -11,7 +11,8 @@ parse     augment strings: the parsed steps, and errors that name the
           offending token.
 loader    option augment through the loader (tests/tools/dump): workers 1, 2
           and 3 give byte-identical epochs (tree, shards and a decoded
-          cache too); seeds differ; invert=1 on uint8 is 255 - the plain
+          cache too); resuming from batch k gives the epoch's tail; seeds
+          differ; invert=1 on uint8 is 255 - the plain
           epoch; erasing=1 on float32 zeroes one rectangle per sample and
           leaves the rest as a no-op augment string does; a no-op string
           differs from the plain float pass by the uint8 rounding only.
@@ -176,6 +177,15 @@ def loader(ctx):
     seed6 = os.path.join(work, "seed6.bin")
     ctx.dump_run(ctx.tree, seed6, *f32, "--workers", 2, "--augment", SPEC, "--seed", 6)
     ctx.check(not same_file(outs[1], seed6), "augment: seeds 5 and 6 give the same epoch")
+    # resume: an epoch from batch k on is the tail of the whole epoch
+    rec = 8 + 8 + S * S * 3 * 4
+    with open(outs[1], "rb") as f:
+        whole = f.read()
+    for k in (3, 7):
+        part = os.path.join(work, "from%d.bin" % k)
+        ctx.dump_run(ctx.tree, part, *f32, "--workers", 2, "--augment", SPEC, "--start-batch", k)
+        with open(part, "rb") as f:
+            ctx.check(f.read() == whole[k * 16 * rec:], "augment: resume from batch %d differs" % k)
     plain = os.path.join(work, "plain.bin")
     ctx.dump_run(ctx.tree, plain, *f32, "--workers", 2)
     ctx.check(not same_file(outs[1], plain), "augment changed nothing")
