@@ -177,6 +177,15 @@ void ch_out_write_u8(const uint8_t *px, const ch_out_spec *o, void *dst)
         return;
     }
     /* The same float expression as the plain pass's write: pixel * mul + add. */
+    if (o->dtype == CHUTE_DTYPE_FLOAT32 && o->layout == CHUTE_LAYOUT_NCHW) { /* training's */
+        for (int c = 0; c < 3; c++) {
+            float *d = (float *)dst + c * plane;
+            const float m = o->mul[c], a = o->add[c];
+            for (size_t i = 0; i < n; i++)
+                d[i] = (float)px[i * 3 + c] * m + a;
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++)
         for (int c = 0; c < 3; c++) {
             float v = (float)px[i * 3 + c] * o->mul[c] + o->add[c];
