@@ -198,6 +198,18 @@ def loader(ctx):
     ib, _, b = ctx.read_dump(u8i, S, "uint8")
     ctx.check(np.array_equal(ia, ib), "invert=1: another sample order")
     ctx.check(np.array_equal(b, 255 - a), "invert=1 is not 255 - the plain epoch")
+    # ops run in the order written: solarize then posterize, computed here
+    # with numpy from the plain epoch, differs from the other order
+    for spec, want in (("solarize=100:1,posterize=3:1",
+                        np.where(a >= 100, 255 - a, a) & 0xE0),
+                       ("posterize=3:1,solarize=100:1",
+                        np.where((a & 0xE0) >= 100, 255 - (a & 0xE0), a & 0xE0))):
+        out = os.path.join(work, "order.bin")
+        ctx.dump_run(ctx.tree, out, *common, "--dtype", "uint8", "--layout", "nchw",
+                     "--workers", 2, "--augment", spec)
+        _, _, got = ctx.read_dump(out, S, "uint8")
+        want_chw = want.reshape(-1, S, S, 3).transpose(0, 3, 1, 2).reshape(got.shape)
+        ctx.check(np.array_equal(got, want_chw), "%s (uint8 NCHW) differs from numpy" % spec)
 
     # a no-op string (invert with p 0): the plain float pass up to uint8 rounding
     nop, era = os.path.join(work, "nop.bin"), os.path.join(work, "erase.bin")
