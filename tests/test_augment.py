@@ -14,7 +14,9 @@ loader    option augment through the loader (tests/tools/dump): workers 1, 2
           cache too); resuming from batch k gives the epoch's tail; seeds
           differ; invert=1 on uint8 is 255 - the plain
           epoch; erasing=1 on float32 zeroes one rectangle per sample and
-          leaves the rest as a no-op augment string does; a no-op string
+          leaves the rest as a no-op augment string does; value random
+          writes N(0, 1) values (mean, std, 4th moment), worker-independent,
+          refused for uint8; a no-op string
           differs from the plain float pass by the uint8 rounding only.
 draws     the draw functions: coin frequencies match p, factors stay in
           ColorJitter's ranges and fill them, ColorJitter's orders are
@@ -106,6 +108,7 @@ def parse(ctx):
         "erasing=0.5:0.3:0.1": "scale range must be lo <= hi",
         "brightness=nan": "not a number",
         "grayscale=": "p of grayscale is empty",
+        "erasing=1:0.02:0.33:0.3:3.3:rand": "'rand', not a number or random",
         ",".join(["invert"] * 17): "more than 16 ops",
     }
     for spec, msg in bad.items():
@@ -233,6 +236,36 @@ def loader(ctx):
             ctx.check(box == m.sum(), "sample %d: erased pixels are not a rectangle" % k)
             ctx.check(box <= 0.33 * S * S + S, "sample %d: erased %d pixels" % (k, box))
     ctx.check(erased >= 190, "erasing=1 erased only %d of %d samples" % (erased, fn.shape[0]))
+
+    # value random (torchvision's value="random"): standard normal values in
+    # one rectangle per sample, the same for any worker count; refused for uint8
+    rnd = "invert=0,erasing=1:0.1:0.33:0.3:3.3:random"
+    r1, r3 = os.path.join(work, "rnd1.bin"), os.path.join(work, "rnd3.bin")
+    ctx.dump_run(ctx.tree, r1, *f32, "--workers", 1, "--augment", rnd)
+    ctx.dump_run(ctx.tree, r3, *f32, "--workers", 3, "--augment", rnd)
+    ctx.check(same_file(r1, r3), "erasing random: workers 1 and 3 differ")
+    _, _, fr = ctx.read_dump(r1, S, "float32")
+    vals = []
+    for k in range(fn.shape[0]):
+        x, y = fn[k].reshape(3, S, S), fr[k].reshape(3, S, S)
+        m = (x != y).any(axis=0)
+        if m.any():
+            rows, cols = np.where(m.any(axis=1))[0], np.where(m.any(axis=0))[0]
+            ctx.check((rows[-1] - rows[0] + 1) * (cols[-1] - cols[0] + 1) == m.sum(),
+                      "sample %d: random erasing is not a rectangle" % k)
+            vals.append(y[:, m].ravel())
+    v = np.concatenate(vals).astype(np.float64)
+    ctx.check(v.size > 20000, "random erasing wrote %d values" % v.size)
+    # N(0, 1): mean and std within 5 standard errors, 4th moment 3 +- 0.1
+    se = 1 / np.sqrt(v.size)
+    ctx.check(abs(v.mean()) < 5 * se and abs(v.std() - 1) < 5 * se * 0.71 + 0.002
+              and abs((v ** 4).mean() - 3) < 0.1,
+              "random erasing: mean %.4f std %.4f m4 %.3f over %d" % (v.mean(), v.std(),
+                                                                       (v ** 4).mean(), v.size))
+    print("erasing random: %d values, mean %.4f std %.4f m4 %.3f" % (v.size, v.mean(), v.std(),
+                                                                     (v ** 4).mean()))
+    p = ctx.dump_run(ctx.tree, r1, *common, "--dtype", "uint8", "--augment", rnd, expect=1)
+    ctx.check("needs a float dtype" in p.out + p.err, "uint8 + random: %r" % (p.out + p.err))
 
 
 if __name__ == "__main__":

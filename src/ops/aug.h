@@ -48,6 +48,7 @@ typedef struct ch_aug_op {
     int nrequired;           /* leading ones without a default */
     const char *pname[CH_AUG_MAXP];
     float def[CH_AUG_MAXP], lo[CH_AUG_MAXP], hi[CH_AUG_MAXP]; /* inclusive bounds */
+    const char *word[CH_AUG_MAXP]; /* a word a parameter may be instead of a number (NaN) */
     int (*check)(const float *p, char *why, size_t n); /* relations between parameters, or NULL */
     /* One sample's draw from the configured parameters p (w x h: the
      * output's size): fill args, and return 0 when the op is not applied

@@ -37,7 +37,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     for (uint32_t k = 0; k < a.n; k++)
         for (int i = 0; i < a.step[k].op->nparams; i++)
-            if (!(a.step[k].p[i] >= a.step[k].op->lo[i] && a.step[k].p[i] <= a.step[k].op->hi[i]))
+            if (!(a.step[k].p[i] >= a.step[k].op->lo[i] && a.step[k].p[i] <= a.step[k].op->hi[i]) &&
+                !(a.step[k].op->word[i] && isnan(a.step[k].p[i])))
                 abort();
     /* A window of S x S pixels, the crop the whole of it. */
     uint8_t pix[32 * 32 * 3];

@@ -104,13 +104,22 @@ static int parse_token(const char *s, size_t len, size_t at, ch_aug_step *step,
                               op->pname[given], op->name, vl ? "too long" : "empty");
             memcpy(num, v, vl);
             num[vl] = 0;
+            if (op->word[given] && strcmp(num, op->word[given]) == 0) {
+                step->p[given++] = NAN;
+                if (!c)
+                    break;
+                v = c + 1;
+                continue;
+            }
             char *ne;
             errno = 0;
             double d = strtod(num, &ne);
             if (*ne || errno || !isfinite(d))
                 return ch_err(err, CHUTE_EINVAL,
-                              "augment: '%.*s' at offset %zu: %s of %s is '%s', not a number",
-                              tl, s, at, op->pname[given], op->name, num);
+                              "augment: '%.*s' at offset %zu: %s of %s is '%s', not a number%s%s",
+                              tl, s, at, op->pname[given], op->name, num,
+                              op->word[given] ? " or " : "",
+                              op->word[given] ? op->word[given] : "");
             if (!(d >= op->lo[given] && d <= op->hi[given]))
                 return ch_err(err, CHUTE_EINVAL,
                               "augment: '%.*s' at offset %zu: %s of %s is %s, outside [%g, %g]",
