@@ -83,53 +83,63 @@ static inline float clamp01(float v)
     return v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
 }
 
-/* torchvision's _rgb_to_hsv and _hsv_to_rgb on one pixel, float32. */
+/* torchvision's _rgb_to_hsv and _hsv_to_rgb, float32, on HUE_BLOCK pixels
+ * at a time: deinterleaved into planes, then one branch-free loop (every
+ * branch of the per-pixel version is a select between values it computes
+ * anyway, so the results are the same) that the compiler vectorises. */
+#define HUE_BLOCK 256
+
 CH_AUG_CLONES
-void ch_aug_hue(uint8_t *px, size_t n, float f)
+static void hue_block(float *r, float *g, float *b, size_t n, float f)
 {
-    const float inv255 = (float)(1.0 / 255.0);
     for (size_t i = 0; i < n; i++) {
-        uint8_t *q = px + i * 3;
-        float r = (float)q[0] * inv255, g = (float)q[1] * inv255, b = (float)q[2] * inv255;
-        float maxc = maxf(r, maxf(g, b)), minc = minf(r, minf(g, b));
-        int eqc = maxc == minc;
-        float range = maxc - minc;
-        float s = range / (eqc ? 1.0f : maxc);
-        float div = eqc ? 1.0f : range;
-        float rc = (maxc - r) / div, gc = (maxc - g) / div, bc = (maxc - b) / div;
-        float hh;
-        if (maxc == r)
-            hh = bc - gc;
-        else if (maxc == g)
-            hh = (rc + 2.0f) - bc;
-        else
-            hh = (gc + 4.0f) - rc;
-        /* h.mul_(1/6).add_(1).fmod_(1), then add_(f).remainder_(1) */
+        const float R = r[i], G = g[i], B = b[i];
+        const float maxc = maxf(R, maxf(G, B)), minc = minf(R, minf(G, B));
+        const int eqc = maxc == minc;
+        const float range = maxc - minc;
+        const float s = range / (eqc ? 1.0f : maxc);
+        const float div = eqc ? 1.0f : range;
+        const float rc = (maxc - R) / div, gc = (maxc - G) / div, bc = (maxc - B) / div;
+        const float hr = bc - gc, hg = (rc + 2.0f) - bc, hb = (gc + 4.0f) - rc;
+        const float hh = maxc == R ? hr : maxc == G ? hg : hb;
         /* hh / 6 + 1 lies in [0, 2): fmod(x, 1) is x - 1 above 1, exactly */
         float h = hh * (float)(1.0 / 6.0) + 1.0f;
         h = h >= 1.0f ? h - 1.0f : h;
         h = h + f; /* in (-0.5, 1.5): remainder(h, 1) = h - floor(h) */
         h = h < 0.0f ? h + 1.0f : h >= 1.0f ? h - 1.0f : h;
-        if (h >= 1.0f)
-            h = 0.0f;
-        float h6 = h * 6.0f, fi = (float)(int)h6, fr = h6 - fi; /* h6 >= 0 */
-        int k = (int)fi % 6;
-        float v = maxc;
-        float sxf = s * fr, oms = 1.0f - s;
-        float qq = clamp01((1.0f - sxf) * v);
-        float t = clamp01((sxf + oms) * v);
-        float p = clamp01(oms * v);
-        float o[3];
-        switch (k) {
-        case 0: o[0] = v, o[1] = t, o[2] = p; break;
-        case 1: o[0] = qq, o[1] = v, o[2] = p; break;
-        case 2: o[0] = p, o[1] = v, o[2] = t; break;
-        case 3: o[0] = p, o[1] = qq, o[2] = v; break;
-        case 4: o[0] = t, o[1] = p, o[2] = v; break;
-        default: o[0] = v, o[1] = p, o[2] = qq; break;
+        h = h >= 1.0f ? 0.0f : h;
+        const float h6 = h * 6.0f, fi = (float)(int)h6, fr = h6 - fi; /* h6 >= 0 */
+        int k = (int)fi;
+        k = k == 6 ? 0 : k;
+        const float v = maxc, sxf = s * fr, oms = 1.0f - s;
+        const float q = clamp01((1.0f - sxf) * v);
+        const float t = clamp01((sxf + oms) * v);
+        const float p = clamp01(oms * v);
+        /* the (v, p, q, t) -> RGB table of _hsv_to_rgb, by sector k */
+        r[i] = k == 0 || k == 5 ? v : k == 1 ? q : k == 4 ? t : p;
+        g[i] = k == 1 || k == 2 ? v : k == 0 ? t : k == 3 ? q : p;
+        b[i] = k == 3 || k == 4 ? v : k == 2 ? t : k == 5 ? q : p;
+    }
+}
+
+void ch_aug_hue(uint8_t *px, size_t n, float f)
+{
+    const float inv255 = (float)(1.0 / 255.0), back = (float)(255.0 + 1.0 - 1e-3);
+    float r[HUE_BLOCK], g[HUE_BLOCK], b[HUE_BLOCK];
+    for (size_t at = 0; at < n; at += HUE_BLOCK) {
+        const size_t m = n - at < HUE_BLOCK ? n - at : HUE_BLOCK;
+        uint8_t *q = px + at * 3;
+        for (size_t i = 0; i < m; i++) {
+            r[i] = (float)q[i * 3] * inv255;
+            g[i] = (float)q[i * 3 + 1] * inv255;
+            b[i] = (float)q[i * 3 + 2] * inv255;
         }
-        for (int c = 0; c < 3; c++)
-            q[c] = ch_aug_u8_trunc(o[c] * (float)(255.0 + 1.0 - 1e-3));
+        hue_block(r, g, b, m, f);
+        for (size_t i = 0; i < m; i++) { /* values in [0, 1]: truncation as to(uint8) */
+            q[i * 3] = (uint8_t)(r[i] * back);
+            q[i * 3 + 1] = (uint8_t)(g[i] * back);
+            q[i * 3 + 2] = (uint8_t)(b[i] * back);
+        }
     }
 }
 
