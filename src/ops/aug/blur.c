@@ -62,7 +62,38 @@ static uint32_t reflect(int64_t i, uint32_t n)
     return (uint32_t)(i < n ? i : period - i);
 }
 
+/* One channel: the plane padded by reflection (as torch's pad "reflect"),
+ * then the k x k taps accumulated over a whole output row at a time, so the
+ * inner loop runs along x and vectorises; each output still sums its taps
+ * in the same order (row i, then column j, from 0), as the per-pixel loop
+ * did. */
 CH_AUG_CLONES
+static void blur_channel(uint8_t *px, uint32_t w, uint32_t h, int c, int k, const float *k2,
+                         float *pad, float *acc)
+{
+    const int r = k / 2;
+    const size_t pw = (size_t)w + 2 * (size_t)r;
+    for (size_t y = 0; y < (size_t)h + 2 * (size_t)r; y++) {
+        const uint8_t *src = px + (size_t)reflect((int64_t)y - r, h) * w * 3 + c;
+        for (size_t x = 0; x < pw; x++)
+            pad[y * pw + x] = (float)src[(size_t)reflect((int64_t)x - r, w) * 3];
+    }
+    for (uint32_t y = 0; y < h; y++) {
+        for (uint32_t x = 0; x < w; x++)
+            acc[x] = 0.0f;
+        for (int i = 0; i < k; i++)
+            for (int j = 0; j < k; j++) {
+                const float kk = k2[i * k + j];
+                const float *row = pad + ((size_t)y + i) * pw + j;
+                for (uint32_t x = 0; x < w; x++)
+                    acc[x] += kk * row[x];
+            }
+        uint8_t *out = px + (size_t)y * w * 3 + c;
+        for (uint32_t x = 0; x < w; x++)
+            out[(size_t)x * 3] = ch_aug_u8_trunc(rintf(acc[x]));
+    }
+}
+
 static int apply(uint8_t *px, uint32_t w, uint32_t h, const float *args, ch_buf *s)
 {
     const int k = (int)args[0], r = k / 2;
@@ -71,31 +102,17 @@ static int apply(uint8_t *px, uint32_t w, uint32_t h, const float *args, ch_buf 
     for (int i = 0; i < k; i++)
         for (int j = 0; j < k; j++)
             k2[i * k + j] = k1[i] * k1[j];
-    /* A copy of the source: every output reads k x k source pixels. */
-    const size_t bytes = (size_t)w * h * 3;
-    if (ch_aug_scratch(s, bytes) != CHUTE_OK)
+    /* Scratch: one padded plane and one row of sums (checked: w, h < 2^31). */
+    const size_t pw = (size_t)w + 2 * (size_t)r, ph = (size_t)h + 2 * (size_t)r;
+    if (pw > SIZE_MAX / sizeof(float) / ph - w)
         return CHUTE_ENOMEM;
-    uint8_t *src = s->data;
-    __builtin_memcpy(src, px, bytes);
-    uint32_t xs[2 * BLUR_KMAX];
-    for (uint32_t y = 0; y < h; y++) {
-        uint32_t ys[BLUR_KMAX];
-        for (int i = 0; i < k; i++)
-            ys[i] = reflect((int64_t)y + i - r, h);
-        for (uint32_t x = 0; x < w; x++) {
-            for (int j = 0; j < k; j++)
-                xs[j] = reflect((int64_t)x + j - r, w);
-            for (int c = 0; c < 3; c++) {
-                float acc = 0.0f;
-                for (int i = 0; i < k; i++) {
-                    const uint8_t *row = src + (size_t)ys[i] * w * 3 + c;
-                    for (int j = 0; j < k; j++)
-                        acc += k2[i * k + j] * (float)row[(size_t)xs[j] * 3];
-                }
-                px[((size_t)y * w + x) * 3 + c] = ch_aug_u8_trunc(rintf(acc));
-            }
-        }
-    }
+    if (ch_aug_scratch(s, (pw * ph + w) * sizeof(float)) != CHUTE_OK)
+        return CHUTE_ENOMEM;
+    float *pad = (float *)(void *)s->data, *acc = pad + pw * ph;
+    /* Channels one after another: a channel's plane is copied before it is
+     * written, and the others are not read. */
+    for (int c = 0; c < 3; c++)
+        blur_channel(px, w, h, c, k, k2, pad, acc);
     return CHUTE_OK;
 }
 
