@@ -19,8 +19,8 @@ loader    option augment through the loader (tests/tools/dump): workers 1, 2
           refused for uint8; a no-op string
           differs from the plain float pass by the uint8 rounding only.
 draws     the draw functions: coin frequencies match p, factors stay in
-          ColorJitter's ranges and fill them, ColorJitter's orders are
-          all 24 permutations, erasing boxes fit and match their area range.
+          ColorJitter's ranges, uniform there (KS), ColorJitter's orders
+          all 24 permutations equally often (chi-square), erasing boxes fit and match their area range.
 """
 import json
 import os
@@ -135,6 +135,20 @@ def draws(ctx):
         ctx.check(min(v) >= lo and max(v) <= hi, "factor %d outside [%g, %g]" % (k, lo, hi))
         ctx.check(min(v) < lo + 0.02 * (hi - lo) and max(v) > hi - 0.02 * (hi - lo),
                   "factor %d does not fill [%g, %g]: %g..%g" % (k, lo, hi, min(v), max(v)))
+    # uniform, as torch's uniform_ and randperm: KS of each factor against
+    # U(lo, hi) and chi-square of the 24 orders, both at the 0.1% level
+    for k, (lo, hi) in enumerate([(0.6, 1.4), (0.7, 1.3), (0.5, 1.5), (-0.1, 0.1)]):
+        v = sorted((c[4 + k] - lo) / (hi - lo) for c in cj)
+        n = len(v)
+        d = max(max((i + 1) / n - x, x - i / n) for i, x in enumerate(v))
+        ctx.check(d < 1.95 / n ** 0.5, "factor %d: KS D %.4f against U(%g, %g)" % (k, d, lo, hi))
+    counts = {}
+    for c in cj:
+        o = tuple(int(a) for a in c[:4])
+        counts[o] = counts.get(o, 0) + 1
+    exp = len(cj) / 24
+    chi2 = sum((counts.get(o, 0) - exp) ** 2 / exp for o in counts) + exp * (24 - len(counts))
+    ctx.check(chi2 < 49.7, "colorjitter orders: chi-square %.1f (23 dof, 0.1%% level 49.7)" % chi2)
     on = [a for o, a in er if o]
     fe = len(on) / N
     ctx.check(abs(fe - 0.5) < 0.04, "erasing p=0.5 applied to %.3f" % fe)
