@@ -16,7 +16,8 @@ loader    option augment through the loader (tests/tools/dump): workers 1, 2
           epoch; erasing=1 on float32 zeroes one rectangle per sample and
           leaves the rest as a no-op augment string does; value random
           writes N(0, 1) values (mean, std, 4th moment), worker-independent,
-          refused for uint8; a no-op string
+          refused for uint8; `chute bench --augment` names a bad token and
+          the refused combinations; a no-op string
           differs from the plain float pass by the uint8 rounding only.
 draws     the draw functions: coin frequencies match p, factors stay in
           ColorJitter's ranges, uniform there (KS), ColorJitter's orders
@@ -280,6 +281,15 @@ def loader(ctx):
                                                                      (v ** 4).mean()))
     p = ctx.dump_run(ctx.tree, r1, *common, "--dtype", "uint8", "--augment", rnd, expect=1)
     ctx.check("needs a float dtype" in p.out + p.err, "uint8 + random: %r" % (p.out + p.err))
+
+    # the CLI: a bad string and the refused combinations, named
+    for flags, msg in ((["--augment", "invert,fliip"], "unknown op 'fliip' at offset 7"),
+                       (["--augment", "invert", "--gpu-decode-share", 50],
+                        "not with gpu_decode_share"),
+                       (["--augment", "invert", "--transform", "eval",
+                         "--decoded-cache-bytes", 1 << 20], "use transform train or no cache")):
+        p = ctx.run([ctx.chute, "bench", ctx.tree, "--epochs", 1] + flags, expect=1)
+        ctx.check(msg in p.out + p.err, "chute bench %r: %r lacks %r" % (flags, p.err, msg))
 
 
 if __name__ == "__main__":
