@@ -50,6 +50,9 @@ typedef struct ch_aug_op {
     float def[CH_AUG_MAXP], lo[CH_AUG_MAXP], hi[CH_AUG_MAXP]; /* inclusive bounds */
     const char *word[CH_AUG_MAXP]; /* a word a parameter may be instead of a number (NaN) */
     int (*check)(const float *p, char *why, size_t n); /* relations between parameters, or NULL */
+    /* Whether the configured op can serve outputs of dtype `d` (nonzero +
+     * why when not), or NULL: any. */
+    int (*check_dtype)(const float *p, chute_dtype d, char *why, size_t n);
     /* One sample's draw from the configured parameters p (w x h: the
      * output's size): fill args, and return 0 when the op is not applied
      * to this sample (its probability said no).  r is this step's own

@@ -1162,12 +1162,12 @@ static int loader_aug_open(chute_loader *ld, chute_error *err)
         return ch_err(err, CHUTE_EINVAL, "augment: decoded_cache_bytes keeps finished samples "
                       "under transform eval/none, which would freeze their augmentation; "
                       "use transform train or no cache");
-    for (uint32_t k = 0; k < ld->aug.n; k++)
-        if (ld->aug.step[k].op->word[5] && isnan(ld->aug.step[k].p[5]) &&
-            o->dtype == CHUTE_DTYPE_UINT8)
-            return ch_err(err, CHUTE_EINVAL, "augment: %s with value random writes normal "
-                          "noise in normalized units: it needs a float dtype, not uint8",
-                          ld->aug.step[k].op->name);
+    for (uint32_t k = 0; k < ld->aug.n; k++) {
+        const ch_aug_step *st = &ld->aug.step[k];
+        char why[200];
+        if (st->op->check_dtype && st->op->check_dtype(st->p, o->dtype, why, sizeof why))
+            return ch_err(err, CHUTE_EINVAL, "augment: %s: %s", st->op->name, why);
+    }
     int on_gpu = o->device && *o->device && strcmp(o->device, "cpu") != 0;
     for (uint32_t k = 0; k < ld->aug.n && on_gpu; k++)
         if (ld->aug.step[k].op->stage == CH_AUG_OUTPUT)

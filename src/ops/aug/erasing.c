@@ -27,6 +27,14 @@ static int check(const float *p, char *why, size_t n)
     return 0;
 }
 
+static int check_dtype(const float *p, chute_dtype d, char *why, size_t n)
+{
+    if (isnan(p[5]) && d == CHUTE_DTYPE_UINT8)
+        return snprintf(why, n, "value random writes normal noise in normalized units: it "
+                        "needs a float dtype, not uint8"), 1;
+    return 0;
+}
+
 static int draw(const float *p, uint32_t W, uint32_t H, ch_rng *r, float *args)
 {
     if (!ch_aug_coin(r, p[0]))
@@ -97,5 +105,5 @@ const ch_aug_op ch_aug_erasing = {
     .def = {0.5f, 0.02f, 0.33f, 0.3f, 3.3f, 0.0f},
     .lo = {0, 0, 0, 0, 0, -65504.0f}, .hi = {1, 1, 1, 100, 100, 65504.0f},
     .word = {NULL, NULL, NULL, NULL, NULL, "random"},
-    .check = check, .draw = draw, .apply_out = ch_aug_erase_out,
+    .check = check, .check_dtype = check_dtype, .draw = draw, .apply_out = ch_aug_erase_out,
 };
