@@ -48,8 +48,8 @@ static int run(const uint8_t *img, uint64_t id, const ch_out_spec *o, const ch_a
         return -1;
     if (plain)
         return ch_resize_run(&p, img, IW * 3, 0, 0, c.flip, o, dst, s);
-    ch_rng r = ch_aug_rng(1, 0, id);
-    return ch_transform_run(&p, img, IW * 3, 0, 0, c.flip, o, aug, &r, dst, s);
+    ch_aug_key key = {1, 0, id};
+    return ch_transform_run(&p, img, IW * 3, 0, 0, c.flip, o, aug, key, dst, s);
 }
 
 TEST(transform_without_augment_is_resize_run)

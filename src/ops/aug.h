@@ -98,12 +98,17 @@ static inline ch_rng ch_aug_step_rng(const ch_rng *sample, uint32_t k)
     return r;
 }
 
+/* The sample a draw is keyed by: ch_aug_rng(seed, epoch, sample). */
+typedef struct ch_aug_key {
+    uint64_t seed, epoch, sample;
+} ch_aug_key;
+
 /* The fused pass with augmentation: ch_resize_run into uint8 HWC scratch,
  * the pixel ops, the write into dst as o says, the output ops.  aug NULL
- * or empty: exactly ch_resize_run. */
+ * or empty: exactly ch_resize_run, nothing else computed. */
 int ch_transform_run(const ch_resize_plan *p, const uint8_t *pix, size_t stride, int32_t px,
-                     int32_t py, int flip, const ch_out_spec *o, const ch_aug *aug, ch_rng *r,
-                     void *dst, ch_resize_scratch *s);
+                     int32_t py, int flip, const ch_out_spec *o, const ch_aug *aug,
+                     ch_aug_key key, void *dst, ch_resize_scratch *s);
 
 /* Write size x size RGB8 HWC pixels into dst as o says (normalize, cast,
  * layout): the last step of the augmented pass, exposed for tests. */

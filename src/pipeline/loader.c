@@ -316,9 +316,9 @@ static int resize_frame(chute_loader *ld, worker *w, const ch_crop *crop, uint32
     if (rc == CHUTE_EINVAL)
         return ch_err(err, CHUTE_EINVAL, "no valid crop of a %ux%u image", sw, sh);
     if (rc == CHUTE_OK) {
-        ch_rng ar = ch_aug_rng(ld->o.seed, ld->sampler.epoch, aug_key);
+        ch_aug_key key = {ld->o.seed, ld->sampler.epoch, aug_key};
         rc = ch_transform_run(&plan, pix, (size_t)sw * 3, 0, 0, crop->flip, &ld->out, &ld->aug,
-                              &ar, dst, &w->rs);
+                              key, dst, &w->rs);
     }
     if (rc != CHUTE_OK)
         return ch_err(err, CHUTE_ENOMEM, "out of memory for resize rows");
@@ -524,9 +524,9 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     ch_stage_add(&st->decode, 1, (uint64_t)img.w * img.h * 3, t2 - t1);
     if (denom > 1)
         ch_counter_inc(&st->dct_scaled);
-    ch_rng ar = ch_aug_rng(ld->o.seed, ld->sampler.epoch, ld->st ? w->rng_key : idx);
+    ch_aug_key key = {ld->o.seed, ld->sampler.epoch, ld->st ? w->rng_key : idx};
     rc = ch_transform_run(&plan, img.pixels, img.stride, (int32_t)img.x, (int32_t)img.y,
-                          crop.flip, &ld->out, &ld->aug, &ar, dst, &w->rs);
+                          crop.flip, &ld->out, &ld->aug, key, dst, &w->rs);
     if (rc != CHUTE_OK)
         return ch_err(err, CHUTE_ENOMEM, "out of memory for resize rows");
     ch_stage_add(&st->transform, 1, ld->sample_bytes, ch_now_ns() - t2);

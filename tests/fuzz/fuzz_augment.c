@@ -54,8 +54,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     float dst[32 * 32 * 3];
     if (ch_resize_plan_make(&p, &c, S, S, &s) != CHUTE_OK)
         abort();
-    ch_rng r = ch_aug_rng(size, data[0], n);
-    if (ch_transform_run(&p, pix, (size_t)S * 3, 0, 0, c.flip, &o, &a, &r, dst, &s) != CHUTE_OK)
+    ch_aug_key key = {size, data[0], n};
+    if (ch_transform_run(&p, pix, (size_t)S * 3, 0, 0, c.flip, &o, &a, key, dst, &s) != CHUTE_OK)
         abort();
     if (o.dtype == CHUTE_DTYPE_FLOAT32)
         for (size_t i = 0; i < (size_t)S * S * 3; i++)

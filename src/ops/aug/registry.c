@@ -207,8 +207,8 @@ void ch_out_write_u8(const uint8_t *px, const ch_out_spec *o, void *dst)
 }
 
 int ch_transform_run(const ch_resize_plan *p, const uint8_t *pix, size_t stride, int32_t px,
-                     int32_t py, int flip, const ch_out_spec *o, const ch_aug *aug, ch_rng *r,
-                     void *dst, ch_resize_scratch *s)
+                     int32_t py, int flip, const ch_out_spec *o, const ch_aug *aug,
+                     ch_aug_key key, void *dst, ch_resize_scratch *s)
 {
     if (!aug || aug->n == 0)
         return ch_resize_run(p, pix, stride, px, py, flip, o, dst, s);
@@ -222,10 +222,11 @@ int ch_transform_run(const ch_resize_plan *p, const uint8_t *pix, size_t stride,
     int rc = ch_resize_run(p, pix, stride, px, py, flip, &u8, s->aug_px.data, s);
     if (rc != CHUTE_OK)
         return rc;
+    const ch_rng r = ch_aug_rng(key.seed, key.epoch, key.sample);
     float args[CH_AUG_MAXSTEPS][CH_AUG_MAXARGS];
     uint8_t on[CH_AUG_MAXSTEPS];
     for (uint32_t k = 0; k < aug->n; k++) { /* every draw first: a failed apply draws nothing */
-        ch_rng sr = ch_aug_step_rng(r, k);
+        ch_rng sr = ch_aug_step_rng(&r, k);
         on[k] = (uint8_t)aug->step[k].op->draw(aug->step[k].p, S, S, &sr, args[k]);
     }
     for (uint32_t k = 0; k < aug->n; k++)
