@@ -513,6 +513,16 @@ typedef struct chute_loader_options {
     const char *metrics_addr;
     const char *metrics_file;
     const char *metrics_name;
+    /* Augmentation (docs/AUGMENT.md): NULL or "" for none, else ops in
+     * the order applied, "op[=v1:v2...],...", e.g.
+     * "colorjitter=0.4:0.4:0.4:0.1,grayscale=0.2,erasing=0.25", with
+     * torchvision.transforms.v2's semantics on the uint8 output pixels
+     * (erasing after normalize, as torchvision).  Each sample's draws
+     * depend on (seed, epoch, sample) only.  A bad string fails
+     * chute_loader_create with CHUTE_EINVAL naming the token.  Not with
+     * gpu_decode_share, nor with decoded_cache_bytes unless transform is
+     * train.  The string is read during chute_loader_create only. */
+    const char *augment;
 } chute_loader_options;
 
 /* chute_loader_options.stats_shm's value for "off". */

@@ -450,6 +450,12 @@ class Loader:
             second (temp file + rename) for node_exporter's textfile collector.
             metrics_name: the ``dataset`` label (default: the dataset's base
             name).  Metric set and labels: docs/METRICS.md.
+        augment: augmentation ops applied to each sample's output pixels, in
+            order, with torchvision.transforms.v2's semantics: a string
+            ``"op[=v1:v2...],..."``, e.g.
+            ``"colorjitter=0.4:0.4:0.4:0.1,grayscale=0.2,erasing=0.25"``
+            (docs/AUGMENT.md lists the ops).  Draws depend on (seed, epoch,
+            sample) only.  A bad string raises ValueError naming the token.
         parquet_memory_bytes: Parquet (larger than memory): the decoded row
             groups held at once, in bytes by the footers' uncompressed sizes
             (default 1 GiB; at least 2 row groups); row groups are read on
@@ -552,6 +558,7 @@ class Loader:
         metrics_addr: Optional[str] = _xdefault("metrics_addr"),
         metrics_file: Optional[str] = _xdefault("metrics_file"),
         metrics_name: Optional[str] = _xdefault("metrics_name"),
+        augment: Optional[str] = _xdefault("augment"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -738,6 +745,7 @@ class Loader:
             metrics_addr=None if metrics_addr is None else str(metrics_addr),
             metrics_file=None if metrics_file is None else os.fspath(metrics_file),
             metrics_name=None if metrics_name is None else str(metrics_name),
+            augment=None if augment is None else str(augment),
         )
         self.device = device or "cpu"
         self.fields_requested: Tuple[str, ...] = (

@@ -53,6 +53,8 @@ typedef struct ch_out_spec {
 typedef struct ch_resize_scratch {
     ch_buf coef;
     ch_buf tmp;
+    ch_buf aug_px;  /* option augment: the sample's uint8 HWC pixels (aug.h) */
+    ch_buf aug_tmp; /* and the ops' scratch */
 } ch_resize_scratch;
 
 typedef struct ch_resize_axis {

@@ -179,6 +179,15 @@ static void write_row(const float *row, uint32_t y, int flip, const ch_out_spec 
 {
     const uint32_t W = o->size;
     const size_t plane = (size_t)o->size * o->size;
+    if (o->dtype == CHUTE_DTYPE_UINT8 && o->layout == CHUTE_LAYOUT_NHWC && !flip) {
+        /* the augmented pass's intermediate (aug.h): one contiguous row */
+        uint8_t *d = (uint8_t *)dst + (size_t)y * W * 3;
+        for (size_t i = 0; i < (size_t)W * 3; i++) {
+            float v = row[i] + 0.5f;
+            d[i] = !(v > 0.0f) ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
+        }
+        return;
+    }
     if (o->dtype == CHUTE_DTYPE_UINT8) {
         for (uint32_t x = 0; x < W; x++) {
             uint32_t ox = flip ? W - 1 - x : x;

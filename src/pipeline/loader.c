@@ -74,7 +74,7 @@
 #define _GNU_SOURCE
 #include "../codec/codec.h"
 #include "../format/format.h"
-#include "../ops/ops.h"
+#include "../ops/aug.h"
 #include "../stats/hist.h"
 #include "../stats/metrics.h"
 #include "../stats/stats.h"
@@ -170,6 +170,7 @@ struct chute_loader {
     ch_metrics *metrics;      /* Prometheus exporter (metrics_port/file), or NULL */
     chute_loader_options o;
     ch_out_spec out;
+    ch_aug aug;               /* option augment, parsed (immutable after create) */
     size_t sample_bytes;      /* bytes of one output sample */
     size_t batch_bytes;       /* one slot, a multiple of 2 MiB */
     size_t labels_off;        /* offsets of labels and indices in a slot */
@@ -304,8 +305,8 @@ static double train_min_side(uint32_t W, uint32_t H, double smin)
 /* Resample `crop` (original coordinates) from a whole image decoded at
  * 1/denom, sw x sh RGB8 rows. */
 static int resize_frame(chute_loader *ld, worker *w, const ch_crop *crop, uint32_t denom,
-                        const uint8_t *pix, uint32_t sw, uint32_t sh, uint8_t *dst,
-                        chute_error *err)
+                        const uint8_t *pix, uint32_t sw, uint32_t sh, uint64_t aug_key,
+                        uint8_t *dst, chute_error *err)
 {
     ch_crop sc = *crop;
     if (denom > 1)
@@ -314,8 +315,11 @@ static int resize_frame(chute_loader *ld, worker *w, const ch_crop *crop, uint32
     int rc = ch_resize_plan_make(&plan, &sc, ld->o.size, ld->o.size, &w->rs);
     if (rc == CHUTE_EINVAL)
         return ch_err(err, CHUTE_EINVAL, "no valid crop of a %ux%u image", sw, sh);
-    if (rc == CHUTE_OK)
-        rc = ch_resize_run(&plan, pix, (size_t)sw * 3, 0, 0, crop->flip, &ld->out, dst, &w->rs);
+    if (rc == CHUTE_OK) {
+        ch_aug_key key = {ld->o.seed, ld->sampler.epoch, aug_key};
+        rc = ch_transform_run(&plan, pix, (size_t)sw * 3, 0, 0, crop->flip, &ld->out, &ld->aug,
+                              key, dst, &w->rs);
+    }
     if (rc != CHUTE_OK)
         return ch_err(err, CHUTE_ENOMEM, "out of memory for resize rows");
     return CHUTE_OK;
@@ -338,7 +342,8 @@ static int cache_hit(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, ch
         uint32_t denom = dct_denom(ld, e->caps, crop.x1 - crop.x0, crop.y1 - crop.y0);
         if (denom != e->denom)
             return DC_MISS; /* the reference decodes this crop at another scale */
-        int rc = resize_frame(ld, w, &crop, denom, ch_dcache_data(e), e->sw, e->sh, dst, err);
+        int rc = resize_frame(ld, w, &crop, denom, ch_dcache_data(e), e->sw, e->sh,
+                             ld->st ? w->rng_key : idx, dst, err);
         if (rc != CHUTE_OK)
             return rc;
     }
@@ -394,7 +399,7 @@ static int cache_frame(chute_loader *ld, worker *w, uint64_t idx, const ch_image
     if (dc > 1)
         ch_counter_inc(&w->stats->dct_scaled);
     if (denom == dc) {
-        rc = resize_frame(ld, w, crop, dc, out, sw, sh, dst, err);
+        rc = resize_frame(ld, w, crop, dc, out, sw, sh, ld->st ? w->rng_key : idx, dst, err);
         if (rc == CHUTE_OK)
             ch_stage_add(&w->stats->transform, 1, ld->sample_bytes, ch_now_ns() - t1);
         return rc;
@@ -519,8 +524,9 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     ch_stage_add(&st->decode, 1, (uint64_t)img.w * img.h * 3, t2 - t1);
     if (denom > 1)
         ch_counter_inc(&st->dct_scaled);
-    rc = ch_resize_run(&plan, img.pixels, img.stride, (int32_t)img.x, (int32_t)img.y, crop.flip,
-                       &ld->out, dst, &w->rs);
+    ch_aug_key key = {ld->o.seed, ld->sampler.epoch, ld->st ? w->rng_key : idx};
+    rc = ch_transform_run(&plan, img.pixels, img.stride, (int32_t)img.x, (int32_t)img.y,
+                          crop.flip, &ld->out, &ld->aug, key, dst, &w->rs);
     if (rc != CHUTE_OK)
         return ch_err(err, CHUTE_ENOMEM, "out of memory for resize rows");
     ch_stage_add(&st->transform, 1, ld->sample_bytes, ch_now_ns() - t2);
@@ -1140,6 +1146,37 @@ static void shm_fill(void *user, uint64_t *c)
     c[CH_SHM_LAST_STEP_NS] = st.last_step_ns;
 }
 
+/* Option augment: parsed once; the combinations it cannot serve refused.
+ * The string is borrowed and not kept. */
+static int loader_aug_open(chute_loader *ld, chute_error *err)
+{
+    chute_loader_options *o = &ld->o;
+    int rc = ch_aug_parse(o->augment, &ld->aug, err);
+    o->augment = NULL;
+    if (rc != CHUTE_OK || ld->aug.n == 0)
+        return rc;
+    if (o->gpu_decode_share)
+        return ch_err(err, CHUTE_EINVAL, "augment: not with gpu_decode_share (nvJPEG's "
+                      "samples are resized on the GPU, where the ops do not run yet)");
+    if (o->decoded_cache_bytes && o->transform != CHUTE_TRANSFORM_TRAIN)
+        return ch_err(err, CHUTE_EINVAL, "augment: decoded_cache_bytes keeps finished samples "
+                      "under transform eval/none, which would freeze their augmentation; "
+                      "use transform train or no cache");
+    for (uint32_t k = 0; k < ld->aug.n; k++) {
+        const ch_aug_step *st = &ld->aug.step[k];
+        char why[200];
+        if (st->op->check_dtype && st->op->check_dtype(st->p, o->dtype, why, sizeof why))
+            return ch_err(err, CHUTE_EINVAL, "augment: %s: %s", st->op->name, why);
+    }
+    int on_gpu = o->device && *o->device && strcmp(o->device, "cpu") != 0;
+    for (uint32_t k = 0; k < ld->aug.n && on_gpu; k++)
+        if (ld->aug.step[k].op->stage == CH_AUG_OUTPUT)
+            return ch_err(err, CHUTE_EINVAL, "augment: %s acts after normalize, which device "
+                          "%s does on the GPU: not supported yet", ld->aug.step[k].op->name,
+                          o->device);
+    return CHUTE_OK;
+}
+
 int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt,
                         chute_loader **out_loader, chute_error *err)
 {
@@ -1158,6 +1195,11 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         return rc;
     }
     chute_loader_options *o = &ld->o;
+    rc = loader_aug_open(ld, err);
+    if (rc) {
+        free(ld);
+        return rc;
+    }
     if (ds->stream) {
         /* A stream has no N: the sampler is unused (one placeholder sample);
          * each rank reads its own stream; no read-ahead or decoded cache
@@ -1423,6 +1465,8 @@ static void free_worker(worker *w)
     ch_buf_free(&w->pbuf);
     ch_buf_free(&w->rs.coef);
     ch_buf_free(&w->rs.tmp);
+    ch_buf_free(&w->rs.aug_px);
+    ch_buf_free(&w->rs.aug_tmp);
 }
 
 /* Everything but the threads and the locks (the workers are joined, or

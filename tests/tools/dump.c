@@ -8,7 +8,8 @@
  *             [--rank R --world W] [--drop-last] [--remainder-drop] [--no-shuffle]
  *             [--no-dct-scale] [--strict] [--start-batch B] [--layout nchw|nhwc]
  *             [--scale-pct MIN MAX] [--no-normalize] [--max-pixels N]
- *             [--crop-pct F] [--resize-size N] [--format NAME]
+ *             [--crop-pct F] [--resize-size N] [--format NAME] [--augment SPEC]
+ *             [--decoded-cache-bytes N]
  * Prints "samples=N batches=B corrupt=C" on success; exit 1 with the
  * library's message on failure.
  */
@@ -58,6 +59,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--strict")) o.on_corrupt = CHUTE_CORRUPT_FAIL;
         else if (!strcmp(a, "--no-normalize")) o.no_normalize = 1;
         else if (!strcmp(a, "--format")) { dso.format = v; i++; }
+        else if (!strcmp(a, "--augment")) { o.augment = v; i++; }
+        else if (!strcmp(a, "--decoded-cache-bytes")) { o.decoded_cache_bytes = strtoull(v, NULL, 10); i++; }
         else if (!strcmp(a, "--max-pixels")) { o.max_pixels = strtoull(v, NULL, 10); i++; }
         else if (!strcmp(a, "--crop-pct")) { o.crop_pct = strtof(v, NULL); i++; }
         else if (!strcmp(a, "--resize-size")) { o.resize_size = (uint32_t)atoi(v); i++; }
