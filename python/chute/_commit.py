@@ -161,6 +161,8 @@ def write_part(adir: str, format: str, part: int, samples: Iterable[Tuple[Any, i
     import chute
     damaged = tuple(getattr(chute, n) for n in DAMAGED_NAMES)
     kw = dict(writer_kw)
+    if format == "wds":
+        kw["key_prefix"] = key_prefix(part)
     w = None
     skipped = written = 0
     try:

@@ -311,7 +311,9 @@ def _serial_parts(ref, fmt, rows, counts, classes, **kw):
     a = 0
     for k, n in enumerate(counts):
         part = os.path.join(ref, "part-%d" % k)
-        w = chute.Writer(part, fmt, classes=classes, **kw)
+        # a dataset in parts: WebDataset keys carry the part ("p00001-000000")
+        extra = {"key_prefix": "p%05d-" % k} if fmt == "wds" else {}
+        w = chute.Writer(part, fmt, classes=classes, **kw, **extra)
         for b, l in rows[a:a + n]:
             w.write(b, l)
         info = w.close()
