@@ -44,6 +44,23 @@ def _free_port():
     return port
 
 
+def _wait_workers(ui, n, work, limit=90):
+    """Until the master's JSON page lists n alive workers; fails naming the logs."""
+    import json
+    import urllib.request
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/json/" % ui, timeout=2) as r:
+                if json.load(r).get("aliveworkers", 0) >= n:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("the standalone cluster did not have %d workers after %d s (logs in %s)"
+                       % (n, limit, work))
+
+
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
     home = os.path.dirname(pyspark.__file__)
@@ -63,13 +80,17 @@ def spark(tmp_path_factory):
             procs.append(subprocess.Popen([cls] + args, env=dict(env, **extra), stdout=f,
                                           stderr=subprocess.STDOUT))
     try:
+        ui = _free_port()
         start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-               str(port), "--webui-port", str(_free_port())], "master.log")
+               str(port), "--webui-port", str(ui)], "master.log")
         for k, host in enumerate(("127.0.0.2", "127.0.0.3")):
             start(["org.apache.spark.deploy.worker.Worker", "spark://127.0.0.1:%d" % port,
                    "--host", host, "--cores", "1", "--memory", "1g", "--webui-port",
                    str(_free_port()), "--work-dir", os.path.join(work, "w%d" % k)],
                   "worker%d.log" % k, SPARK_LOCAL_IP=host)
+        # Both workers registered before the driver connects (a driver that
+        # finds no master yet retries only after 20 s).
+        _wait_workers(ui, 2, work)
         from pyspark.sql import SparkSession
         s = (SparkSession.builder.master("spark://127.0.0.1:%d" % port)
              .appName("chute-speculation").config("spark.ui.enabled", "false")
@@ -89,11 +110,11 @@ def spark(tmp_path_factory):
         finally:
             s.stop()
     finally:
-        for p in procs:
-            p.terminate()
+        for p in procs:  # the master and workers this fixture started (their executors
+            p.terminate()  # ended with the SparkContext)
         for p in procs:
             try:
-                p.wait(20)
+                p.wait(3)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
