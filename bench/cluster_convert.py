@@ -2,12 +2,14 @@
 photos on Spark local[N]: chute.spark.write (bytes pass through, header
 checked) vs an img2dataset-style job (PIL decode, resize shortest side to
 256, re-encode JPEG q95, write tars, per row as img2dataset does) vs
-Mosaic's dataframe_to_mds (when mosaicml-streaming is importable: install
-it into a bench-only venv or --target dir on PYTHONPATH, never the CI
-venv).  One run, same rows, ratios printed.
+Mosaic's dataframe_to_mds (when mosaicml-streaming is importable: run it
+from the bench-only venv build-bench/mosaic, bench/README.md says how to
+make it; never the CI venv).  One run, same rows, ratios printed.
 
   PYTHONPATH=build-python/lib-test build-cluster/venv/bin/python \
       bench/cluster_convert.py [--images 200] [--cores 2]
+  PYTHONPATH=build-python/lib-test PYSPARK_PYTHON=$PWD/build-bench/mosaic/bin/python \
+      build-bench/mosaic/bin/python bench/cluster_convert.py     # with Mosaic
 """
 import argparse
 import glob
@@ -71,6 +73,7 @@ def main():
     schema = StructType([StructField("image", BinaryType()), StructField("label", IntegerType())])
     df = spark.createDataFrame(spark.sparkContext.parallelize(rows, a.cores * 2), schema).cache()
     df.count()
+    df.rdd.map(lambda r: len(r["image"])).sum()  # Python workers started before any timing
     tmp = tempfile.mkdtemp(prefix="chute-cbench-")
     res = {}
     t = time.perf_counter()
@@ -84,8 +87,13 @@ def main():
         from streaming.base.converters import dataframe_to_mds
         t = time.perf_counter()
         dataframe_to_mds(df, merge_index=True, mds_kwargs={
-            "out": os.path.join(tmp, "mds"), "columns": {"image": "bytes", "label": "int"}})
+            "out": os.path.join(tmp, "mds"), "columns": {"image": "bytes", "label": "int32"}})
         res["Mosaic dataframe_to_mds"] = time.perf_counter() - t
+        import json
+        with open(os.path.join(tmp, "mds", "index.json")) as f:
+            got = sum(sh["samples"] for sh in json.load(f)["shards"])
+        if got != len(rows):
+            sys.exit("Mosaic wrote %d samples of %d" % (got, len(rows)))
     except ImportError as e:
         print("Mosaic dataframe_to_mds: skipped (%s)" % e)
     spark.stop()

@@ -84,6 +84,8 @@ int cmd_convert(int argc, char **argv)
          "1 writes imagenet_to_gcs.py's 1-based ones)"},
         {"--prefix", CLI_STR, &o.prefix, NULL, 0, 0,
          "TFRecord file names PREFIX-00000-of-0000N (default train)"},
+        {"--key-prefix", CLI_STR, &o.key_prefix, NULL, 0, 0,
+         "wds: put before every sample key (letters, digits, _ and -; default none)"},
         {"--align", CLI_U32, &o.align, NULL, 64, 1 << 20,
          "chute shards' record alignment in bytes (default 4096)"},
         {"--validate", CLI_FLAG, &validate, NULL, 0, 0,

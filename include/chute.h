@@ -1071,6 +1071,12 @@ typedef struct chute_convert_options {
     void *user;
     const chute_dataset_options *source; /* how to open src (NULL: probe the path) */
     int force;                 /* as chute_pack_options.force (s3:// dst only) */
+    /* WebDataset only: each sample's key is KEY_PREFIX + its position in
+     * this output, zero-padded (default "": the position alone).  Letters,
+     * digits, '_' and '-', at most 64 bytes.  Writers of one dataset in
+     * pieces (chute.spark.write, chute.ray.write: "p00003-" for part 3)
+     * give each piece its own prefix, so keys are unique dataset-wide. */
+    const char *key_prefix;
 } chute_convert_options;
 
 typedef struct chute_convert_result {

@@ -21,7 +21,8 @@ Writing.  :func:`write` (a :class:`ChuteDatasink` for
 ``Dataset.write_datasink``) hands each write task's rows to its own
 :class:`chute.Writer` in a staging directory; the driver commits the
 successful attempts as one dataset, or removes them all
-(:class:`ChuteDatasink` has the protocol).
+(:class:`ChuteDatasink`; the protocol is chute._commit's, shared with
+``chute.spark.write``), local or s3://.
 
 Ray is imported by this module, never by ``import chute``: Ray is an
 integration, not a dependency (``pip install 'ray[data]'``).
@@ -40,7 +41,7 @@ try:
 except ImportError as _e:  # pragma: no cover - depends on the environment
     raise ImportError("chute.ray needs Ray Data (pip install 'ray[data]'): %s" % _e) from _e
 
-from . import _chute
+from . import _chute, _commit
 from .loader import Loader
 
 __all__ = ["read", "write", "ChuteDatasource", "ChuteDatasink"]
@@ -258,29 +259,22 @@ def read(path: Any, *, columns: Sequence[str] = ("image", "label", "index"), siz
 # ---------------------------------------------------------------------------
 # Writing
 
-_DAMAGED = (_chute.CorruptDataError, _chute.FormatError, _chute.LimitExceededError,
-            _chute.UnsupportedError)
-"""What chute.Writer.write refuses a damaged image with (the writer goes on)."""
-
-_STAGING = ".chute-ray-staging"
-"""Where write tasks put their attempts, inside dst (a dot name: no chute
-reader lists it, and the commit removes it)."""
-
-
 class ChuteDatasink(Datasink):
     """A ``ray.data`` Datasink writing one chute / TFRecord / WebDataset dataset
-    with :class:`chute.Writer` (see :func:`write`).
+    with :class:`chute.Writer` (see :func:`write`), local or s3://.
 
-    Protocol: each write task writes its rows, in order, as complete files
-    with its own ``chute.Writer`` into an attempt-unique directory
-    ``dst/.chute-ray-staging/<job>/<task>-<uuid>/`` and returns what it wrote;
-    a failing task aborts its Writer and removes its attempt.  The driver's
-    ``on_write_complete`` takes the attempts Ray reported as the successful
-    ones, in task order, renames their files to their final names in ``dst``
-    and writes the dataset's one manifest (chute) last; then removes the
-    staging directory, with any attempt of a failed or retried task in it.
-    ``on_write_failed`` removes the staging directory: a failed write leaves
-    ``dst`` as it was.
+    Protocol (chute._commit's, the one ``chute.spark.write`` uses): each
+    write task writes its rows, in order, as complete files with its own
+    ``chute.Writer`` into an attempt-unique directory
+    ``dst/_chute_temporary/<job>/p<task>-<uuid>/`` and returns what it
+    wrote; a failing task aborts its Writer and removes its attempt.  The
+    driver's ``on_write_complete`` takes the attempts Ray reported as the
+    successful ones, in task order, gives their files their final names in
+    ``dst`` (rename; on s3:// a server-side copy) and writes the dataset's
+    one manifest (chute) last; then removes ``_chute_temporary/<job>``,
+    with any attempt of a failed or retried task in it.
+    ``on_write_failed`` removes it too: a failed write leaves ``dst`` as it
+    was.
     """
 
     def __init__(self, dst: Any, format: str = "chute", *, image_col: str = "image",
@@ -293,149 +287,76 @@ class ChuteDatasink(Datasink):
         if format not in ("chute", "tfrecord", "wds"):
             raise ValueError("format must be 'chute', 'tfrecord' or 'wds', not %r" % (format,))
         path = os.fspath(dst)
-        if "://" in path:
-            raise ValueError("chute.ray.write commits by renaming files: dst must be a local "
-                             "or shared file system directory, not %s" % path)
-        self.dst = os.path.abspath(path)
+        if "://" in path and not _commit.is_s3(path):
+            raise ValueError("chute.ray.write: dst must be a local or shared directory or "
+                             "s3://bucket/prefix/, not %s" % path)
+        self.dst = path if _commit.is_s3(path) else os.path.abspath(path)
         self.format = format
         self.image_col, self.label_col = image_col, label_col
         self.shard_size, self.prefix = shard_size, prefix
         self.label_offset = int(label_offset)
         self.classes = None if classes is None else [str(c) for c in classes]
         self.job = uuid.uuid4().hex[:12]
-        self.staging = os.path.join(self.dst, _STAGING, self.job)
+        self.staging = _commit.job_dir(_commit.Store(self.dst), self.job)
         self.result: Optional[Dict[str, Any]] = None
 
     def get_name(self) -> str:
         return "Chute"
 
     def on_write_start(self) -> None:
-        _refuse_existing(self.dst, self.format)
-        os.makedirs(self.staging)
+        store = _commit.Store(self.dst)
+        left = [n for n in store.listdir(store.root) if n != _commit.TEMP_DIR]
+        if left:
+            raise FileExistsError("chute.ray.write: %s is not empty (%s...): choose a new "
+                                  "directory" % (self.dst, ", ".join(left[:3])))
+        if not store.s3:
+            os.makedirs(self.staging)
+
+    def _samples(self, blocks: Iterable[Block]) -> Iterable[Any]:
+        for block in blocks:
+            t = BlockAccessor.for_block(block).to_arrow()
+            for name in (self.image_col, self.label_col):
+                if name not in t.column_names:
+                    raise KeyError("chute.ray.write: no column %r (columns: %s)"
+                                   % (name, ", ".join(t.column_names)))
+            images = t.column(self.image_col).to_pylist()
+            labels = t.column(self.label_col).to_pylist()
+            for data, label in zip(images, labels):
+                if not isinstance(data, (bytes, bytearray, memoryview)):
+                    raise TypeError("chute.ray.write: column %r holds %s, not encoded "
+                                    "image bytes" % (self.image_col, type(data).__name__))
+                yield data, int(label)
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> Dict[str, Any]:
-        from . import Writer
-        attempt = os.path.join(self.staging, "%06d-%s" % (ctx.task_idx, uuid.uuid4().hex[:8]))
-        w = None  # opened at the first row: a task given no rows writes nothing
-        skipped = written = 0
+        task = int(ctx.task_idx)
+        attempt = _commit.attempt_dir(self.staging, task, uuid.uuid4().hex[:8])
+        opts = dict(shard_size=self.shard_size, prefix=self.prefix,
+                    label_offset=self.label_offset, classes=self.classes)
         try:
-            for block in blocks:
-                t = BlockAccessor.for_block(block).to_arrow()
-                for name in (self.image_col, self.label_col):
-                    if name not in t.column_names:
-                        raise KeyError("chute.ray.write: no column %r (columns: %s)"
-                                       % (name, ", ".join(t.column_names)))
-                images = t.column(self.image_col).to_pylist()
-                labels = t.column(self.label_col).to_pylist()
-                for data, label in zip(images, labels):
-                    if not isinstance(data, (bytes, bytearray, memoryview)):
-                        raise TypeError("chute.ray.write: column %r holds %s, not encoded "
-                                        "image bytes" % (self.image_col, type(data).__name__))
-                    if w is None:
-                        w = Writer(attempt, self.format, shard_size=self.shard_size,
-                                   prefix=self.prefix, label_offset=self.label_offset,
-                                   classes=self.classes)
-                    try:
-                        w.write(data, int(label))
-                        written += 1
-                    except _DAMAGED:
-                        if self.on_damaged == "fail":
-                            raise
-                        skipped += 1  # refused whole: nothing of it was written
-            if written:
-                info = w.close()
-            else:  # no row, or every row refused: no files (a Writer needs one sample)
-                if w is not None:
-                    w.abort()
-                info = {"samples": 0, "files": [], "bytes": 0}
+            out = _commit.write_part(attempt, self.format, task, self._samples(blocks), opts,
+                                     self.on_damaged)
         except BaseException:
-            if w is not None:
-                w.abort()
-            shutil.rmtree(attempt, ignore_errors=True)
+            if not _commit.is_s3(attempt):  # (s3://: the driver removes the job's prefix)
+                shutil.rmtree(attempt, ignore_errors=True)
             raise
-        return {"task": int(ctx.task_idx), "dir": attempt, "info": info, "skipped": skipped}
+        out["task"] = task
+        return out
 
     def on_write_complete(self, write_result: Any) -> None:
         parts = sorted(write_result.write_returns, key=lambda r: r["task"])
+        store = _commit.Store(self.dst)
         try:
-            self.result = _commit(self.dst, self.format, parts, self.prefix)
-            self.result["parts"] = [int(p["info"]["samples"]) for p in parts]
-            self.result["skipped"] = sum(int(p["skipped"]) for p in parts)
+            done = _commit.commit(store, self.format, parts, self.prefix)
         finally:
-            _remove_staging(self.dst)
+            _commit.cleanup(store, self.job)
+        files = done["files"] + (["chute.manifest"] if self.format == "chute" else [])
+        self.result = {"files": sorted(files), "bytes": done["bytes"],
+                       "samples": done["samples"],
+                       "parts": [int(p["samples"]) for p in parts],
+                       "skipped": sum(int(p["skipped"]) for p in parts)}
 
     def on_write_failed(self, error: Exception) -> None:
-        _remove_staging(self.dst)
-
-
-def _remove_staging(dst: str) -> None:
-    shutil.rmtree(os.path.join(dst, _STAGING), ignore_errors=True)
-
-
-def _refuse_existing(dst: str, format: str) -> None:
-    if os.path.isdir(dst):
-        left = [n for n in os.listdir(dst) if n != _STAGING]
-        if left:
-            raise FileExistsError("chute.ray.write: %s is not empty (%s...): choose a new "
-                                  "directory" % (dst, ", ".join(sorted(left)[:3])))
-
-
-def _data_files(info: Dict[str, Any], format: str) -> List[str]:
-    """The data files one Writer wrote (its close()'s sorted names), in order."""
-    ext = {"chute": ".chute", "wds": ".tar"}.get(format)
-    if ext is None:  # tfrecord: PREFIX-00000-of-0000N, each with sidecars (.idx, ...)
-        return [n for n in info["files"] if "." not in n]
-    return [n for n in info["files"] if n.endswith(ext)]
-
-
-def _manifest_counts(d: str) -> Dict[str, int]:
-    """Samples per shard from a Writer's chute.manifest (docs/FORMAT.md)."""
-    with open(os.path.join(d, "chute.manifest"), encoding="utf-8") as f:
-        return {ln.split(" ")[1]: int(ln.split(" ")[2])
-                for ln in f.read().splitlines() if ln.startswith("shard ")}
-
-
-def _commit(dst: str, format: str, parts: List[Dict[str, Any]],
-            prefix: Optional[str]) -> Dict[str, Any]:
-    """Move the parts' files (parts in task order) to their final names in
-    dst, then, for the chute format, write the one manifest: the dataset
-    exists only from that last rename on."""
-    from .writer import write_manifest
-    files = [(p, n) for p in parts for n in _data_files(p["info"], format)]
-    total = len(files)
-    out: List[str] = []
-    counts: List[int] = []
-    sizes: List[int] = []
-    per_dir: Dict[str, Dict[str, int]] = {}
-    for k, (p, name) in enumerate(files):
-        d = p["dir"]
-        if format == "chute":
-            final = "shard-%05d.chute" % k
-            if d not in per_dir:
-                per_dir[d] = _manifest_counts(d)
-            counts.append(per_dir[d][name])
-        elif format == "tfrecord":
-            final = "%s-%05d-of-%05d" % (prefix or "train", k, total)
-        else:
-            final = "shard-%06d.tar" % k
-        os.replace(os.path.join(d, name), os.path.join(dst, final))
-        out.append(final)
-        sizes.append(os.path.getsize(os.path.join(dst, final)))
-        for side in p["info"]["files"]:  # TFRecord's DALI .idx and chute's saved index
-            if side.startswith(name + "."):
-                os.replace(os.path.join(d, side), os.path.join(dst, final + side[len(name):]))
-                out.append(final + side[len(name):])
-    if format == "chute":
-        write_manifest(dst, counts, sizes)  # temporary name, fsync, rename, fsync dst
-        out.append("chute.manifest")
-    else:
-        fd = os.open(dst, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    return {"files": sorted(out), "bytes": sum(sizes),
-            "samples": sum(int(p["info"]["samples"]) for p in parts)}
+        _commit.cleanup(_commit.Store(self.dst), self.job)
 
 
 def write(ds: "ray.data.Dataset", dst: Any, format: str = "chute", *, image_col: str = "image",

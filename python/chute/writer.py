@@ -34,7 +34,10 @@ class Writer:
     for ``tfrecord`` and ``wds``); with them a label outside
     ``0..len(classes)-1`` is refused.
     ``validate=True`` decodes every image fully instead of checking its
-    header.
+    header.  ``key_prefix`` (``wds`` only): put before every sample's key
+    (letters, digits, ``_``, ``-``); a dataset written in pieces gives each
+    piece its own (``chute.spark.write`` and ``chute.ray.write`` use
+    ``"pPPPPP-"``), so keys are unique across the dataset.
 
     :meth:`write` refuses a damaged image (``CorruptDataError``,
     ``FormatError``, ``LimitExceededError``, ``UnsupportedError``, the
@@ -59,6 +62,7 @@ class Writer:
         classes: Optional[Sequence[str]] = None,
         validate: bool = False,
         force: bool = False,
+        key_prefix: Optional[str] = None,
     ) -> None:
         self.dst = os.fspath(dst)
         self.format = format
@@ -71,6 +75,7 @@ class Writer:
             classes=None if classes is None else list(classes),
             validate=validate,
             force=force,
+            key_prefix=key_prefix,
         )
         self.result: Optional[Dict[str, Any]] = None
 

@@ -2998,9 +2998,9 @@ typedef struct {
 static int Writer_init(WriterObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"dst",   "format",   "shard_size", "prefix", "label_offset",
-                             "align", "validate", "classes",    "force",  NULL};
+                             "align", "validate", "classes",    "force",  "key_prefix", NULL};
     PyObject *dst = NULL, *classes = Py_None;
-    const char *format = "chute", *prefix = NULL;
+    const char *format = "chute", *prefix = NULL, *key_prefix = NULL;
     unsigned long long shard_size = 0;
     int label_offset = 0, validate = 0, force = 0;
     unsigned int align = 0;
@@ -3008,9 +3008,10 @@ static int Writer_init(WriterObject *self, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "_Writer is already open");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|s$KziIpOp:_Writer", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|s$KziIpOpz:_Writer", kwlist,
                                      PyUnicode_FSConverter, &dst, &format, &shard_size, &prefix,
-                                     &label_offset, &align, &validate, &classes, &force))
+                                     &label_offset, &align, &validate, &classes, &force,
+                                     &key_prefix))
         return -1;
     PyObject *seq = NULL;
     const char **names = NULL;
@@ -3047,6 +3048,7 @@ static int Writer_init(WriterObject *self, PyObject *args, PyObject *kw)
     o.align = align;
     o.validate = validate;
     o.force = force;
+    o.key_prefix = key_prefix;
     chute_error err;
     memset(&err, 0, sizeof err);
     chute_writer *w = NULL;

@@ -12,7 +12,8 @@
  *   - KEY is the sample's position in the output, zero-padded to one width
  *     for the whole dataset (at least 6 digits), so keys sort in dataset
  *     order in every shard and across shards, and no key is a prefix of
- *     another.  Names are far below ustar's 100 bytes, so no pax or GNU
+ *     another; after key_prefix when one is given (a dataset written in
+ *     pieces, one prefix per piece, "p00003-": keys unique dataset-wide).  Names are far below ustar's 100 bytes, so no pax or GNU
  *     long-name records are ever needed; every header carries a valid
  *     checksum, mode 0644, mtime 0 (the output is a function of the input
  *     alone), and each tar ends with the two zero blocks.
@@ -123,15 +124,17 @@ static int wdsw_add(void *vw, const ch_writer_sample *s, chute_error *err)
             return rc;
         w->open = 1;
     }
+    /* the key: at most 64 (key_prefix, checked by the engine) + 20 digits */
+    const char *kp = w->cfg.key_prefix ? w->cfg.key_prefix : "";
     char name[100], cls[32];
-    snprintf(name, sizeof name, "%0*llu.%s", w->width, (unsigned long long)s->index, ext);
+    snprintf(name, sizeof name, "%s%0*llu.%s", kp, w->width, (unsigned long long)s->index, ext);
     rc = put_member(w, name, s->data, s->len, err);
     int cl = snprintf(cls, sizeof cls, "%lld", (long long)s->label + w->cfg.label_offset);
-    snprintf(name, sizeof name, "%0*llu.cls", w->width, (unsigned long long)s->index);
+    snprintf(name, sizeof name, "%s%0*llu.cls", kp, w->width, (unsigned long long)s->index);
     if (rc == CHUTE_OK)
         rc = put_member(w, name, cls, (size_t)cl, err);
     const char *cn = s->class_name ? s->class_name : "";
-    snprintf(name, sizeof name, "%0*llu.txt", w->width, (unsigned long long)s->index);
+    snprintf(name, sizeof name, "%s%0*llu.txt", kp, w->width, (unsigned long long)s->index);
     if (rc == CHUTE_OK)
         rc = put_member(w, name, cn, strlen(cn), err);
     if (rc == CHUTE_OK && w->out.bytes >= w->cfg.shard_size)

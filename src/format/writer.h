@@ -39,6 +39,7 @@ typedef struct ch_writer_cfg {
     const char *prefix;
     uint32_t align;
     uint64_t total;           /* samples the source has (an upper bound on those written) */
+    const char *key_prefix;   /* wds: put before every key ("" none; checked by the engine) */
     uint32_t nclasses;
     char *const *class_names;
 } ch_writer_cfg;

@@ -374,6 +374,7 @@ static int convert_locked(convert_run *r, chute_error *err)
     cfg.shard_size = r->o->shard_size;
     cfg.label_offset = r->o->label_offset;
     cfg.prefix = r->o->prefix;
+    cfg.key_prefix = r->o->key_prefix;
     cfg.align = r->o->align;
     cfg.total = chute_dataset_size(r->ds);
     cfg.nclasses = chute_dataset_num_classes(r->ds);
@@ -428,6 +429,18 @@ static int convert_defaults(chute_convert_options *o, const ch_writer_ops **out_
                       o->prefix);
     if (o->align < 64 || (o->align & (o->align - 1)))
         return ch_err(err, CHUTE_EINVAL, "align %u is not a power of two >= 64", o->align);
+    if (!o->key_prefix)
+        o->key_prefix = "";
+    if (*o->key_prefix && wr != &ch_writer_wds)
+        return ch_err(err, CHUTE_EINVAL, "key_prefix '%s': only the wds format has sample keys",
+                      o->key_prefix);
+    size_t kl = strlen(o->key_prefix);
+    if (kl > 64 || strspn(o->key_prefix, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789_-") != kl)
+        return ch_err(err, CHUTE_EINVAL,
+                      "key_prefix '%.80s': letters, digits, '_' and '-' only, at most 64 bytes "
+                      "(a WebDataset key ends at its first '.', and '/' would be a directory)",
+                      o->key_prefix);
     *out_wr = wr;
     return CHUTE_OK;
 }
@@ -499,6 +512,7 @@ struct chute_writer {
     char *dst;               /* as given */
     char *dir;               /* the local directory written: dst, or the stage */
     char *prefix;
+    char *key_prefix;
     ch_publish *pub;         /* s3:// dst: the staging and upload */
     int lock_fd;
     int failed;              /* a write failed: only abort is left */
@@ -524,6 +538,7 @@ static void writer_free(chute_writer *w)
     free(w->dst);
     free(w->dir);
     free(w->prefix);
+    free(w->key_prefix);
     free(w);
 }
 
@@ -544,9 +559,11 @@ int chute_writer_open(const char *dst, const chute_convert_options *opt, uint32_
     w->o.source = NULL;
     int rc = convert_defaults(&w->o, &w->wr, err);
     if (rc == CHUTE_OK && (!(w->prefix = strdup(w->o.prefix)) || !(w->dst = strdup(dst)) ||
+                           !(w->key_prefix = strdup(w->o.key_prefix)) ||
                            !(w->class_names = calloc(nclasses ? nclasses : 1, sizeof(char *)))))
         rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
     w->o.prefix = w->prefix;
+    w->o.key_prefix = w->key_prefix;
     for (uint32_t c = 0; rc == CHUTE_OK && c < nclasses; c++) {
         if (!class_names[c])
             rc = ch_err(err, CHUTE_EINVAL, "chute_writer_open: class %u has no name", c);
@@ -579,6 +596,7 @@ int chute_writer_open(const char *dst, const chute_convert_options *opt, uint32_
         cfg.shard_size = w->o.shard_size;
         cfg.label_offset = w->o.label_offset;
         cfg.prefix = w->prefix;
+        cfg.key_prefix = w->key_prefix;
         cfg.align = w->o.align;
         cfg.total = 0; /* not known: the caller streams */
         cfg.nclasses = w->nclasses;

@@ -311,7 +311,9 @@ def _serial_parts(ref, fmt, rows, counts, classes, **kw):
     a = 0
     for k, n in enumerate(counts):
         part = os.path.join(ref, "part-%d" % k)
-        w = chute.Writer(part, fmt, classes=classes, **kw)
+        # a dataset in parts: WebDataset keys carry the part ("p00001-000000")
+        extra = {"key_prefix": "p%05d-" % k} if fmt == "wds" else {}
+        w = chute.Writer(part, fmt, classes=classes, **kw, **extra)
         for b, l in rows[a:a + n]:
             w.write(b, l)
         info = w.close()
@@ -476,3 +478,70 @@ def test_write_retried_task_leaves_the_clean_dataset(data, tmp_path):
     for name in os.listdir(clean):
         with open(os.path.join(clean, name), "rb") as a, open(os.path.join(dst, name), "rb") as b:
             assert a.read() == b.read(), name
+
+
+def _s3_objects(url):
+    """{name: bytes} of every object under the s3:// prefix url (pyarrow.fs)."""
+    from pyarrow import fs
+    st = chute._commit.Store(url)
+    key = url[len("s3://"):].rstrip("/")
+    out = {}
+    for i in st.fs.get_file_info(fs.FileSelector(key, recursive=True, allow_not_found=True)):
+        if i.type == fs.FileType.File:
+            with st.fs.open_input_stream(i.path) as f:
+                out[i.path[len(key) + 1:]] = f.read()
+    return out
+
+
+def test_write_s3_equals_spark(data, weed, tmp_path):
+    """chute.ray.write to s3:// (SeaweedFS) through the commit protocol
+    chute.spark.write uses: for each format the objects are the files
+    chute.spark.write (local[2]) makes of the same rows in the same
+    partitions, byte for byte, nothing else is left under the prefix, and
+    the dataset reads back from s3:// with chute and (from the same bytes)
+    with the format's own reader."""
+    import chute._commit  # noqa: F401
+    from chute.spark import write as spark_write
+    from pyspark.sql import SparkSession
+    w, bucket = weed
+    if w is None:
+        pytest.skip("no S3 server: %s" % bucket)
+    env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    rows, classes = _rows_in_order(data)
+    fmts = ("chute", "tfrecord", "wds")
+    got = {}
+    for fmt in fmts:
+        url = "s3://%s/ray-%s/" % (bucket, fmt)
+        res = chute.ray.write(_ray_rows(rows, 4), url, fmt, classes=classes,
+                              shard_size=300_000,
+                              ray_remote_args={"runtime_env": {"env_vars": env}})
+        assert res["parts"] == [15, 15, 15, 15] and res["samples"] == len(rows)
+        got[fmt] = (url, res, _s3_objects(url))
+    builder = (SparkSession.builder.master("local[2]").appName("chute-ray-s3-vs-spark")
+               .config("spark.ui.enabled", "false"))
+    spark = builder.getOrCreate()
+    try:
+        rdd = spark.sparkContext.parallelize([(bytearray(b), l) for b, l in rows], 4)
+        df = spark.createDataFrame(rdd, "image binary, label long")
+        for fmt in fmts:
+            spark_write(df, str(tmp_path / fmt), fmt, classes=classes, shard_size=300_000)
+    finally:
+        spark.stop()
+    for fmt in fmts:
+        url, res, objs = got[fmt]
+        local = str(tmp_path / fmt)
+        names = sorted(n for n in os.listdir(local) if not n.endswith(".chuteidx"))
+        # every object is the dataset's: no attempt left (SeaweedFS may keep
+        # an empty "_chute_temporary" directory entry, which holds nothing)
+        assert sorted(objs) == names == res["files"] and len(names) >= 4, fmt
+        for name in names:
+            with open(os.path.join(local, name), "rb") as f:
+                assert objs[name] == f.read(), (fmt, name)
+        ds = chute.Dataset(url, format={"chute": None}.get(fmt, fmt))
+        assert [(ds.read(i), ds.label(i)) for i in range(len(ds))] == rows, fmt
+        fetched = tmp_path / ("from-s3-" + fmt)  # the objects, for the peer's reader
+        fetched.mkdir()
+        for name, blob in objs.items():
+            (fetched / name).write_bytes(blob)
+        peer = _read_with_peer(str(fetched), fmt, names)
+        assert peer is None if fmt == "chute" else peer == rows

@@ -122,6 +122,25 @@ def test_tfrecord_and_wds_clean(clean):
     assert got == want
 
 
+def test_wds_keys_unique_across_the_dataset(clean):
+    """webdataset's own reader over every tar of the 4-partition run: each
+    sample's __key__ once in the whole dataset (each task's Writer numbers
+    from 0: without a per-partition key prefix partition 1's first key
+    repeats partition 0's), and the samples are the input rows in order.
+    (The keys are the same in every attempt of a partition:
+    test_partition_written_twice_same_as_clean[wds] compares the bytes.)"""
+    import collections
+    import webdataset
+    _, want, _, out = clean
+    d, res = out["wds"]
+    urls = [os.path.join(d, n) for n in res["files"]]
+    samples = list(webdataset.WebDataset(urls, shardshuffle=False))
+    keys = collections.Counter(x["__key__"] for x in samples)
+    assert len(samples) == len(want) and len(res["files"]) > PARTS
+    assert [k for k, n in keys.items() if n > 1] == []
+    assert [(x["jpg"] if "jpg" in x else x["png"], int(x["cls"])) for x in samples] == want
+
+
 @pytest.mark.parametrize("fmt", ["chute", "tfrecord"])
 def test_task_failing_once_mid_partition_same_as_clean(clean, tmp_path, fmt):
     from pyspark.sql import functions as F

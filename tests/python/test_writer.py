@@ -134,6 +134,25 @@ def test_wds_read_by_tarfile(tree, tmp_path):
         assert got[key + ".cls"] == str(lab).encode() and got[key + ".txt"] == cname.encode()
 
 
+def test_wds_key_prefix(tree, tmp_path):
+    """key_prefix goes before every key (tarfile reads the member names);
+    a prefix that would break a key, or on a format without keys, is refused."""
+    classes, want = _samples(tree, every=16)
+    dst = tmp_path / "wds"
+    with chute.Writer(dst, "wds", classes=classes, key_prefix="p00003-") as w:
+        for p, lab, _ in want:
+            w.write(_read(p), lab)
+    with tarfile.open(str(dst / "shard-000000.tar")) as t:
+        keys = [m.name.split(".")[0] for m in t.getmembers()][::3]
+    assert keys == ["p00003-%06d" % k for k in range(len(want))]
+    assert len(chute.Dataset(str(dst), format="wds")) == len(want)  # chute's reader groups them
+    for bad in ("a.b", "a/b", "x" * 65, "sp ace"):
+        with pytest.raises(chute.InvalidArgumentError, match="key_prefix"):
+            chute.Writer(tmp_path / "bad", "wds", key_prefix=bad)
+    with pytest.raises(chute.InvalidArgumentError, match="only the wds format"):
+        chute.Writer(tmp_path / "bad", "tfrecord", key_prefix="p1-")
+
+
 def test_damaged_sample_refused_writer_goes_on(tree, tmp_path):
     _, want = _samples(tree, every=30)
     good = [_read(p) for p, _, _ in want]
