@@ -1222,6 +1222,10 @@ typedef struct chute_infer_options {
                                  --preset latency` does, after creating the
                                  session) or, where the caller cannot, the workers
                                  a longer one here.  Shares of CPU do not change. */
+    uint32_t stats_shm;       /* as chute_loader_options.stats_shm: 1 (the default)
+                                 publishes the session's requests/s, queue and
+                                 latency for `chute top` (docs/TOP.md);
+                                 CHUTE_STATS_SHM_OFF: no segment, no thread */
 } chute_infer_options;
 
 /* Create a session; its worker threads start at once and wait for

@@ -64,6 +64,9 @@ static void tick(ch_exporter *x, uint64_t n)
 static void *exporter_main(void *arg)
 {
     ch_exporter *x = arg;
+    /* Threads inherit their creator's scheduler slice; a request path that
+     * gave itself a short one (infer.c) does not pass it on to this one. */
+    ch_thread_slice_default();
     const uint64_t period = (uint64_t)CH_SHM_PUBLISH_MS * 1000000ull;
     uint64_t next_tick = ch_now_ns() + period, ticks = 0;
     struct pollfd pf[1 + CH_METRICS_MAX_POLLFDS];

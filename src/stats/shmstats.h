@@ -64,6 +64,15 @@ enum {
     CH_SHM_READ_P99_NS,
     CH_SHM_LAST_WAIT_NS,
     CH_SHM_LAST_STEP_NS,
+    /* An inference session's (kind CH_SHM_KIND_INFER; a loader leaves them
+     * 0).  SAMPLES/BATCHES are its requests/batches handed out, WINDOW_*
+     * the last second's handed-out requests, CORRUPT its failed requests,
+     * QUEUE_CAPACITY its queue_capacity. */
+    CH_SHM_INFER_QUEUED,    /* requests admitted and not yet released */
+    CH_SHM_INFER_SUBMITTED, /* requests admitted, ever */
+    CH_SHM_INFER_REJECTED,  /* submits refused with CHUTE_EBUSY */
+    CH_SHM_LAT_P50_NS,      /* submit-to-poll latency of the last second's requests */
+    CH_SHM_LAT_P99_NS,
     CH_SHM_NCOUNTERS
 };
 
