@@ -2041,16 +2041,17 @@ void chute_loader_stats(const chute_loader *ld, chute_stats *out)
     out->wall_ns = now - ld->t_created;
     out->workers = ld->nworkers;
     out->queue_capacity = ld->nslots;
-    ch_hist_snap *h = calloc(1, sizeof *h);
-    if (h) {
-        for (uint32_t i = 0; i < ld->nworkers; i++)
-            ch_hist_merge(h, &ld->workers[i].read_lat);
-        out->read_lat_p50_ns = ch_hist_quantile(h, 0.50);
-        out->read_lat_p90_ns = ch_hist_quantile(h, 0.90);
-        out->read_lat_p99_ns = ch_hist_quantile(h, 0.99);
-        out->read_lat_max_ns = ch_hist_quantile(h, 1.0);
-        free(h);
-    }
+    /* On the stack (4 KiB), not calloc'd: next() takes a snapshot every
+     * tensorboard_every batches and the stats thread every tick, and
+     * neither may allocate (tests/test_hotpath.c). */
+    ch_hist_snap h;
+    memset(&h, 0, sizeof h);
+    for (uint32_t i = 0; i < ld->nworkers; i++)
+        ch_hist_merge(&h, &ld->workers[i].read_lat);
+    out->read_lat_p50_ns = ch_hist_quantile(&h, 0.50);
+    out->read_lat_p90_ns = ch_hist_quantile(&h, 0.90);
+    out->read_lat_p99_ns = ch_hist_quantile(&h, 0.99);
+    out->read_lat_max_ns = ch_hist_quantile(&h, 1.0);
     if (ld->ds->cache) { /* the block cache tier (src/io/cache.c) */
         ch_cache_stats cs;
         ch_cache_stats_get(ld->ds->cache, &cs);

@@ -67,6 +67,7 @@ static void *exporter_main(void *arg)
     /* Threads inherit their creator's scheduler slice; a request path that
      * gave itself a short one (infer.c) does not pass it on to this one. */
     ch_thread_slice_default();
+    pthread_setname_np(pthread_self(), "chute-stats"); /* for top, perf and the tests */
     const uint64_t period = (uint64_t)CH_SHM_PUBLISH_MS * 1000000ull;
     uint64_t next_tick = ch_now_ns() + period, ticks = 0;
     struct pollfd pf[1 + CH_METRICS_MAX_POLLFDS];
