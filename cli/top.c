@@ -197,9 +197,14 @@ static void add_event(top_state *t, top_proc *p, const char *text)
         e->end = e->start;
 }
 
+static int is_infer(const top_proc *p) { return p->cur.kind == CH_SHM_KIND_INFER; }
+
 static void proc_label(const top_proc *p, char *buf, size_t cap)
 {
-    if (p->cur.world > 1)
+    if (is_infer(p))
+        snprintf(buf, cap, "%s pid %d (infer)", p->cur.comm[0] ? p->cur.comm : "infer",
+                 (int)p->cur.pid);
+    else if (p->cur.world > 1)
         snprintf(buf, cap, "rank %u (pid %d)", p->cur.rank, (int)p->cur.pid);
     else
         snprintf(buf, cap, "%s pid %d", p->cur.comm[0] ? p->cur.comm : "loader", (int)p->cur.pid);
@@ -221,6 +226,14 @@ static void derive(top_proc *p)
     p->cache_pct = ch + cm ? 100.0 * (double)ch / (double)(ch + cm) : -1;
     uint64_t th = c[CH_SHM_TIER_HITS], tf = c[CH_SHM_TIER_FETCHES];
     p->tier_pct = th + tf ? 100.0 * (double)th / (double)(th + tf) : -1;
+    if (is_infer(p)) {
+        /* An inference session: requests handed out per second, nobody
+         * waits on it (its latency takes the wait's place), no bottleneck. */
+        p->wait_pct = 0;
+        p->fill = -1;
+        p->bottleneck = "serving";
+        return;
+    }
     /* The bottleneck: a consumer that waits under 5% of its window is fed
      * (TensorBoard's input-pipeline analyzer calls > 5% input-bound): the
      * training step is the limit.  Otherwise the stage whose workers were
@@ -435,11 +448,22 @@ static void write_json(const top_state *t, FILE *f)
             fprintf(f, "%.1f", p->tier_pct);
         fprintf(f,
                 ",\"corrupt\":%llu,\"io_retries\":%llu,\"samples\":%llu,\"batches\":%llu,"
-                "\"workers\":%llu,\"wait_ms_last_batch\":%.3f,\"stale\":%s}",
+                "\"workers\":%llu,\"wait_ms_last_batch\":%.3f,\"stale\":%s",
                 (unsigned long long)c[CH_SHM_CORRUPT], (unsigned long long)c[CH_SHM_IO_RETRIES],
                 (unsigned long long)c[CH_SHM_SAMPLES], (unsigned long long)c[CH_SHM_BATCHES],
                 (unsigned long long)c[CH_SHM_WORKERS], (double)c[CH_SHM_LAST_WAIT_NS] / 1e6,
                 p->stale ? "true" : "false");
+        if (is_infer(p)) /* the session's own figures */
+            fprintf(f,
+                    ",\"requests_per_s\":%.1f,\"latency_p50_ms\":%.3f,\"latency_p99_ms\":%.3f,"
+                    "\"queued\":%llu,\"submitted\":%llu,\"completed\":%llu,\"failed\":%llu,"
+                    "\"rejected_busy\":%llu",
+                    p->ips, (double)c[CH_SHM_LAT_P50_NS] / 1e6, (double)c[CH_SHM_LAT_P99_NS] / 1e6,
+                    (unsigned long long)c[CH_SHM_INFER_QUEUED],
+                    (unsigned long long)c[CH_SHM_INFER_SUBMITTED],
+                    (unsigned long long)c[CH_SHM_SAMPLES], (unsigned long long)c[CH_SHM_CORRUPT],
+                    (unsigned long long)c[CH_SHM_INFER_REJECTED]);
+        fprintf(f, "}");
     }
     fprintf(f, "],\"events\":[");
     for (int i = 0; i < t->nevents; i++) {
@@ -475,8 +499,14 @@ static void write_line(const top_state *t, FILE *f)
         const top_proc *p = &t->procs[i];
         char label[96];
         proc_label(p, label, sizeof label);
-        fprintf(f, " | %s %s %.0f img/s wait %.0f%% %s", label, p->cur.dataset, p->ips,
-                p->wait_pct, p->bottleneck);
+        if (is_infer(p))
+            fprintf(f, " | %s %.0f req/s p99 %.1f ms queue %llu/%llu", label, p->ips,
+                    (double)p->cur.c[CH_SHM_LAT_P99_NS] / 1e6,
+                    (unsigned long long)p->cur.c[CH_SHM_INFER_QUEUED],
+                    (unsigned long long)p->cur.c[CH_SHM_QUEUE_CAPACITY]);
+        else
+            fprintf(f, " | %s %s %.0f img/s wait %.0f%% %s", label, p->cur.dataset, p->ips,
+                    p->wait_pct, p->bottleneck);
     }
     if (!t->nprocs)
         fprintf(f, " | no chute loaders");
@@ -531,6 +561,22 @@ static void write_screen(const top_state *t, FILE *f, int color)
             snprintf(queue, sizeof queue, "%.1f/%llu", p->fill,
                      (unsigned long long)c[CH_SHM_QUEUE_CAPACITY]);
         fmt_pct(cache, sizeof cache, p->cache_pct >= 0 ? p->cache_pct : p->tier_pct);
+        if (is_infer(p)) {
+            /* IMG/S: requests/s; WAIT: the last second's p99 latency;
+             * QUEUE: requests in flight / queue_capacity. */
+            char lat[16];
+            snprintf(queue, sizeof queue, "%llu/%llu",
+                     (unsigned long long)c[CH_SHM_INFER_QUEUED],
+                     (unsigned long long)c[CH_SHM_QUEUE_CAPACITY]);
+            double p99 = (double)c[CH_SHM_LAT_P99_NS] / 1e6;
+            snprintf(lat, sizeof lat, p99 < 100 ? "%.1fms" : "%.0fms", p99);
+            fprintf(f, "%-8d %-6s %-10.10s %-14.14s %9.1f %6s %-10s %-7s %6s %7llu%s\n",
+                    (int)p->cur.pid, "infer", p->cur.comm, "(p99 latency)", p->ips, lat,
+                    p->bottleneck, queue, "-",
+                    (unsigned long long)(c[CH_SHM_CORRUPT] + c[CH_SHM_INFER_REJECTED]),
+                    p->stale ? "  (no update for 3 s)" : "");
+            continue;
+        }
         const char *wc = p->wait_pct >= t->warn ? RED : p->wait_pct >= 5 ? YEL : "";
         fprintf(f, "%-8d %-6s %-10.10s %-14.14s %9.1f %s%5.1f%%%s %-10s %-7s %6s %7llu%s\n",
                 (int)p->cur.pid, rank, p->cur.comm, p->cur.dataset, p->ips, wc, p->wait_pct, R,

@@ -269,6 +269,7 @@ static int cli_rows(void *base, const ch_opt_row *d, int nd, cli_opt *out, cli_o
             r->type = d->kind == CH_OPT_U32 ? CLI_U32 : CLI_U64;
             r->min = d->min;
             r->max = d->max;
+            r->zero_off = (d->layers & CH_OPT_ZERO_OFF) != 0;
             /* Computed defaults, and a 0 below the bounds, are told in the
              * help itself. */
             if ((d->layers & CH_OPT_AUTO) || (d->def == 0 && d->min > 0))

@@ -487,19 +487,22 @@ typedef struct chute_loader_options {
      * file events.out.tfevents.<time>.<host>.<pid>.<n>.chute in it and
      * fails naming the path if it cannot.  Every tensorboard_every
      * (default 100) batches handed over, next() copies one chute_stats
-     * snapshot into a fixed ring (no allocation, no I/O) and a
-     * background thread writes its scalars (docs/WAITING.md lists them)
+     * snapshot into a fixed ring (no allocation, no I/O) and the
+     * loader's stats thread writes its scalars (docs/WAITING.md lists them)
      * at step = batches handed over so far; destroy writes what is
      * queued.  The string is read during chute_loader_create only.    */
     const char *tensorboard;
     uint32_t tensorboard_every;
-    /* `chute top` (docs/TOP.md): 1 (the default) keeps a 4 KiB stats
-     * segment /dev/shm/chute-<uid>-<pid>-<n> (mode 0600) that a publisher
+    /* The TensorBoard, Prometheus and `chute top` exports share one
+     * background thread per loader, "chute-stats" (none when all three
+     * are off).
+     * `chute top` (docs/TOP.md): 1 (the default) keeps a 4 KiB stats
+     * segment /dev/shm/chute-<uid>-<pid>-<n> (mode 0600) that the stats
      * thread refreshes every 250 ms and the loader removes when destroyed
      * or at exit; off: CHUTE_STATS_SHM_OFF (the CLI's and Python's 0). */
     uint32_t stats_shm;
     /* Prometheus export (docs/METRICS.md), off by default.  metrics_port
-     * nonzero: a background thread serves GET /metrics (exposition format
+     * nonzero: the stats thread serves GET /metrics (exposition format
      * 0.0.4) on metrics_addr (NULL or "": 127.0.0.1; an IPv4 or IPv6
      * literal), answering nothing else.  metrics_file: the same text
      * written every second to that path (temp file + rename) for
@@ -1238,6 +1241,10 @@ typedef struct chute_infer_options {
                                  --preset latency` does, after creating the
                                  session) or, where the caller cannot, the workers
                                  a longer one here.  Shares of CPU do not change. */
+    uint32_t stats_shm;       /* as chute_loader_options.stats_shm: 1 (the default)
+                                 publishes the session's requests/s, queue and
+                                 latency for `chute top` (docs/TOP.md);
+                                 CHUTE_STATS_SHM_OFF: no segment, no thread */
 } chute_infer_options;
 
 /* Create a session; its worker threads start at once and wait for

@@ -877,6 +877,7 @@ TEST(worker_slice_is_the_workers_own)
     creator_arg c = {0};
     c.o.size = 16;
     c.o.workers = 2;
+    c.o.stats_shm = CHUTE_STATS_SHM_OFF; /* no stats thread: only the workers are counted */
     c.o.worker_slice_us = 3000;
     CHECK(pthread_create(&th, NULL, nice_creator, &c) == 0, "creator thread");
     pthread_join(th, NULL);
@@ -898,6 +899,7 @@ TEST(worker_slice_is_the_workers_own)
     c = (creator_arg){0};
     c.o.size = 16;
     c.o.workers = 2;
+    c.o.stats_shm = CHUTE_STATS_SHM_OFF;
     CHECK(pthread_create(&th, NULL, nice_creator, &c) == 0, "creator thread");
     pthread_join(th, NULL);
     CHECK(c.rc == CHUTE_OK, "create at nice 3: %s", c.msg);

@@ -16,6 +16,7 @@
 
 #include <stdatomic.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -443,6 +444,92 @@ TEST(textfile_is_replaced_atomically)
     CHECK(strstr(text, "dataset=\"shards\"} 8\n"), "final figures: %.400s", text);
     CHECK(access(tmp, F_OK) != 0, "temp file left behind");
     chute_dataset_close(ds);
+    return 0;
+}
+
+/* Threads of this process now: the entries of /proc/self/task. */
+static int count_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* A loader with the given exporters, one batch taken; the threads it
+ * added to the process (counted while it lives) into *added. */
+static int threads_of_loader(int tb, int port, int file, int shm, int *added)
+{
+    char tbdir[4200], prom[4200];
+    mkdir(g_work, 0755);
+    snprintf(tbdir, sizeof tbdir, "%s/threads_tb", g_work);
+    snprintf(prom, sizeof prom, "%s/threads.prom", g_work);
+    chute_dataset *ds = NULL;
+    chute_error err = {0};
+    CHECK_OK(chute_dataset_open(g_shards, CHUTE_SOURCE_AUTO, &ds, &err));
+    chute_loader_options o = {0};
+    o.batch_size = 8;
+    o.size = 32;
+    o.workers = 2;
+    o.readahead = CHUTE_READAHEAD_OFF;
+    o.tensorboard = tb ? tbdir : NULL;
+    o.tensorboard_every = 1;
+    o.metrics_port = (uint32_t)port;
+    o.metrics_file = file ? prom : NULL;
+    o.stats_shm = shm ? 1 : CHUTE_STATS_SHM_OFF;
+    int before = count_threads();
+    chute_loader *ld = NULL;
+    CHECK(chute_loader_create(ds, &o, &ld, &err) == CHUTE_OK, "create: %s", err.message);
+    chute_batch *b = NULL;
+    CHECK_OK(chute_loader_next(ld, &b));
+    chute_batch_release(b);
+    usleep(300000); /* a tick of the stats thread: nothing starts late */
+    *added = count_threads() - before;
+    chute_loader_destroy(ld);
+    chute_dataset_close(ds);
+    CHECK(count_threads() == before, "threads left after destroy: %d, were %d", count_threads(),
+          before);
+    return 0;
+}
+
+static void *noop_thread(void *arg) { return arg; }
+
+TEST(exporters_share_one_stats_thread)
+{
+    /* Until session 10 the TensorBoard writer, the metrics responder and
+     * top's publisher each had a thread: all on was 3 more than all off.
+     * Now one thread feeds them all, and none runs when all are off. */
+    if (!have_data())
+        SKIP("fixture data missing (run the data_setup test)");
+    CHECK(count_threads() > 0, "no /proc/self/task");
+    /* A sanitizer's runtime starts a helper thread at the first
+     * pthread_create: let that happen before anything is counted. */
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, noop_thread, NULL) == 0, "pthread_create");
+    pthread_join(t, NULL);
+    int off = 0, all = 0, shm_only = 0, tb_only = 0, port_only = 0;
+    if (threads_of_loader(0, 0, 0, 0, &off))
+        return 1;
+    if (threads_of_loader(1, free_port(), 1, 1, &all))
+        return 1;
+    if (threads_of_loader(0, 0, 0, 1, &shm_only))
+        return 1;
+    if (threads_of_loader(1, 0, 0, 0, &tb_only))
+        return 1;
+    if (threads_of_loader(0, free_port(), 0, 0, &port_only))
+        return 1;
+    CHECK(off == 2, "all exporters off: %d threads added, want the 2 workers only", off);
+    CHECK(all == off + 1, "all exporters on: %d threads, want %d (one stats thread)", all,
+          off + 1);
+    CHECK(shm_only == off + 1 && tb_only == off + 1 && port_only == off + 1,
+          "one exporter: shm %d, tensorboard %d, metrics %d threads; want %d each", shm_only,
+          tb_only, port_only, off + 1);
     return 0;
 }
 

@@ -368,7 +368,7 @@ TEST(infer_rows_shared_are_the_loader_rows)
     /* chute.h: max_batch, max_delay_us, unordered, queue_capacity, pretouch,
      * worker_slice_us and the transform are the session's own. */
     CHECK(own == 7, "%d own rows", own);
-    CHECK(shared == 12, "%d shared rows", shared);
+    CHECK(shared == 13, "%d shared rows", shared);
     return 0;
 }
 

@@ -440,12 +440,13 @@ class Loader:
             chute/cache_hit_pct, chute/tier_hit_pct, chute/skipped,
             chute/io_retries, chute/batches (docs/WAITING.md says what each is,
             from :meth:`stats`).  A directory gets an event file written by the
-            library from a background thread; a writer is called from this
+            library from its stats thread (one per loader, shared with
+            the Prometheus and ``chute top`` exports); a writer is called from this
             thread at those steps.  See also :meth:`rank_report`.
         stats_shm: 1 (default) keeps a small shared-memory stats segment that
             ``chute top`` reads (docs/TOP.md); 0 turns it off.
         metrics_port: serve Prometheus metrics at http://metrics_addr:PORT/metrics
-            from a background thread (0 = off); metrics_addr defaults to
+            from the loader's stats thread (0 = off); metrics_addr defaults to
             "127.0.0.1".  metrics_file: write the same text to this path every
             second (temp file + rename) for node_exporter's textfile collector.
             metrics_name: the ``dataset`` label (default: the dataset's base

@@ -2458,6 +2458,12 @@ static PyObject *opt_row_py(const char *table, const ch_opt_row *d)
         Py_DECREF(layers);
         layers = u;
     }
+    if (layers && (d->layers & CH_OPT_ZERO_OFF)) { /* 0 is off, not the default */
+        PyObject *t = Py_BuildValue("(s)", "zero_off"), *u = t ? PySequence_Concat(layers, t) : NULL;
+        Py_XDECREF(t);
+        Py_DECREF(layers);
+        layers = u;
+    }
     if (layers && d->from_loader) { /* the session's row is the loader table's */
         PyObject *t = Py_BuildValue("(s)", "loader"), *u = t ? PySequence_Concat(layers, t) : NULL;
         Py_XDECREF(t);
@@ -3423,6 +3429,8 @@ static int infer_opt_from_py(const ch_opt_row *d, PyObject *v, chute_infer_optio
             return -1;
         }
         Py_DECREF(i);
+        if (x == 0 && (d->layers & CH_OPT_ZERO_OFF))
+            x = top; /* 0 is off (stats_shm); a zero field would be the default */
         if (d->kind == CH_OPT_U32) {
             uint32_t u = (uint32_t)x;
             memcpy(p, &u, sizeof u);

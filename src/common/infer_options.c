@@ -115,7 +115,7 @@ static void build_rows(void)
             continue; /* a shared row not found keeps no name: the unit test fails */
         rows[i] = l;
         rows[i].offset = defs[i].offset;
-        rows[i].layers = defs[i].layers | (l.layers & CH_OPT_AUTO);
+        rows[i].layers = defs[i].layers | (l.layers & (CH_OPT_AUTO | CH_OPT_ZERO_OFF));
         rows[i].from_loader = 1;
         rows[i].loader_offset = defs[i].loader_offset;
     }

@@ -66,6 +66,7 @@
 #include "../codec/codec.h"
 #include "../ops/ops.h"
 #include "../stats/hist.h"
+#include "../stats/exporter.h"
 #include "../common/loader_options.h"
 
 #include <errno.h>
@@ -79,6 +80,7 @@
 #include <unistd.h>
 
 #define IALIGN 64
+#define PUB_RING 5 /* ticks of 250 ms kept: the newest and the one 1 s before it */
 #define MSG_LEN 256
 
 enum { IS_FREE = 0, IS_OPEN, IS_CLOSED, IS_HELD };
@@ -157,6 +159,15 @@ struct chute_infer {
 
     uint32_t nworkers;
     iworker *workers;
+
+    /* `chute top`'s segment (stats_shm) and the stats thread that fills it;
+     * NULL when off.  pub_*: that thread's own (infer_fill): the total
+     * latency histogram and requests handed out at its last PUB_RING ticks,
+     * for the last second's rate and quantiles. */
+    ch_exporter *stats;
+    uint64_t created_ns;
+    ch_hist_snap *pub_hist;   /* PUB_RING + 1 (the last: scratch) */
+    uint64_t pub_t[PUB_RING], pub_done[PUB_RING], pub_n;
 };
 
 /* ------------------------------------------------------------------ */
@@ -355,6 +366,72 @@ static int resolve(const chute_infer_options *in, chute_infer *s, chute_error *e
     return CHUTE_OK;
 }
 
+/* The stats thread's tick (exporter.c, every 250 ms): the session's
+ * figures into the segment's slots (shmstats.h); the rate and latency
+ * quantiles are those of the requests handed out in the last second. */
+static void infer_fill(void *user, const chute_stats *unused, uint64_t *c)
+{
+    (void)unused;
+    chute_infer *s = user;
+    unsigned k = (unsigned)(s->pub_n % PUB_RING);
+    ch_hist_snap *cur = &s->pub_hist[k], *win = &s->pub_hist[PUB_RING];
+    memset(cur, 0, sizeof *cur);
+    pthread_mutex_lock(&s->mu);
+    c[CH_SHM_SAMPLES] = s->completed;
+    c[CH_SHM_BATCHES] = s->batches;
+    c[CH_SHM_CORRUPT] = s->failed;
+    c[CH_SHM_INFER_QUEUED] = s->admitted;
+    c[CH_SHM_INFER_SUBMITTED] = s->submitted;
+    c[CH_SHM_INFER_REJECTED] = s->rejected;
+    ch_hist_merge(cur, &s->total);
+    pthread_mutex_unlock(&s->mu);
+    uint64_t now = ch_now_ns();
+    s->pub_t[k] = now;
+    s->pub_done[k] = c[CH_SHM_SAMPLES];
+    /* The oldest kept tick (1 s back once PUB_RING ticks ran), else the start. */
+    uint64_t t0 = s->created_ns, d0 = 0;
+    memset(win, 0, sizeof *win);
+    if (s->pub_n >= PUB_RING - 1) {
+        unsigned o = (unsigned)((s->pub_n - (PUB_RING - 1)) % PUB_RING);
+        if (o != k) {
+            t0 = s->pub_t[o];
+            d0 = s->pub_done[o];
+            for (unsigned i = 0; i < CH_HIST_BUCKETS; i++) {
+                win->b[i] = cur->b[i] - s->pub_hist[o].b[i];
+                win->n += win->b[i];
+            }
+        }
+    }
+    if (t0 == s->created_ns)
+        *win = *cur;
+    s->pub_n++;
+    c[CH_SHM_WALL_NS] = now - s->created_ns;
+    c[CH_SHM_WINDOW_NS] = now - t0;
+    c[CH_SHM_WINDOW_SAMPLES] = c[CH_SHM_SAMPLES] - d0;
+    c[CH_SHM_WORKERS] = s->nworkers;
+    c[CH_SHM_QUEUE_CAPACITY] = s->cap;
+    c[CH_SHM_LAT_P50_NS] = ch_hist_quantile(win, 0.50);
+    c[CH_SHM_LAT_P99_NS] = ch_hist_quantile(win, 0.99);
+}
+
+/* The session's segment and its stats thread (stats_shm; optional: a
+ * session without /dev/shm runs on without). */
+static void start_stats(chute_infer *s)
+{
+    s->pub_hist = calloc(PUB_RING + 1, sizeof *s->pub_hist);
+    if (!s->pub_hist)
+        return;
+    uint64_t c[CH_SHM_NCOUNTERS] = {0};
+    infer_fill(s, NULL, c);
+    ch_shm *shm = ch_shm_create(CH_SHM_KIND_INFER, 0, 1, NULL, NULL, NULL);
+    if (!shm)
+        return;
+    ch_shm_publish(shm, c);
+    ch_exporter_src src = {.user = s, .snap = NULL, .fill = infer_fill};
+    if (ch_exporter_start(&src, NULL, NULL, shm, &s->stats, NULL) != CHUTE_OK)
+        ch_shm_close(shm);
+}
+
 int chute_infer_create(const chute_infer_options *opt, chute_infer **out, chute_error *err)
 {
     if (!out)
@@ -451,6 +528,9 @@ int chute_infer_create(const chute_infer_options *opt, chute_infer **out, chute_
         }
         s->workers[i].started = 1;
     }
+    s->created_ns = ch_now_ns();
+    if (s->o.stats_shm)
+        start_stats(s);
     *out = s;
     return CHUTE_OK;
 }
@@ -474,6 +554,8 @@ void chute_infer_destroy(chute_infer *s)
 {
     if (!s)
         return;
+    ch_exporter_stop(s->stats); /* its tick takes mu and reads the workers */
+    free(s->pub_hist);
     pthread_mutex_lock(&s->mu);
     s->shutdown = 1;
     s->closed = 1;

@@ -80,6 +80,7 @@
 #include "../stats/stats.h"
 #include "../stats/tboard.h"
 #include "../stats/shmstats.h"
+#include "../stats/exporter.h"
 #include "../common/loader_options.h"
 #include "../cuda/cuda_loader.h"
 #include "sampler.h"
@@ -167,7 +168,6 @@ typedef struct lfield {
 
 struct chute_loader {
     const chute_dataset *ds;
-    ch_metrics *metrics;      /* Prometheus exporter (metrics_port/file), or NULL */
     chute_loader_options o;
     ch_out_spec out;
     ch_aug aug;               /* option augment, parsed (immutable after create) */
@@ -188,7 +188,8 @@ struct chute_loader {
     uint32_t nworkers;
     worker *workers;
     ch_worker_stats *wstats;
-    ch_shm *shm;              /* `chute top`'s stats segment (stats_shm), NULL when off */
+    ch_exporter *stats;       /* the stats thread feeding tb, metrics and the `chute top`
+                                 segment (stats_shm); NULL when every one is off */
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv;   /* workers: a run started, or shutdown */
@@ -1113,12 +1114,14 @@ static uint64_t run_batches_of(const chute_loader *ld)
     return ld->o.drop_last ? per / B : per / B + (per % B != 0);
 }
 
-/* The stats segment's publisher (shmstats.c, every 250 ms): the loader's
- * figures into the segment's counter slots. */
-static void shm_fill(void *user, uint64_t *c)
+/* The stats thread's tick (exporter.c, every 250 ms): one snapshot... */
+static void stats_snap(void *user, chute_stats *st) { chute_loader_stats(user, st); }
+
+/* ...into the segment's counter slots. */
+static void stats_fill(void *user, const chute_stats *sp, uint64_t *c)
 {
-    chute_stats st;
-    chute_loader_stats(user, &st);
+    (void)user;
+    const chute_stats st = *sp;
     c[CH_SHM_WALL_NS] = st.wall_ns;
     c[CH_SHM_SAMPLES] = st.samples;
     c[CH_SHM_BATCHES] = st.batches;
@@ -1174,6 +1177,49 @@ static int loader_aug_open(chute_loader *ld, chute_error *err)
             return ch_err(err, CHUTE_EINVAL, "augment: %s acts after normalize, which device "
                           "%s does on the GPU: not supported yet", ld->aug.step[k].op->name,
                           o->device);
+    return CHUTE_OK;
+}
+
+/* Open the exporters the options ask for and start the one stats thread
+ * that feeds them; no thread when every one is off.  The segment is
+ * optional (NULL: no /dev/shm, ...); a tensorboard or metrics failure
+ * fails the create. */
+static int start_exporters(chute_loader *ld, const chute_loader_options *o, const char *root,
+                           chute_error *err)
+{
+    ch_tboard *tb = NULL;
+    ch_metrics *m = NULL;
+    ch_shm *shm = NULL;
+    int rc = CHUTE_OK;
+    if (o->tensorboard && *o->tensorboard && (rc = ch_tboard_open(o->tensorboard, &tb, err)))
+        return rc;
+    if (o->metrics_port || (o->metrics_file && *o->metrics_file)) {
+        rc = ch_metrics_start(ld, o, root, &m, err);
+        if (rc != CHUTE_OK) {
+            ch_tboard_close(tb);
+            return rc;
+        }
+    }
+    if (o->stats_shm) {
+        chute_stats st;
+        uint64_t c[CH_SHM_NCOUNTERS] = {0};
+        chute_loader_stats(ld, &st);
+        stats_fill(ld, &st, c);
+        shm = ch_shm_create(CH_SHM_KIND_LOADER, o->rank, o->world_size, root, NULL, NULL);
+        if (shm)
+            ch_shm_publish(shm, c);
+    }
+    if (!tb && !m && !shm)
+        return CHUTE_OK;
+    ch_exporter_src src = {.user = ld, .snap = stats_snap, .fill = stats_fill};
+    rc = ch_exporter_start(&src, tb, m, shm, &ld->stats, err);
+    if (rc != CHUTE_OK) {
+        ch_shm_close(shm);
+        ch_metrics_stop(m);
+        ch_tboard_close(tb);
+        return rc;
+    }
+    ld->tb = tb;
     return CHUTE_OK;
 }
 
@@ -1399,24 +1445,12 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         }
         ld->workers[i].started = 1;
     }
-    if (o->tensorboard && *o->tensorboard) {
-        rc = ch_tboard_open(o->tensorboard, &ld->tb, err);
-        if (rc) {
-            chute_loader_destroy(ld);
-            return rc;
-        }
-    }
-    if (o->metrics_port || (o->metrics_file && *o->metrics_file)) {
-        rc = ch_metrics_start(ld, o, ds->stream ? NULL : ds->root, &ld->metrics, err);
-        if (rc != CHUTE_OK) {
-            chute_loader_destroy(ld);
-            return rc;
-        }
+    rc = start_exporters(ld, o, ds->stream ? NULL : ds->root, err);
+    if (rc != CHUTE_OK) {
+        chute_loader_destroy(ld);
+        return rc;
     }
     ld->o.tensorboard = NULL; /* borrowed: read only here */
-    if (o->stats_shm) /* optional: NULL (no /dev/shm, ...) leaves it off */
-        ld->shm = ch_shm_create(CH_SHM_KIND_LOADER, o->rank, o->world_size, ds->root,
-                                shm_fill, ld);
     o->metrics_addr = o->metrics_file = o->metrics_name = NULL; /* borrowed: copied above */
     *out_loader = ld;
     return CHUTE_OK;
@@ -1491,7 +1525,7 @@ static void free_memory(chute_loader *ld)
 
 static void destroy_in_child(chute_loader *ld)
 {
-    ch_shm_abandon(ld->shm); /* the parent's file: not unlinked here */
+    ch_exporter_abandon(ld->stats); /* the parent's segment: not unlinked here */
     ch_ra_free_forked(ld->ra);
     free_memory(ld);
     free(ld);
@@ -1505,10 +1539,10 @@ void chute_loader_destroy(chute_loader *ld)
         destroy_in_child(ld);
         return;
     }
-    ch_shm_close(ld->shm); /* its thread reads the stats: stop it first */
-    ld->shm = NULL;
-    ch_metrics_stop(ld->metrics); /* reads the stats: before the workers go */
-    ld->metrics = NULL;
+    ch_exporter_stop(ld->stats); /* reads the stats: before the workers go; drains the
+                                    TensorBoard ring, writes the textfile a last time */
+    ld->stats = NULL;
+    ld->tb = NULL;
     if (ld->workers) {
         pthread_mutex_lock(&ld->mu);
         cancel_run_locked(ld);
@@ -1519,7 +1553,6 @@ void chute_loader_destroy(chute_loader *ld)
             if (ld->workers[i].started)
                 pthread_join(ld->workers[i].thread, NULL);
     }
-    ch_tboard_close(ld->tb); /* writes the snapshots still queued */
     ch_stream_free(ld->st); /* kills and reaps a command; no loader lock held */
     ld->st = NULL;
     ch_ra_destroy(ld->ra);
@@ -2052,16 +2085,17 @@ void chute_loader_stats(const chute_loader *ld, chute_stats *out)
     out->wall_ns = now - ld->t_created;
     out->workers = ld->nworkers;
     out->queue_capacity = ld->nslots;
-    ch_hist_snap *h = calloc(1, sizeof *h);
-    if (h) {
-        for (uint32_t i = 0; i < ld->nworkers; i++)
-            ch_hist_merge(h, &ld->workers[i].read_lat);
-        out->read_lat_p50_ns = ch_hist_quantile(h, 0.50);
-        out->read_lat_p90_ns = ch_hist_quantile(h, 0.90);
-        out->read_lat_p99_ns = ch_hist_quantile(h, 0.99);
-        out->read_lat_max_ns = ch_hist_quantile(h, 1.0);
-        free(h);
-    }
+    /* On the stack (4 KiB), not calloc'd: next() takes a snapshot every
+     * tensorboard_every batches and the stats thread every tick, and
+     * neither may allocate (tests/test_hotpath.c). */
+    ch_hist_snap h;
+    memset(&h, 0, sizeof h);
+    for (uint32_t i = 0; i < ld->nworkers; i++)
+        ch_hist_merge(&h, &ld->workers[i].read_lat);
+    out->read_lat_p50_ns = ch_hist_quantile(&h, 0.50);
+    out->read_lat_p90_ns = ch_hist_quantile(&h, 0.90);
+    out->read_lat_p99_ns = ch_hist_quantile(&h, 0.99);
+    out->read_lat_max_ns = ch_hist_quantile(&h, 1.0);
     if (ld->ds->cache) { /* the block cache tier (src/io/cache.c) */
         ch_cache_stats cs;
         ch_cache_stats_get(ld->ds->cache, &cs);

@@ -1,12 +1,13 @@
 /*
  * metrics.c — Prometheus export: a read-only /metrics responder and a
- * node_exporter textfile writer, both run by one background thread per
- * loader that asked for them (metrics_port, metrics_file).
+ * node_exporter textfile writer, both run by the loader's one stats
+ * thread (exporter.c) when asked for (metrics_port, metrics_file): it
+ * polls the listener and connections below with its other fds.
  *
  * What it reads.  Only what chute_loader_stats() already sums from the
  * workers' relaxed-atomic counters, plus the workers' read-latency
  * histograms (ch_loader_read_hist).  Nothing is added to the hot path: a
- * scrape costs the loader one stats snapshot, taken on this thread.
+ * scrape costs the loader one stats snapshot, taken on the stats thread.
  *
  * Why not an HTTP library.  The endpoint answers exactly one request,
  * GET /metrics, with a few kilobytes of text.  A library (libmicrohttpd,
@@ -29,7 +30,7 @@
  * 503.  No request body is read, nothing is ever written to disk or
  * changed by a request.
  *
- * The textfile.  Every TICK_MS the exposition is written to
+ * The textfile.  Every second (ch_metrics_tick) the exposition is written to
  * "<metrics_file>.tmp.<pid>" and renamed over metrics_file, so
  * node_exporter never reads half a file.  The temp name does not end in
  * .prom, which node_exporter's textfile collector skips.  Written once at
@@ -45,16 +46,14 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define MAX_CONN 16
+#define MAX_CONN (CH_METRICS_MAX_POLLFDS - 1)
 #define MAX_REQ 4096
 #define CONN_DEADLINE_MS 2000
-#define TICK_MS 1000
 #define RENDER_CAP (64u << 10)
 #define LABEL_CAP 64
 
@@ -70,13 +69,11 @@ typedef struct conn {
 
 struct ch_metrics {
     const chute_loader *ld;
-    pthread_t thread;
-    int started;
     int listen_fd;         /* -1: no endpoint */
-    int wake[2];           /* stop: a byte on wake[1] */
     char *file, *tmp;      /* NULL: no textfile */
     char labels[3 * LABEL_CAP + 64];
     conn conns[MAX_CONN];
+    conn *polled[CH_METRICS_MAX_POLLFDS]; /* pollfd i's connection (ch_metrics_pollfds) */
     char *buf;             /* RENDER_CAP: the last rendering */
     ch_hist_snap *hist;
     chute_stats prev;      /* at the last tick: the fill gauge's interval */
@@ -239,31 +236,22 @@ size_t ch_metrics_render(const char *lb, const chute_stats *s, const ch_hist_sna
     return o.full ? 0 : o.len;
 }
 
-/* One snapshot, rendered into m->buf. */
-static size_t render(ch_metrics *m)
+/* Snapshot st (NULL: take one now), rendered into m->buf. */
+static size_t render(ch_metrics *m, const chute_stats *st)
 {
     chute_stats s;
-    chute_loader_stats(m->ld, &s);
+    if (!st) {
+        chute_loader_stats(m->ld, &s);
+        st = &s;
+    }
     memset(m->hist, 0, sizeof *m->hist);
     ch_loader_read_hist(m->ld, m->hist);
-    return ch_metrics_render(m->labels, &s, m->hist, m->fill_ratio, m->buf, RENDER_CAP);
+    return ch_metrics_render(m->labels, st, m->hist, m->fill_ratio, m->buf, RENDER_CAP);
 }
 
-/* The once-a-second tick: the fill gauge's interval. */
-static void tick(ch_metrics *m)
+static int write_file(ch_metrics *m, const chute_stats *st, chute_error *err)
 {
-    chute_stats s;
-    chute_loader_stats(m->ld, &s);
-    uint64_t db = s.batches - m->prev.batches, df = s.queue_fill_sum - m->prev.queue_fill_sum;
-    m->fill_ratio = db && s.queue_capacity
-                        ? (double)df / (double)db / (double)s.queue_capacity
-                        : 0.0;
-    m->prev = s;
-}
-
-static int write_file(ch_metrics *m, chute_error *err)
-{
-    size_t n = render(m);
+    size_t n = render(m, st);
     int fd = open(m->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return ch_err_errno(err, CHUTE_EIO, errno, "metrics_file %s: cannot create %s", m->file,
@@ -377,7 +365,7 @@ static void handle_request(ch_metrics *m, conn *c, int code)
 {
     switch (code) {
     case 200: {
-        size_t n = render(m);
+        size_t n = render(m, NULL); /* a scrape sees the figures of now */
         if (n)
             respond(m, c, 200, "OK", m->buf, n);
         else
@@ -453,64 +441,55 @@ static void accept_all(ch_metrics *m, uint64_t now)
     }
 }
 
-static void *metrics_main(void *arg)
+void ch_metrics_tick(ch_metrics *m, const chute_stats *s)
 {
-    ch_metrics *m = arg;
-    uint64_t next_tick = ch_now_ns() + (uint64_t)TICK_MS * 1000000ull;
-    struct pollfd pf[2 + MAX_CONN];
-    conn *pc[2 + MAX_CONN];
-    for (;;) {
-        uint64_t now = ch_now_ns();
-        if (now >= next_tick) {
-            tick(m);
-            if (m->file)
-                write_file(m, NULL); /* a failure is retried next tick */
-            next_tick = now + (uint64_t)TICK_MS * 1000000ull;
-        }
-        uint64_t wake_at = next_tick;
-        int n = 0;
-        pf[n++] = (struct pollfd){.fd = m->wake[0], .events = POLLIN};
-        if (m->listen_fd >= 0)
-            pf[n++] = (struct pollfd){.fd = m->listen_fd, .events = POLLIN};
-        int base = n;
-        for (int i = 0; i < MAX_CONN; i++) {
-            conn *c = &m->conns[i];
-            if (c->fd < 0)
-                continue;
-            if (c->deadline_ns <= now) {
-                conn_close(c);
-                continue;
-            }
-            wake_at = CH_MIN(wake_at, c->deadline_ns);
-            pc[n] = c;
-            pf[n++] = (struct pollfd){.fd = c->fd, .events = c->out ? POLLOUT : POLLIN};
-        }
-        int ms = (int)((wake_at - now) / 1000000ull) + 1;
-        int r = poll(pf, (nfds_t)n, ms);
-        if (r < 0 && errno != EINTR)
-            break;
-        if (r <= 0)
+    uint64_t db = s->batches - m->prev.batches, df = s->queue_fill_sum - m->prev.queue_fill_sum;
+    m->fill_ratio = db && s->queue_capacity
+                        ? (double)df / (double)db / (double)s->queue_capacity
+                        : 0.0;
+    m->prev = *s;
+    if (m->file)
+        write_file(m, s, NULL); /* a failure is retried next tick */
+}
+
+int ch_metrics_pollfds(ch_metrics *m, struct pollfd *pf, uint64_t now, uint64_t *wake_at)
+{
+    int n = 0;
+    if (m->listen_fd >= 0)
+        pf[n++] = (struct pollfd){.fd = m->listen_fd, .events = POLLIN};
+    for (int i = 0; i < MAX_CONN; i++) {
+        conn *c = &m->conns[i];
+        if (c->fd < 0)
             continue;
-        if (pf[0].revents)
-            break; /* stop */
-        now = ch_now_ns();
-        for (int i = base; i < n; i++) {
-            if (!pf[i].revents)
-                continue;
-            conn *c = pc[i];
-            if (c->out)
-                conn_write(c);
-            else if (pf[i].revents & POLLIN)
-                conn_read(m, c);
-            else
-                conn_close(c); /* error or hang-up with nothing to read */
-            if (c->fd >= 0 && c->out)
-                conn_write(c); /* answer at once; the rest on POLLOUT */
+        if (c->deadline_ns <= now) {
+            conn_close(c); /* slowloris: its time is up */
+            continue;
         }
-        if (base == 2 && pf[1].revents)
-            accept_all(m, now);
+        *wake_at = CH_MIN(*wake_at, c->deadline_ns);
+        m->polled[n] = c;
+        pf[n++] = (struct pollfd){.fd = c->fd, .events = c->out ? POLLOUT : POLLIN};
     }
-    return NULL;
+    return n;
+}
+
+void ch_metrics_serve(ch_metrics *m, const struct pollfd *pf, int n, uint64_t now)
+{
+    int base = m->listen_fd >= 0 ? 1 : 0;
+    for (int i = base; i < n; i++) {
+        if (!pf[i].revents)
+            continue;
+        conn *c = m->polled[i];
+        if (c->out)
+            conn_write(c);
+        else if (pf[i].revents & POLLIN)
+            conn_read(m, c);
+        else
+            conn_close(c); /* error or hang-up with nothing to read */
+        if (c->fd >= 0 && c->out)
+            conn_write(c); /* answer at once; the rest on POLLOUT */
+    }
+    if (base && pf[0].revents)
+        accept_all(m, now);
 }
 
 /* ---- start / stop ------------------------------------------------- */
@@ -550,6 +529,8 @@ static int open_listener(ch_metrics *m, const char *addr, uint32_t port, chute_e
     return CHUTE_OK;
 }
 
+static void metrics_free(ch_metrics *m, int final);
+
 int ch_metrics_start(const chute_loader *ld, const chute_loader_options *o,
                      const char *dataset_root, ch_metrics **out, chute_error *err)
 {
@@ -558,7 +539,7 @@ int ch_metrics_start(const chute_loader *ld, const chute_loader_options *o,
     if (!m)
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     m->ld = ld;
-    m->listen_fd = m->wake[0] = m->wake[1] = -1;
+    m->listen_fd = -1;
     for (int i = 0; i < MAX_CONN; i++)
         m->conns[i].fd = -1;
     int rc = CHUTE_ENOMEM;
@@ -590,50 +571,35 @@ int ch_metrics_start(const chute_loader *ld, const chute_loader_options *o,
         if (!m->file || !m->tmp)
             goto fail;
         snprintf(m->tmp, fl + 32, "%s.tmp.%ld", m->file, (long)getpid());
-        if ((rc = write_file(m, err)) != CHUTE_OK)
+        if ((rc = write_file(m, NULL, err)) != CHUTE_OK)
             goto fail_quiet;
     }
-    if (pipe2(m->wake, O_CLOEXEC) != 0) {
-        rc = ch_err_errno(err, CHUTE_EIO, errno, "metrics: pipe");
-        goto fail_quiet;
-    }
-    int e = pthread_create(&m->thread, NULL, metrics_main, m);
-    if (e != 0) {
-        rc = ch_err_errno(err, CHUTE_ENOMEM, e, "cannot start the metrics thread");
-        goto fail_quiet;
-    }
-    m->started = 1;
     *out = m;
     return CHUTE_OK;
 fail:
     rc = ch_err(err, CHUTE_ENOMEM, "out of memory for the metrics exporter");
 fail_quiet:
-    ch_metrics_stop(m);
+    metrics_free(m, 0);
     return rc;
 }
 
-void ch_metrics_stop(ch_metrics *m)
+static void metrics_free(ch_metrics *m, int final)
 {
-    if (!m)
-        return;
-    if (m->started) {
-        char b = 1;
-        while (write(m->wake[1], &b, 1) < 0 && errno == EINTR) {
-        }
-        pthread_join(m->thread, NULL);
-        if (m->file)
-            write_file(m, NULL); /* the final figures */
-    }
+    if (final && m->file)
+        write_file(m, NULL, NULL); /* the final figures */
     for (int i = 0; i < MAX_CONN; i++)
         conn_close(&m->conns[i]);
     if (m->listen_fd >= 0)
         close(m->listen_fd);
-    for (int i = 0; i < 2; i++)
-        if (m->wake[i] >= 0)
-            close(m->wake[i]);
     free(m->file);
     free(m->tmp);
     free(m->buf);
     free(m->hist);
     free(m);
+}
+
+void ch_metrics_stop(ch_metrics *m)
+{
+    if (m)
+        metrics_free(m, 1);
 }

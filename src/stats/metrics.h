@@ -1,7 +1,8 @@
 /*
  * metrics.h — Prometheus export of a loader's counters (metrics.c): an
  * HTTP endpoint (metrics_port) and/or a node_exporter textfile
- * (metrics_file), both served by one background thread per loader.
+ * (metrics_file), both served by the loader's stats thread (exporter.h),
+ * which polls the fds ch_metrics_pollfds gives it.
  * docs/METRICS.md lists the metric set.
  */
 #ifndef CHUTE_METRICS_H
@@ -10,21 +11,39 @@
 #include "chute.h"
 #include "hist.h"
 
+#include <poll.h>
 #include <stddef.h>
+
+/* At most this many pollfds: the listener and its connections. */
+#define CH_METRICS_MAX_POLLFDS 17
 
 typedef struct ch_metrics ch_metrics;
 
-/* Start the exporter of `ld` as its options ask (o->metrics_port,
+/* Set up the exporter of `ld` as its options ask (o->metrics_port,
  * metrics_addr, metrics_file, metrics_name; the strings are copied).
  * dataset_root: the dataset's path or URL (only a sanitized basename of it
  * becomes a label), NULL for a stream.  Binds the port and writes the file
  * once before returning, so a busy port or an unwritable directory is an
- * error here (CHUTE_EIO, naming it), not a silent thread later. */
+ * error here (CHUTE_EIO, naming it), not a silent failure later.  Starts
+ * no thread: the stats thread drives it with the three calls below. */
 int ch_metrics_start(const chute_loader *ld, const chute_loader_options *o,
                      const char *dataset_root, ch_metrics **out, chute_error *err);
 
-/* Stop the thread, write the file a last time, close everything.  NULL is
- * fine.  Call before the loader's workers go away. */
+/* The once-a-second tick with that tick's snapshot: the queue-fill
+ * gauge's interval, and the textfile written (a failure is retried). */
+void ch_metrics_tick(ch_metrics *m, const chute_stats *s);
+
+/* The fds to poll (pf has CH_METRICS_MAX_POLLFDS): the listener, then the
+ * open connections; a connection past its deadline is closed here, the
+ * earliest deadline lowers *wake_at.  Returns how many. */
+int ch_metrics_pollfds(ch_metrics *m, struct pollfd *pf, uint64_t now, uint64_t *wake_at);
+
+/* Handle the revents of the n fds ch_metrics_pollfds gave (accept, read,
+ * answer, write). */
+void ch_metrics_serve(ch_metrics *m, const struct pollfd *pf, int n, uint64_t now);
+
+/* Write the file a last time, close everything.  NULL is fine.  Call
+ * with the stats thread stopped and before the loader's workers go. */
 void ch_metrics_stop(ch_metrics *m);
 
 /* Provided by loader.c: the read latency histogram summed over workers. */

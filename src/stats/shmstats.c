@@ -3,13 +3,13 @@
  * thread per loader that copies the loader's counters in every 250 ms),
  * its checked reader, and the sweep of segments left by killed processes.
  *
- * Why a thread of its own: no thread of the loader ticks on a clock (the
- * workers block on reads, slots and work, the consumer may sit in a model
- * step for seconds), and the moments top matters most are exactly those
- * when the workers are stuck in storage or the consumer is not calling
- * next().  The thread sleeps on a condition variable; publishing is one
- * chute_loader_stats() call (the loader's lock, once per 250 ms) and a
- * seqlock'd copy of ~26 words.  Nothing is added per sample or per batch.
+ * Who writes: the stats thread (exporter.c), every 250 ms.  No thread of
+ * the pipeline ticks on a clock (the workers block on reads, slots and
+ * work, the consumer may sit in a model step for seconds), and the
+ * moments top matters most are exactly those when the workers are stuck
+ * in storage or the consumer is not calling next().  Publishing is a
+ * seqlock'd copy of ~30 words of the tick's one stats snapshot.  Nothing
+ * is added per sample or per batch.
  *
  * What it must never do: follow a link, open a file someone else made
  * (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600), unlink a segment of a live
@@ -298,13 +298,6 @@ struct ch_shm {
     char path[128];
     uint8_t *map;
     pid_t pid;
-    ch_shm_fill_fn fill;
-    void *user;
-    pthread_t thread;
-    int started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stop;             /* (mu) */
     struct ch_shm *next;  /* (reg_mu) the live segments, for the exit hook */
 };
 
@@ -337,10 +330,8 @@ static void reg_remove(ch_shm *s)
     pthread_mutex_unlock(&reg_mu);
 }
 
-static void publish(ch_shm *s)
+void ch_shm_publish(ch_shm *s, uint64_t *c)
 {
-    uint64_t c[CH_SHM_NCOUNTERS] = {0};
-    s->fill(s->user, c);
     c[CH_SHM_PUBLISHED_NS] = ch_now_ns();
     _Atomic uint64_t *seq = (_Atomic uint64_t *)(s->map + 200);
     _Atomic uint64_t *dst = (_Atomic uint64_t *)(s->map + CH_SHM_HEAD_BYTES);
@@ -350,26 +341,6 @@ static void publish(ch_shm *s)
     for (int i = 0; i < CH_SHM_NCOUNTERS; i++)
         atomic_store_explicit(&dst[i], c[i], memory_order_relaxed);
     atomic_store_explicit(seq, q + 2, memory_order_release);
-}
-
-static void *publisher_main(void *arg)
-{
-    ch_shm *s = arg;
-    pthread_mutex_lock(&s->mu);
-    while (!s->stop) {
-        pthread_mutex_unlock(&s->mu);
-        publish(s);
-        pthread_mutex_lock(&s->mu);
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += CH_SHM_PUBLISH_MS * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        while (!s->stop && pthread_cond_timedwait(&s->cv, &s->mu, &ts) != ETIMEDOUT)
-            ;
-    }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
 }
 
 /* dst (cap bytes): the basename of path, [A-Za-z0-9._-] kept, others '_'. */
@@ -400,8 +371,6 @@ ch_shm *ch_shm_create(uint32_t kind, uint32_t rank, uint32_t world, const char *
     if (!s)
         return NULL;
     s->pid = getpid();
-    s->fill = fill;
-    s->user = user;
     snprintf(s->path, sizeof s->path, CH_SHM_DIR "/chute-%u-%d-%u", (unsigned)getuid(),
              (int)s->pid, atomic_fetch_add(&reg_counter, 1));
     int fd = open(s->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -451,20 +420,12 @@ ch_shm *ch_shm_create(uint32_t kind, uint32_t rank, uint32_t world, const char *
     }
     snprintf(h.comm, sizeof h.comm, "%.15s", comm);
     memcpy(s->map, &h, sizeof h); /* magic last: a reader sees a whole header or none */
-    publish(s);
+    uint64_t c[CH_SHM_NCOUNTERS] = {0};
+    if (fill)
+        fill(user, c);
+    ch_shm_publish(s, c);
     atomic_thread_fence(memory_order_release);
     memcpy(s->map, CH_SHM_MAGIC, 8);
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (pthread_create(&s->thread, NULL, publisher_main, s) != 0) {
-        ch_shm_close(s);
-        return NULL;
-    }
-    s->started = 1;
     pthread_mutex_lock(&reg_mu);
     s->next = reg_head;
     reg_head = s;
@@ -477,15 +438,6 @@ void ch_shm_close(ch_shm *s)
     if (!s)
         return;
     reg_remove(s);
-    if (s->started) {
-        pthread_mutex_lock(&s->mu);
-        s->stop = 1;
-        pthread_cond_signal(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->thread, NULL);
-    }
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
     unlink(s->path);
     munmap(s->map, CH_SHM_SIZE);
     free(s);

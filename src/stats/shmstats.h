@@ -4,8 +4,8 @@
  *
  * A loader (stats_shm on, the default) creates /dev/shm/chute-<uid>-<pid>-<n>
  * (mode 0600, O_EXCL|O_NOFOLLOW: a name someone else planted is never
- * opened) and a small publisher thread copies chute_loader_stats() into it
- * every CH_SHM_PUBLISH_MS under a seqlock: the hot path does nothing new.
+ * opened) and its stats thread (exporter.h) copies a stats snapshot into
+ * it every CH_SHM_PUBLISH_MS under a seqlock: the hot path does nothing new.
  * The file is unlinked when the loader is destroyed and, for loaders still
  * open, at exit (atexit); a process killed by SIGKILL leaves its file, which
  * the next loader start or `chute top` removes (ch_shm_sweep: its pid is
@@ -64,6 +64,15 @@ enum {
     CH_SHM_READ_P99_NS,
     CH_SHM_LAST_WAIT_NS,
     CH_SHM_LAST_STEP_NS,
+    /* An inference session's (kind CH_SHM_KIND_INFER; a loader leaves them
+     * 0).  SAMPLES/BATCHES are its requests/batches handed out, WINDOW_*
+     * the last second's handed-out requests, CORRUPT its failed requests,
+     * QUEUE_CAPACITY its queue_capacity. */
+    CH_SHM_INFER_QUEUED,    /* requests admitted and not yet released */
+    CH_SHM_INFER_SUBMITTED, /* requests admitted, ever */
+    CH_SHM_INFER_REJECTED,  /* submits refused with CHUTE_EBUSY */
+    CH_SHM_LAT_P50_NS,      /* submit-to-poll latency of the last second's requests */
+    CH_SHM_LAT_P99_NS,
     CH_SHM_NCOUNTERS
 };
 
@@ -119,19 +128,22 @@ uint64_t ch_shm_proc_start(pid_t pid);
  * process started at another time).  Returns how many were removed. */
 int ch_shm_sweep(const char *dir);
 
-/* The writer (a loader). */
+/* The writer (a loader or an inference session). */
 typedef struct ch_shm ch_shm;
 typedef void (*ch_shm_fill_fn)(void *user, uint64_t *counters);
-/* Create a segment in CH_SHM_DIR and start its publisher thread, which
- * calls fill(user, counters) every CH_SHM_PUBLISH_MS; NULL when it cannot
- * (no /dev/shm, a planted name, no memory): stats are optional, the loader
- * runs on.  Sweeps stale segments first. */
+/* Create a segment in CH_SHM_DIR and publish fill(user, counters) (fill
+ * may be NULL: zeros) once; later copies come from ch_shm_publish (the
+ * owner's stats thread, every CH_SHM_PUBLISH_MS).  No thread of its own.
+ * NULL when it cannot (no /dev/shm, a planted name, no memory): stats are
+ * optional, the loader runs on.  Sweeps stale segments first. */
 ch_shm *ch_shm_create(uint32_t kind, uint32_t rank, uint32_t world, const char *dataset_path,
                       ch_shm_fill_fn fill, void *user);
-/* Publish once more, stop the thread, unlink and unmap.  NULL is fine. */
+/* Publish counters[CH_SHM_NCOUNTERS] under the seqlock (its PUBLISHED_NS
+ * slot is set to now).  One publisher at a time. */
+void ch_shm_publish(ch_shm *s, uint64_t *counters);
+/* Unlink and unmap.  NULL is fine.  No publish may run. */
 void ch_shm_close(ch_shm *s);
-/* In a forked child: unmap without unlinking (the parent owns the file)
- * and without joining (the thread is the parent's). */
+/* In a forked child: unmap without unlinking (the parent owns the file). */
 void ch_shm_abandon(ch_shm *s);
 /* The segment's file name (for tests and messages). */
 const char *ch_shm_path(const ch_shm *s);

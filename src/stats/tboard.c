@@ -1,5 +1,5 @@
 /*
- * tboard.c — TensorBoard event files from a background thread (tboard.h).
+ * tboard.c — TensorBoard event files, written by the stats thread (tboard.h).
  *
  * An event file is a sequence of TFRecord records, each one serialized
  * tensorflow.Event:
@@ -40,15 +40,14 @@ typedef struct tb_item {
 struct ch_tboard {
     int fd;
     char path[4096];
-    pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     tb_item ring[TB_RING];  /* (mu) */
     uint64_t head, tail;    /* (mu) items tail..head-1 are queued */
     uint64_t dropped;       /* (mu) snapshots dropped on a full ring */
-    int stop;               /* (mu) */
-    int failed;             /* writer thread only: a write failed, stop writing */
-    uint8_t buf[4096];      /* writer thread only: one framed record */
+    int notify_fd;          /* a byte here wakes the stats thread; -1: none */
+    atomic_int notified;    /* a wake-up byte is pending: no second one */
+    int failed;             /* drainer only: a write failed, stop writing */
+    uint8_t buf[4096];      /* drainer only: one framed record */
 };
 
 const char *const ch_tb_tags[CH_TB_NSCALARS] = {
@@ -196,17 +195,13 @@ static double wall_now(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* ---- the writer thread -------------------------------------------------- */
+/* ---- draining (the stats thread, exporter.c) --------------------------- */
 
-static void *writer_main(void *arg)
+void ch_tboard_drain(ch_tboard *tb)
 {
-    ch_tboard *tb = arg;
+    atomic_store_explicit(&tb->notified, 0, memory_order_relaxed);
     pthread_mutex_lock(&tb->mu);
-    for (;;) {
-        while (tb->tail == tb->head && !tb->stop)
-            pthread_cond_wait(&tb->cv, &tb->mu);
-        if (tb->tail == tb->head)
-            break; /* stop, and everything queued is written */
+    while (tb->tail != tb->head) {
         tb_item it = tb->ring[tb->tail % TB_RING];
         tb->tail++;
         pthread_mutex_unlock(&tb->mu);
@@ -222,8 +217,9 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&tb->mu);
     }
     pthread_mutex_unlock(&tb->mu);
-    return NULL;
 }
+
+void ch_tboard_set_notify(ch_tboard *tb, int fd) { tb->notify_fd = fd; }
 
 /* mkdir -p: each missing component of dir is created (0777 & ~umask). */
 static int make_dirs(const char *dir, chute_error *err)
@@ -298,17 +294,7 @@ int ch_tboard_open(const char *dir, ch_tboard **out, chute_error *err)
         return rc;
     }
     pthread_mutex_init(&tb->mu, NULL);
-    pthread_cond_init(&tb->cv, NULL);
-    rc = pthread_create(&tb->thread, NULL, writer_main, tb);
-    if (rc != 0) {
-        int e = rc;
-        pthread_mutex_destroy(&tb->mu);
-        pthread_cond_destroy(&tb->cv);
-        close(tb->fd);
-        unlink(tb->path);
-        free(tb);
-        return ch_err_errno(err, CHUTE_ENOMEM, e, "tensorboard: cannot start the writer thread");
-    }
+    tb->notify_fd = -1;
     *out = tb;
     return CHUTE_OK;
 }
@@ -326,8 +312,14 @@ static tb_item *post_begin(ch_tboard *tb)
 static void post_end(ch_tboard *tb)
 {
     tb->head++;
-    pthread_cond_signal(&tb->cv);
     pthread_mutex_unlock(&tb->mu);
+    /* One byte per wake-up, not per post: a post while one is pending
+     * (the thread has not drained yet) makes no system call. */
+    if (tb->notify_fd >= 0 && !atomic_exchange_explicit(&tb->notified, 1, memory_order_relaxed)) {
+        uint64_t one = 1;
+        ssize_t w = write(tb->notify_fd, &one, sizeof one);
+        (void)w; /* a full eventfd is already a wake-up */
+    }
 }
 
 int ch_tboard_post_scalar(ch_tboard *tb, const char *tag, double value, uint64_t step)
@@ -360,13 +352,8 @@ void ch_tboard_close(ch_tboard *tb)
 {
     if (!tb)
         return;
-    pthread_mutex_lock(&tb->mu);
-    tb->stop = 1;
-    pthread_cond_signal(&tb->cv);
-    pthread_mutex_unlock(&tb->mu);
-    pthread_join(tb->thread, NULL);
+    ch_tboard_drain(tb); /* what is still queued */
     close(tb->fd);
     pthread_mutex_destroy(&tb->mu);
-    pthread_cond_destroy(&tb->cv);
     free(tb);
 }

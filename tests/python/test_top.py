@@ -404,3 +404,97 @@ def test_gpu_figures_come_from_nvml(tmp_path):
     r = subprocess.run([chute_cli(), "top", "--count", "1", "--interval", "0.1", "--dir",
                         str(tmp_path)], capture_output=True, text=True, timeout=20, env=env)
     assert "GPU  Fake GPU  util 37%  memory 1074 / 85899 MB" in r.stdout, r.stdout
+
+
+INFER_WORKER = r"""
+import glob, json, os, sys, time
+import chute
+tree, rate, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+kw = dict(size=16, workers=1, max_batch=4, max_delay_us=2000)
+if len(sys.argv) > 4:
+    kw["stats_shm"] = int(sys.argv[4])
+files = sorted(glob.glob(os.path.join(tree, "*", "*")))[:16]
+data = [open(p, "rb").read() for p in files]
+inf = chute.Infer(**kw)
+sent = {}
+done = []  # (handed-out time, latency) by this process's own clock
+k = 0
+t_start = time.perf_counter()
+last_write = 0.0
+while True:
+    now = time.perf_counter()
+    while k < (now - t_start) * rate:  # paced arrivals
+        sent[k] = time.perf_counter()
+        inf.submit(data[k % len(data)], k)
+        k += 1
+    for i, _ in inf.poll(timeout=0.002) or []:
+        t = time.perf_counter()
+        done.append((t, t - sent.pop(i)))
+    now = time.perf_counter()
+    if now - last_write > 0.1 and now - t_start > 1.0:
+        last = sorted(l for t, l in done if t > now - 1.0)
+        tmp = out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"rate": len(last) / 1.0, "completed": len(done),
+                       "max_ms": 1e3 * (last[-1] if last else 0)}, f)
+        os.replace(tmp, out)
+        last_write = now
+"""
+
+
+def start_infer(tmp, tree, rate, *extra):
+    out = os.path.join(str(tmp), "infer-%d.json" % time.monotonic_ns())
+    p = subprocess.Popen([sys.executable, "-c", INFER_WORKER, str(tree), str(rate), out]
+                         + [str(e) for e in extra],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p.self_file = out
+    return p
+
+
+def test_top_lists_inference_sessions(tree, tmp_path):
+    """A chute.Infer session paced at 40 requests/s and a `chute bench
+    --latency` run both appear as kind "infer": the session's requests/s
+    agrees with the rate its own clock counted in the last second (25%),
+    its p99 lies within (0, the slowest latency it saw itself + 2 ms], its
+    queue capacity is the documented default max(4 x max_batch, 64) = 64;
+    --line and the screen name it with req/s and p99; stats_shm=0 makes no
+    segment."""
+    inf = start_infer(tmp_path, tree, 40)
+    off = start_infer(tmp_path, tree, 40, 0)
+    bench = subprocess.Popen([chute_cli(), "bench", "--latency", str(tree), "--rate", "30",
+                              "--duration", "60", "--size", "16", "--workers", "1",
+                              "--images", "16", "--format", "tree"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    procs = [inf, off, bench]
+    try:
+        for p in (inf, bench):
+            wait_for(lambda: segments_of(p.pid) or p.poll() is not None, what="a segment")
+            assert p.poll() is None, p.stderr.read().decode()[-2000:]
+        wait_for(lambda: os.path.exists(inf.self_file) or inf.poll() is not None,
+                 what="the session's own figures")
+        assert inf.poll() is None, inf.stderr.read().decode()[-2000:]
+        time.sleep(1.5)  # a full second of the segment's window
+        doc = top_json()
+        own = json.load(open(inf.self_file))
+        by_pid = {p["pid"]: p for p in doc["processes"]}
+        assert inf.pid in by_pid and bench.pid in by_pid, doc["processes"]
+        a, b = by_pid[inf.pid], by_pid[bench.pid]
+        assert a["kind"] == "infer" and b["kind"] == "infer", (a, b)
+        assert abs(a["requests_per_s"] - own["rate"]) <= 0.25 * own["rate"], (a, own)
+        assert a["images_per_s"] == a["requests_per_s"]
+        assert 0 < a["latency_p50_ms"] <= a["latency_p99_ms"] <= own["max_ms"] + 2.0, (a, own)
+        assert a["queue_capacity"] == 64 and 0 <= a["queued"] <= 64, a
+        assert a["completed"] <= own["completed"] + 40 and a["completed"] >= 40, (a, own)
+        assert a["failed"] == 0 and a["rejected_busy"] == 0, a
+        assert b["requests_per_s"] > 0 and b["comm"] == "chute", b
+        assert off.poll() is None and not segments_of(off.pid), "stats_shm=0 made a segment"
+        r = subprocess.run([chute_cli(), "top", "--once", "--line", "--interval", "0.5"],
+                           capture_output=True, text=True, timeout=20)
+        assert r.returncode == 0, r.stderr
+        assert "pid %d (infer)" % inf.pid in r.stdout and "req/s p99" in r.stdout, r.stdout
+        r = subprocess.run([chute_cli(), "top", "--once", "--interval", "0.5"],
+                           capture_output=True, text=True, timeout=20)
+        row = [l for l in r.stdout.splitlines() if l.startswith("%-8d infer" % inf.pid)]
+        assert row and "ms" in row[0] and "/64" in row[0], r.stdout
+    finally:
+        stop(procs)
