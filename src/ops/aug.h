@@ -3,7 +3,7 @@
  *
  * An augmentation is one file in src/ops/aug/ that defines a ch_aug_op
  * (name, parameters with defaults and bounds, a draw and an apply
- * function) plus one line in aug_registry.c's table; docs/DESIGN.md
+ * function) plus one line in src/ops/aug/registry.c's table; docs/DESIGN.md
  * "Adding an augmentation" walks through it, docs/AUGMENT.md lists the
  * ops with their torchvision counterparts and measured differences.
  *
