@@ -148,6 +148,9 @@ static inline int ch_aug_coin(ch_rng *r, float p)
 {
     return (float)ch_rng_uniform(r) < p;
 }
+/* The draw of an op whose only random choice is whether it applies, with
+ * probability p[0] (invert, grayscale, equalize, autocontrast). */
+int ch_aug_draw_coin(const float *p, uint32_t w, uint32_t h, ch_rng *r, float *args);
 static inline float ch_aug_uniform(ch_rng *r, float lo, float hi)
 {
     return lo + (float)ch_rng_uniform(r) * (hi - lo);

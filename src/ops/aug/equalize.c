@@ -8,12 +8,6 @@
  */
 #include "../aug.h"
 
-static int draw(const float *p, uint32_t w, uint32_t h, ch_rng *r, float *args)
-{
-    (void)w, (void)h, (void)args;
-    return ch_aug_coin(r, p[0]);
-}
-
 static int apply(uint8_t *px, uint32_t w, uint32_t h, const float *args, ch_buf *s)
 {
     (void)args, (void)s;
@@ -46,5 +40,5 @@ const ch_aug_op ch_aug_equalize = {
     .name = "equalize", .torchvision = "RandomEqualize(p)", .stage = CH_AUG_PIXELS,
     .nparams = 1, .nrequired = 0, .pname = {"p"},
     .def = {0.5f}, .lo = {0}, .hi = {1},
-    .draw = draw, .apply = apply,
+    .draw = ch_aug_draw_coin, .apply = apply,
 };

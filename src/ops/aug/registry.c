@@ -41,6 +41,12 @@ const ch_aug_op *const ch_aug_ops[] = {
     NULL,
 };
 
+int ch_aug_draw_coin(const float *p, uint32_t w, uint32_t h, ch_rng *r, float *args)
+{
+    (void)w, (void)h, (void)args;
+    return ch_aug_coin(r, p[0]);
+}
+
 const ch_aug_op *ch_aug_find(const char *name, size_t len)
 {
     for (const ch_aug_op *const *op = ch_aug_ops; *op; op++)
