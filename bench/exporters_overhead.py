@@ -19,8 +19,6 @@ DATASET: any chute dataset, e.g. build/tests/data/shards after
 """
 import argparse
 import os
-import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,31 +31,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "build-python", "lib-test"))
 
 import chute  # noqa: E402
 
-SCRAPER = r"""
-import sys, time, urllib.request
-url, n, t_end = sys.argv[1], 0, time.time() + float(sys.argv[2])
-while time.time() < t_end:
-    t0 = time.time()
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            r.read()
-        n += 1
-    except OSError:
-        pass
-    time.sleep(max(0.0, 1.0 - (time.time() - t0)))
-print(n)
-"""
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_s():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+# The once-a-second scraper, a free port and this process's CPU time:
+# the same as metrics_overhead.py's (one copy, imported from there).
+from metrics_overhead import SCRAPER, cpu_s, free_port  # noqa: E402
 
 
 def chute_cli():
