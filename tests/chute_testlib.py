@@ -212,6 +212,19 @@ def link_tree(src, dst, select=None):
     return done
 
 
+def tree_rows(root):
+    """([(encoded bytes, label)], class names) of an ImageFolder tree, in
+    ImageFolder order (classes and files sorted): the rows a conversion test
+    feeds to an engine."""
+    classes = sorted(os.listdir(root))
+    rows = []
+    for label, cls in enumerate(classes):
+        for name in sorted(os.listdir(os.path.join(root, cls))):
+            with open(os.path.join(root, cls, name), "rb") as f:
+                rows.append((f.read(), label))
+    return rows, classes
+
+
 def imagefolder_samples(root):
     """torchvision.datasets.ImageFolder's (classes, samples) for root."""
     from torchvision.datasets import ImageFolder

@@ -30,6 +30,7 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ.setdefault("CHUTE_REMOTE_TOOLS", os.path.join(ROOT, "build-python", "remote-tools"))
 
 import chute  # noqa: E402,F401
+from chute_testlib import tree_rows  # noqa: E402
 
 
 class Ctx:
@@ -50,13 +51,7 @@ def photos(tmp_path_factory):
                        capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip("cannot make test photos: %s" % (r.stderr.strip() or r.stdout.strip()))
-    classes = sorted(os.listdir(out))
-    rows = []
-    for lab, c in enumerate(classes):
-        for f in sorted(os.listdir(os.path.join(out, c))):
-            with open(os.path.join(out, c, f), "rb") as fh:
-                rows.append((fh.read(), lab))
-    return rows, classes
+    return tree_rows(out)
 
 
 @pytest.fixture(scope="session")
