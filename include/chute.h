@@ -526,6 +526,24 @@ typedef struct chute_loader_options {
      * gpu_decode_share, nor with decoded_cache_bytes unless transform is
      * train.  The string is read during chute_loader_create only. */
     const char *augment;
+    /* Batch mixing (docs/AUGMENT.md "Batch mixing"), torchvision v2's
+     * MixUp / CutMix: alpha > 0 turns each on (0: off); with both on a
+     * batch gets CutMix with probability mix_switch (0: 0.5), else MixUp.
+     * The batch's view then carries soft_labels, count x num_classes
+     * float32 (num_classes 0: the dataset's class count).  Each batch's
+     * draw depends on (seed, epoch, the batch's first position) only.
+     * MixUp needs a float dtype (CutMix takes uint8 too); not with
+     * device cuda or streams. */
+    float mixup;
+    float cutmix;
+    float mix_switch;
+    uint32_t num_classes;
+    /* Repeated augmentation: each sample `repeats` times per epoch (0 or
+     * 1: once), each copy with its own crop and augmentation draws; the
+     * copies sit on consecutive positions of the epoch's order, so the
+     * ranks split them (torchvision references' RASampler).  An epoch has
+     * repeats x N positions.  Not with shuffle SHARDS or streams. */
+    uint32_t repeats;
 } chute_loader_options;
 
 /* chute_loader_options.stats_shm's value for "off". */
@@ -649,6 +667,11 @@ typedef struct chute_batch_view {
     void *cuda_event;         /* cudaEvent_t recorded after the batch's last GPU operation */
     void *host_data;          /* device_type 2: the pinned host pixels the device batch was
                                  made from, uint8 NHWC (count x size x size x 3) */
+    /* Options mixup/cutmix: count x num_classes float32 soft labels
+     * (row-major, 64-byte aligned; `labels` keeps the unmixed ones);
+     * NULL and 0 when mixing is off. */
+    float *soft_labels;
+    uint32_t num_classes;
 } chute_batch_view;
 
 /* ------------------------------------------------------------------ */

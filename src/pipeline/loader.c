@@ -75,6 +75,7 @@
 #include "../codec/codec.h"
 #include "../format/format.h"
 #include "../ops/aug.h"
+#include "../ops/mix.h"
 #include "../stats/hist.h"
 #include "../stats/metrics.h"
 #include "../stats/stats.h"
@@ -117,6 +118,7 @@ typedef struct slot {
     uint8_t *data;
     int64_t *labels;
     uint64_t *indices;
+    float *soft;              /* mixup/cutmix: count x classes soft labels, else NULL */
     _Atomic uint32_t remaining; /* samples still to fill */
     int state;                /* (mu) */
     uint64_t seq;             /* (mu) batch this slot holds */
@@ -144,7 +146,9 @@ typedef struct worker {
     ch_worker_stats *stats;
     ch_hist read_lat;         /* this worker's read latencies (its own writer) */
     uint64_t ra_task;         /* task whose read-ahead bytes are still to take, or UINT64_MAX */
-    uint64_t rng_key;         /* streams: the sample's position, keying its RNG */
+    uint64_t rng_key;         /* the sample's RNG key: the dataset index (+ copy * N with
+                                 repeats), streams the sample's position (run_task) */
+    ch_buf mixbuf;            /* mixup/cutmix: one sample, the batch's rolled-out last */
 } worker;
 
 /* One delivered typed field: where it lives in a slot. */
@@ -171,6 +175,8 @@ struct chute_loader {
     chute_loader_options o;
     ch_out_spec out;
     ch_aug aug;               /* option augment, parsed (immutable after create) */
+    ch_mix mix;               /* options mixup/cutmix (immutable after create) */
+    size_t soft_off;          /* mixing: offset of the soft labels in a slot */
     size_t sample_bytes;      /* bytes of one output sample */
     size_t batch_bytes;       /* one slot, a multiple of 2 MiB */
     size_t labels_off;        /* offsets of labels and indices in a slot */
@@ -337,14 +343,14 @@ static int cache_hit(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, ch
         memcpy(dst, ch_dcache_data(e), ld->sample_bytes);
     } else {
         ch_crop crop;
-        ch_rng r = ch_rng_for(ld->o.seed, ld->sampler.epoch, ld->st ? w->rng_key : idx);
+        ch_rng r = ch_rng_for(ld->o.seed, ld->sampler.epoch, w->rng_key);
         ch_geom_train(e->width, e->height, ld->o.scale_min_pct / 100.0,
                       ld->o.scale_max_pct / 100.0, &r, &crop);
         uint32_t denom = dct_denom(ld, e->caps, crop.x1 - crop.x0, crop.y1 - crop.y0);
         if (denom != e->denom)
             return DC_MISS; /* the reference decodes this crop at another scale */
         int rc = resize_frame(ld, w, &crop, denom, ch_dcache_data(e), e->sw, e->sh,
-                             ld->st ? w->rng_key : idx, dst, err);
+                             w->rng_key, dst, err);
         if (rc != CHUTE_OK)
             return rc;
     }
@@ -400,7 +406,7 @@ static int cache_frame(chute_loader *ld, worker *w, uint64_t idx, const ch_image
     if (dc > 1)
         ch_counter_inc(&w->stats->dct_scaled);
     if (denom == dc) {
-        rc = resize_frame(ld, w, crop, dc, out, sw, sh, ld->st ? w->rng_key : idx, dst, err);
+        rc = resize_frame(ld, w, crop, dc, out, sw, sh, w->rng_key, dst, err);
         if (rc == CHUTE_OK)
             ch_stage_add(&w->stats->transform, 1, ld->sample_bytes, ch_now_ns() - t1);
         return rc;
@@ -479,7 +485,7 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
         return rc;
     ch_crop crop;
     if (ld->o.transform == CHUTE_TRANSFORM_TRAIN) {
-        ch_rng r = ch_rng_for(ld->o.seed, ld->sampler.epoch, ld->st ? w->rng_key : idx);
+        ch_rng r = ch_rng_for(ld->o.seed, ld->sampler.epoch, w->rng_key);
         ch_geom_train(info.width, info.height, ld->o.scale_min_pct / 100.0,
                       ld->o.scale_max_pct / 100.0, &r, &crop);
     } else if (ld->o.transform == CHUTE_TRANSFORM_EVAL) {
@@ -525,7 +531,7 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     ch_stage_add(&st->decode, 1, (uint64_t)img.w * img.h * 3, t2 - t1);
     if (denom > 1)
         ch_counter_inc(&st->dct_scaled);
-    ch_aug_key key = {ld->o.seed, ld->sampler.epoch, ld->st ? w->rng_key : idx};
+    ch_aug_key key = {ld->o.seed, ld->sampler.epoch, w->rng_key};
     rc = ch_transform_run(&plan, img.pixels, img.stride, (int32_t)img.x, (int32_t)img.y,
                           crop.flip, &ld->out, &ld->aug, key, dst, &w->rs);
     if (rc != CHUTE_OK)
@@ -619,10 +625,52 @@ static slot *acquire_slot(chute_loader *ld, uint64_t seq, uint64_t gen)
 
 static void fail_slot(chute_loader *ld, slot *s, uint64_t pos, int code, const char *where,
                       const char *reason, const char *extra);
+static void describe_sample(chute_loader *ld, uint64_t idx, char *where, size_t n);
 
-static void finish_task(chute_loader *ld, slot *s)
+/*
+ * MixUp / CutMix (options mixup, cutmix; src/ops/mix.c).  They need the
+ * whole batch (sample i is mixed with sample i - 1), so they run once per
+ * batch, in the worker that finishes its last sample, before the batch is
+ * marked ready: the consumer's thread (the training loop) never pays for
+ * them, and the other workers meanwhile go on filling the next slots.
+ * The draw is keyed by (seed, epoch, the global position of the batch's
+ * first sample: start + rank + first * world), the same whichever worker
+ * finishes the batch, and the same after a resume that starts the batch
+ * at the same position.  A failed batch is not mixed (its error is what
+ * the consumer gets).
+ */
+static void mix_batch(chute_loader *ld, worker *w, slot *s)
+{
+    pthread_mutex_lock(&ld->mu);
+    int failed = s->failed;
+    pthread_mutex_unlock(&ld->mu);
+    if (failed || s->count == 0)
+        return;
+    uint64_t first = s->seq * ld->o.batch_size;
+    uint64_t key = ld->sampler.start + ld->o.rank + first * ld->o.world_size;
+    ch_mix_draw d;
+    ch_mix_draw_batch(&ld->mix, ld->o.seed, ld->sampler.epoch, key, ld->o.size, ld->o.size, &d);
+    if (ch_buf_reserve(&w->mixbuf, ld->sample_bytes) != CHUTE_OK) { /* once per worker */
+        fail_slot(ld, s, UINT64_MAX, CHUTE_ENOMEM, "", "out of memory for mixing", NULL);
+        return;
+    }
+    int64_t bad = ch_mix_apply(&d, &ld->out, s->data, s->count, s->labels, ld->mix.classes,
+                               s->soft, w->mixbuf.data);
+    if (bad >= 0) {
+        char where[512], why[160];
+        uint64_t idx = s->indices[bad];
+        describe_sample(ld, ld->st ? s->recs[bad] : idx, where, sizeof where);
+        snprintf(why, sizeof why, "label %lld is outside 0..%u (num_classes %u) for mixup/cutmix",
+                 (long long)s->labels[bad], ld->mix.classes - 1, ld->mix.classes);
+        fail_slot(ld, s, (uint64_t)bad, CHUTE_EINVAL, where, why, NULL);
+    }
+}
+
+static void finish_task(chute_loader *ld, worker *w, slot *s)
 {
     if (atomic_fetch_sub_explicit(&s->remaining, 1, memory_order_acq_rel) == 1) {
+        if (ld->mix.classes)
+            mix_batch(ld, w, s);
         chute_error gerr = {0};
         if (ld->gpu && ch_cuda_loader_submit(ld->gpu, s->handle.index, s->count, &gerr))
             fail_slot(ld, s, UINT64_MAX, gerr.code, "copying the batch to the device",
@@ -766,6 +814,8 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
     if (ld->st) {
         s->recs[pos] = (uint32_t)sh;
         w->rng_key = k;
+    } else { /* copy c of a repeated sample draws as sample idx + c * N (sampler.h) */
+        w->rng_key = idx + ch_sampler_copy(&ld->sampler, k) * ld->sampler.base;
     }
     uint8_t *dst = s->data + pos * ld->sample_bytes;
     if (atomic_load_explicit(&ld->io_fail_gen, memory_order_acquire) == gen + 1) {
@@ -775,7 +825,7 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
         memcpy(msg, ld->io_fail_msg, sizeof msg);
         pthread_mutex_unlock(&ld->mu);
         fail_slot(ld, s, pos, code, "", msg, NULL);
-        finish_task(ld, s);
+        finish_task(ld, w, s);
         return;
     }
     chute_error err = {0};
@@ -811,6 +861,7 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
                 } else {
                     k2 = ch_rng_below(&r, ld->sampler.per_rank);
                     used = ch_sampler_get(&ld->sampler, k2);
+                    w->rng_key = used + ch_sampler_copy(&ld->sampler, k2) * ld->sampler.base;
                 }
                 rc = make_sample(ld, w, used, dst, s, pos, gen, &rerr);
                 if (rc == CHUTE_OK)
@@ -846,7 +897,7 @@ static void run_task(chute_loader *ld, worker *w, slot *s, uint64_t seq, uint64_
         s->labels[pos] = ld->ds->labels[used];
         s->indices[pos] = used;
     }
-    finish_task(ld, s);
+    finish_task(ld, w, s);
 }
 
 /* Streams: whether run `gen` is still on (ch_stream_claim's wait). */
@@ -1180,6 +1231,40 @@ static int loader_aug_open(chute_loader *ld, chute_error *err)
     return CHUTE_OK;
 }
 
+/* Options mixup/cutmix and repeats: the combinations they cannot serve
+ * refused (mixing runs on the host's finished batch, see mix_batch). */
+static int loader_mix_open(chute_loader *ld, chute_error *err)
+{
+    const chute_loader_options *o = &ld->o;
+    if (o->repeats > 1 && (ld->ds->stream || (o->shuffle == CHUTE_SHUFFLE_SHARDS && !o->no_shuffle)))
+        return ch_err(err, CHUTE_EINVAL, "repeats: not with %s (the copies of a sample are "
+                      "consecutive positions of one global order)",
+                      ld->ds->stream ? "a stream" : "shuffle shards");
+    if (!(o->mixup > 0) && !(o->cutmix > 0))
+        return CHUTE_OK;
+    const char *what = o->mixup > 0 ? "mixup" : "cutmix";
+    if (o->mixup > 0 && o->dtype == CHUTE_DTYPE_UINT8)
+        return ch_err(err, CHUTE_EINVAL, "mixup: needs a float dtype (a blend of uint8 "
+                      "images is not uint8; torchvision's MixUp refuses uint8 too); cutmix "
+                      "works on uint8");
+    if (o->device && *o->device && strcmp(o->device, "cpu") != 0)
+        return ch_err(err, CHUTE_EINVAL, "%s: not with device %s (the batch is mixed on the "
+                      "host after it is finished; docs/AUGMENT.md says how to mix on the "
+                      "device)", what, o->device);
+    if (ld->ds->no_image)
+        return ch_err(err, CHUTE_EINVAL, "%s: the dataset's samples have no image", what);
+    uint32_t classes = o->num_classes ? o->num_classes : chute_dataset_num_classes(ld->ds);
+    if (classes == 0)
+        return ch_err(err, CHUTE_EINVAL, "%s: num_classes is needed (the dataset has no class "
+                      "count to take it from)", what);
+    ld->mix.mixup = o->mixup;
+    ld->mix.cutmix = o->cutmix;
+    ld->mix.switch_p = o->mix_switch;
+    ld->mix.classes = classes;
+    ld->o.num_classes = classes;
+    return CHUTE_OK;
+}
+
 /* Open the exporters the options ask for and start the one stats thread
  * that feeds them; no thread when every one is off.  The segment is
  * optional (NULL: no /dev/shm, ...); a tensorboard or metrics failure
@@ -1242,6 +1327,8 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
     }
     chute_loader_options *o = &ld->o;
     rc = loader_aug_open(ld, err);
+    if (rc == CHUTE_OK)
+        rc = loader_mix_open(ld, err);
     if (rc) {
         free(ld);
         return rc;
@@ -1261,6 +1348,13 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         free(ld);
         return ch_err(err, rc, rc == CHUTE_ENOMEM ? "out of memory for the sampler"
                                                   : "invalid sampler settings");
+    }
+    if (o->repeats > 1 && (rc = ch_sampler_set_repeats(&ld->sampler, o->repeats)) != CHUTE_OK) {
+        uint32_t reps = o->repeats;
+        ch_sampler_free(&ld->sampler);
+        free(ld);
+        return ch_err(err, rc, "repeats: %u copies of %llu samples are too many", reps,
+                      (unsigned long long)ds->n);
     }
     if (ld->sampler.per_rank == 0) {
         uint32_t world = o->world_size;
@@ -1340,6 +1434,17 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
     size_t end = ld->indices_off + ids;
     rc = plan_fields(ld, &end, err);
     ld->o.fields = NULL; /* borrowed: read only here */
+    if (rc == CHUTE_OK && ld->mix.classes) { /* soft labels: batch x classes float32, last */
+        size_t soft;
+        ld->soft_off = (end + A - 1) & ~(A - 1);
+        if (__builtin_mul_overflow((size_t)o->batch_size * sizeof(float), (size_t)ld->mix.classes,
+                                   &soft) ||
+            soft > SIZE_MAX / 2 - ld->soft_off - HUGE)
+            rc = ch_err(err, CHUTE_ENOMEM, "soft labels of %u x %u are too large",
+                        o->batch_size, ld->mix.classes);
+        else
+            end = ld->soft_off + soft;
+    }
     if (rc != CHUTE_OK) {
         ch_sampler_free(&ld->sampler);
         free(ld);
@@ -1384,6 +1489,7 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         s->data = ld->ring_mem + i * ld->batch_bytes;
         s->labels = (int64_t *)(void *)(s->data + ld->labels_off);
         s->indices = (uint64_t *)(void *)(s->data + ld->indices_off);
+        s->soft = ld->mix.classes ? (float *)(void *)(s->data + ld->soft_off) : NULL;
         s->handle.ld = ld;
         s->handle.index = i;
     }
@@ -1430,7 +1536,8 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
         w->id = i;
         w->stats = &ld->wstats[i];
         if (ch_decoder_create(&w->dec) != CHUTE_OK ||
-            ch_buf_reserve(&w->rbuf, 512u << 10) != CHUTE_OK) {
+            ch_buf_reserve(&w->rbuf, 512u << 10) != CHUTE_OK ||
+            (ld->mix.classes && ch_buf_reserve(&w->mixbuf, ld->sample_bytes) != CHUTE_OK)) {
             ld->nworkers = i + 1;
             chute_loader_destroy(ld);
             return ch_err(err, CHUTE_ENOMEM, "out of memory for worker scratch");
@@ -1497,6 +1604,7 @@ static void free_worker(worker *w)
     ch_decoder_destroy(w->dec);
     ch_buf_free(&w->rbuf);
     ch_buf_free(&w->pbuf);
+    ch_buf_free(&w->mixbuf);
     ch_buf_free(&w->rs.coef);
     ch_buf_free(&w->rs.tmp);
     ch_buf_free(&w->rs.aug_px);
@@ -1971,6 +2079,8 @@ void chute_batch_view_get(const chute_batch *b, chute_batch_view *v)
     }
     v->labels = s->labels;
     v->indices = s->indices;
+    v->soft_labels = s->soft;
+    v->num_classes = s->soft ? ld->mix.classes : 0;
     v->epoch = s->epoch;
     v->batch_index = s->seq;
     v->device_type = 1; /* kDLCPU */

@@ -12,7 +12,8 @@ int ch_sampler_init(ch_sampler *s, uint64_t n, uint64_t seed, int shuffle, uint3
     memset(s, 0, sizeof *s);
     if (n == 0 || world == 0 || rank >= world)
         return CHUTE_EINVAL;
-    s->n = n;
+    s->n = s->base = n;
+    s->reps = 1;
     s->seed = seed;
     s->shuffle = shuffle;
     s->rank = rank;
@@ -100,14 +101,29 @@ void ch_sampler_set_epoch(ch_sampler *s, uint64_t epoch)
         return;
     }
     if (!s->shuffle) {
-        for (uint64_t i = 0; i < s->n; i++)
+        for (uint64_t i = 0; i < s->base; i++)
             s->perm[i] = i;
         return;
     }
     /* Same (seed, epoch) gives the same order on every rank: that is what
      * lets ranks split the epoch without talking to each other. */
     ch_rng r = ch_rng_for(s->seed, 0x5348554646ull /* "SHUFF" */, epoch);
-    ch_permutation(s->perm, s->n, &r);
+    ch_permutation(s->perm, s->base, &r);
+}
+
+int ch_sampler_set_repeats(ch_sampler *s, uint32_t reps)
+{
+    if (reps == 0 || (s->order && reps != 1))
+        return CHUTE_EINVAL;
+    uint64_t n;
+    if (__builtin_mul_overflow(s->base, (uint64_t)reps, &n))
+        return CHUTE_ELIMIT;
+    s->reps = reps;
+    s->n = n;
+    s->per_rank = s->drop ? n / s->world : (n + s->world - 1) / s->world;
+    s->per_epoch = s->per_rank;
+    s->start = 0;
+    return CHUTE_OK;
 }
 
 int ch_sampler_set_run(ch_sampler *s, uint64_t epoch, uint64_t start)

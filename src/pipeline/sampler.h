@@ -49,6 +49,20 @@
  * The order is computed at set_epoch, so it is a pure function of (seed,
  * epoch, rank, world, units, buffer, remainder) — not of worker count or
  * timing — and position k of it is as addressable as in global mode.
+ *
+ * Repeated augmentation (ch_sampler_set_repeats; global mode only).  With
+ * k repeats the epoch's sequence is the permutation of the `base` dataset
+ * ids with every id written k times in a row, n = k * base positions:
+ * position g holds perm[g / k], its copy g % k.  Everything above then
+ * applies to those n positions unchanged (rank split, PAD/DROP, elastic
+ * resume), so every (sample, copy) pair is delivered exactly once per
+ * epoch across ranks, and a sample's k copies, being consecutive, go to k
+ * different ranks when the world has k ranks or more: torchvision
+ * references' RASampler split (without its cut of each rank's share back
+ * to about base / world positions: an epoch here is k * base positions).
+ * The loader keys a copy's draws by id + copy * base, so the copies get
+ * different crops and augmentations and copy 0 is the sample as without
+ * repeats.
  */
 #ifndef CHUTE_SAMPLER_H
 #define CHUTE_SAMPLER_H
@@ -57,7 +71,9 @@
 #include "shufbuf.h"
 
 typedef struct ch_sampler {
-    uint64_t n;
+    uint64_t n;               /* positions of an epoch: base * reps */
+    uint64_t base;            /* dataset ids, the permutation's length */
+    uint32_t reps;            /* copies of each id per epoch (1: none) */
     uint64_t seed;
     int shuffle;
     uint32_t rank, world;
@@ -90,13 +106,25 @@ void ch_sampler_set_epoch(ch_sampler *s, uint64_t epoch);
  * whole epoch.  CHUTE_EINVAL for start > n, or start > 0 in shards mode
  * (the sampler is then left at start 0). */
 int ch_sampler_set_run(ch_sampler *s, uint64_t epoch, uint64_t start);
+/* Repeat every id `reps` times per epoch (see above), and restart the
+ * current epoch's run at position 0.  CHUTE_EINVAL for reps 0 or in shards
+ * mode, CHUTE_ELIMIT when base * reps overflows. */
+int ch_sampler_set_repeats(ch_sampler *s, uint32_t reps);
 /* Dataset index of this rank's k-th sample (k < per_rank) in the epoch. */
 static inline uint64_t ch_sampler_get(const ch_sampler *s, uint64_t k)
 {
     if (s->order)
         return s->order[k];
     uint64_t g = s->start + s->rank + k * s->world;
-    return s->perm[g % s->n];
+    return s->perm[g % s->n / s->reps];
+}
+/* Which copy (0 .. reps - 1) of its id this rank's k-th sample is. */
+static inline uint32_t ch_sampler_copy(const ch_sampler *s, uint64_t k)
+{
+    if (s->order || s->reps == 1)
+        return 0;
+    uint64_t g = s->start + s->rank + k * s->world;
+    return (uint32_t)(g % s->n % s->reps);
 }
 
 #endif

@@ -9,7 +9,10 @@
  *             [--no-dct-scale] [--strict] [--start-batch B] [--layout nchw|nhwc]
  *             [--scale-pct MIN MAX] [--no-normalize] [--max-pixels N]
  *             [--crop-pct F] [--resize-size N] [--format NAME] [--augment SPEC]
- *             [--decoded-cache-bytes N]
+ *             [--decoded-cache-bytes N] [--mixup A] [--cutmix A] [--mix-switch P]
+ *             [--num-classes N] [--repeats K] [--soft FILE]
+ * --soft FILE: the batches' soft labels (mixup/cutmix), float32 rows of
+ * num_classes in delivery order.
  * Prints "samples=N batches=B corrupt=C" on success; exit 1 with the
  * library's message on failure.
  */
@@ -28,6 +31,7 @@ int main(int argc, char **argv)
     chute_loader_options o = {0};
     chute_dataset_options dso = {0};
     uint64_t epoch = 0, start = 0;
+    const char *soft_path = NULL;
     for (int i = 3; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : "";
@@ -60,6 +64,12 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--no-normalize")) o.no_normalize = 1;
         else if (!strcmp(a, "--format")) { dso.format = v; i++; }
         else if (!strcmp(a, "--augment")) { o.augment = v; i++; }
+        else if (!strcmp(a, "--mixup")) { o.mixup = strtof(v, NULL); i++; }
+        else if (!strcmp(a, "--cutmix")) { o.cutmix = strtof(v, NULL); i++; }
+        else if (!strcmp(a, "--mix-switch")) { o.mix_switch = strtof(v, NULL); i++; }
+        else if (!strcmp(a, "--num-classes")) { o.num_classes = (uint32_t)atoi(v); i++; }
+        else if (!strcmp(a, "--repeats")) { o.repeats = (uint32_t)atoi(v); i++; }
+        else if (!strcmp(a, "--soft")) { soft_path = v; i++; }
         else if (!strcmp(a, "--decoded-cache-bytes")) { o.decoded_cache_bytes = strtoull(v, NULL, 10); i++; }
         else if (!strcmp(a, "--max-pixels")) { o.max_pixels = strtoull(v, NULL, 10); i++; }
         else if (!strcmp(a, "--crop-pct")) { o.crop_pct = strtof(v, NULL); i++; }
@@ -87,8 +97,9 @@ int main(int argc, char **argv)
         return 1;
     }
     FILE *f = fopen(argv[2], "wb");
-    if (!f) {
-        perror(argv[2]);
+    FILE *sf = soft_path ? fopen(soft_path, "wb") : NULL;
+    if (!f || (soft_path && !sf)) {
+        perror(f ? soft_path : argv[2]);
         return 1;
     }
     chute_loader_start_epoch(ld, epoch, start);
@@ -104,11 +115,18 @@ int main(int argc, char **argv)
             fwrite(&v.labels[k], 8, 1, f);
             fwrite((const char *)v.data + k * per, 1, per, f);
         }
+        if (sf && (!v.soft_labels || fwrite(v.soft_labels, sizeof(float) * v.num_classes,
+                                             v.count, sf) != v.count)) {
+            fprintf(stderr, "dump: no soft labels to write\n");
+            return 1;
+        }
         samples += v.count;
         batches++;
         chute_batch_release(b);
     }
     fclose(f);
+    if (sf)
+        fclose(sf);
     chute_stats s;
     chute_loader_stats(ld, &s);
     if (rc != CHUTE_END) {
