@@ -78,8 +78,10 @@ def read_rows(gen):
 COMMANDS = {"loader": ("bench", "doctor"), "dataset": ("bench", "inspect", "doctor")}
 # Float values outside each float row's range (the table's (lo, hi], finite).
 BAD_FLOATS = {"mean": ["nan,0,0", "0.5,inf,0.5", "0.5,0.5"], "std": ["0,1,1", "1,-1,1", "1,1,nan"],
-              "crop_pct": ["1.5", "-0.5", "x"]}
-GOOD_FLOATS = {"mean": "0.5,0.5,0.5", "std": "0.25,0.5,1", "crop_pct": "0.9"}
+              "crop_pct": ["1.5", "-0.5", "x"], "mixup": ["-0.2", "inf", "x"],
+              "cutmix": ["-1", "nan", "1001"], "mix_switch": ["1.5", "-0.5", "x"]}
+GOOD_FLOATS = {"mean": "0.5,0.5,0.5", "std": "0.25,0.5,1", "crop_pct": "0.9", "mixup": "0.2",
+               "cutmix": "1.0", "mix_switch": "0.3"}
 
 
 def other_rows_cli(ctx):

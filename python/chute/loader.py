@@ -457,6 +457,20 @@ class Loader:
             ``"colorjitter=0.4:0.4:0.4:0.1,grayscale=0.2,erasing=0.25"``
             (docs/AUGMENT.md lists the ops).  Draws depend on (seed, epoch,
             sample) only.  A bad string raises ValueError naming the token.
+        mixup, cutmix: MixUp's / CutMix's alpha (0 = off), torchvision v2's
+            MixUp / CutMix on each whole batch (partner: the batch rolled by
+            one; lambda ~ Beta(alpha, alpha)); with either on, the label
+            tensor becomes float32 soft labels of shape (N, num_classes)
+            (``Batch.soft_labels``; ``Batch.labels`` keeps the unmixed ones).
+            mix_switch: both on, the probability that a batch gets CutMix
+            (default 0.5, torchvision's RandomChoice).  num_classes: the soft
+            labels' length (default: the dataset's class count).  MixUp needs a
+            float dtype.  Draws depend on (seed, epoch, batch position) only
+            (docs/AUGMENT.md "Batch mixing").
+        repeats: repeated augmentation: each sample ``repeats`` times per
+            epoch, each copy with its own crop and augmentation draws, the
+            copies split over ranks as torchvision references' RASampler
+            (an epoch is ``repeats`` x the dataset; not with shuffle="shards").
         parquet_memory_bytes: Parquet (larger than memory): the decoded row
             groups held at once, in bytes by the footers' uncompressed sizes
             (default 1 GiB; at least 2 row groups); row groups are read on
@@ -560,6 +574,11 @@ class Loader:
         metrics_file: Optional[str] = _xdefault("metrics_file"),
         metrics_name: Optional[str] = _xdefault("metrics_name"),
         augment: Optional[str] = _xdefault("augment"),
+        mixup: Optional[float] = None,
+        cutmix: Optional[float] = None,
+        mix_switch: Optional[float] = None,
+        num_classes: Optional[int] = None,
+        repeats: int = _default("repeats"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -747,7 +766,13 @@ class Loader:
             metrics_file=None if metrics_file is None else os.fspath(metrics_file),
             metrics_name=None if metrics_name is None else str(metrics_name),
             augment=None if augment is None else str(augment),
+            mixup=0.0 if mixup is None else float(mixup),
+            cutmix=0.0 if cutmix is None else float(cutmix),
+            mix_switch=0.0 if mix_switch is None else float(mix_switch),
+            num_classes=None if num_classes is None else _opt("num_classes", num_classes),
+            repeats=_opt("repeats", repeats),
         )
+        self.mixing = bool(mixup) or bool(cutmix)
         self.device = device or "cpu"
         self.fields_requested: Tuple[str, ...] = (
             () if fields is None else tuple(_names_list("fields", fields)))
@@ -930,19 +955,20 @@ class Loader:
         if self.fields_requested or not self._has_images:
             return self._convert_fields(b)
         fd = self._from_dlpack
+        labels = b.soft_labels if self.mixing else b.labels
         if fd is not None:
             if self.return_indices:
-                return fd(b.images), fd(b.labels), fd(b.indices)
-            return fd(b.images), fd(b.labels)
+                return fd(b.images), fd(labels), fd(b.indices)
+            return fd(b.images), fd(labels)
         if self.return_indices:
-            return b.images, b.labels, b.indices
-        return b.images, b.labels
+            return b.images, labels, b.indices
+        return b.images, labels
 
     def _convert_fields(self, b: _chute.Batch) -> Dict[str, Any]:
         fd = self._from_dlpack or (lambda a: a)
         images = b.images
         out: Dict[str, Any] = {} if images is None else {"images": fd(images)}
-        out["labels"] = fd(b.labels)
+        out["labels"] = fd(b.soft_labels if self.mixing else b.labels)
         if self.return_indices:
             out["indices"] = fd(b.indices)
         for name in self.fields_requested:

@@ -765,6 +765,14 @@ static PyObject *Batch_get_labels(BatchObject *b, void *c)
     int64_t n = b->ref->v.count;
     return array_new(b->ref, b->ref->v.labels, ARR_I64, 1, &n);
 }
+/* Options mixup/cutmix: the float32 (N, num_classes) soft labels; None when off. */
+static PyObject *Batch_get_soft_labels(BatchObject *b, void *c)
+{
+    if (!b->ref->v.soft_labels)
+        Py_RETURN_NONE;
+    int64_t shape[2] = {b->ref->v.count, b->ref->v.num_classes};
+    return array_new(b->ref, b->ref->v.soft_labels, ARR_F32, 2, shape);
+}
 static PyObject *Batch_get_indices(BatchObject *b, void *c)
 {
     /* uint64 in the library; sample indices are < 2^63, so int64 is exact
@@ -852,6 +860,9 @@ static PyGetSetDef Batch_getset[] = {
     {"images", (getter)Batch_get_images, NULL, "The pixels as a chute.Array (N,C,H,W or N,H,W,C).",
      NULL},
     {"labels", (getter)Batch_get_labels, NULL, "int64 labels as a chute.Array of shape (N,).", NULL},
+    {"soft_labels", (getter)Batch_get_soft_labels, NULL,
+     "mixup/cutmix: float32 soft labels as a chute.Array of shape (N, num_classes) (the "
+     "mixed one-hot labels); None when mixing is off.", NULL},
     {"indices", (getter)Batch_get_indices, NULL,
      "Dataset sample indices as an int64 chute.Array of shape (N,).", NULL},
     {"count", (getter)Batch_get_count, NULL, "Samples in this batch (N).", NULL},
@@ -1427,12 +1438,13 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
                              "transform", "dtype", "layout", "shuffle", "remainder", "on_corrupt",
                              "normalize", "mean", "std", "dct_scale", "copy_on_hold_limit",
                              "crop_pct", "shuffle_mode", "fields", "device", "tensorboard",
-                             "metrics_addr", "metrics_file", "metrics_name", "augment", NULL};
+                             "metrics_addr", "metrics_file", "metrics_name", "augment", "mixup",
+                             "cutmix", "mix_switch", NULL};
     static const char fmt[] = "O!|$"
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) "O"
 #include "common/loader_options.def"
 #undef CH_LOADER_OPT
-                              "iiipiipOOppfiOzzzzzz:_Loader";
+                              "iiipiipOOppfiOzzzzzzfff:_Loader";
     PyObject *vals[CH_LOPT_COUNT] = {0};
     PyObject *dataset = NULL, *mean = Py_None, *std = Py_None, *fields = Py_None;
     chute_loader_options o;
@@ -1440,7 +1452,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     int transform = 0, dtype = 0, layout = 0, remainder = 0, on_corrupt = 0;
     int shuffle = 1, normalize = 1, dct_scale = 1, copy_on_limit = 1;
     int shuffle_mode = 0; /* chute_shuffle */
-    float crop_pct = 0;
+    float crop_pct = 0, mixup = 0, cutmix = 0, mix_switch = 0;
     const char *device = NULL, *tensorboard = NULL, *metrics_addr = NULL;
     const char *metrics_file = NULL, *metrics_name = NULL, *augment = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &DatasetType, &dataset,
@@ -1451,7 +1463,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
                                      &on_corrupt, &normalize, &mean, &std, &dct_scale,
                                      &copy_on_limit, &crop_pct, &shuffle_mode, &fields,
                                      &device, &tensorboard, &metrics_addr, &metrics_file,
-                                     &metrics_name, &augment))
+                                     &metrics_name, &augment, &mixup, &cutmix, &mix_switch))
         return -1;
 #undef CH_LOADER_ENUM
 #undef CH_LOADER_FLOAT
@@ -1467,6 +1479,9 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     o.metrics_file = metrics_file;
     o.metrics_name = metrics_name;
     o.augment = augment; /* parsed by chute_loader_create */
+    o.mixup = mixup;     /* checked against the table's bounds by chute_loader_create */
+    o.cutmix = cutmix;
+    o.mix_switch = mix_switch;
     if (self->core) {
         PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
         return -1;
@@ -1848,6 +1863,8 @@ static PyObject *Loader_next(LoaderObject *self, PyObject *args, PyObject *kw)
         size_t fend = off2 + ((idx + 63) & ~(size_t)63);
         for (uint32_t k = 0; k < r->nfv; k++)
             fend += ((r->fv[k].nbytes + 63) & ~(size_t)63) + (r->fv[k].lengths ? ((lab + 63) & ~(size_t)63) : 0);
+        size_t soft = r->v.soft_labels ? n * r->v.num_classes * sizeof(float) : 0, soft_off = fend;
+        fend += (soft + 63) & ~(size_t)63; /* mixup/cutmix soft labels, last */
         void *mem = NULL;
         if (posix_memalign(&mem, 64, fend + 64) != 0) {
             Py_DECREF(bo);
@@ -1871,7 +1888,11 @@ static PyObject *Loader_next(LoaderObject *self, PyObject *args, PyObject *kw)
                 fo += (lab + 63) & ~(size_t)63;
             }
         }
+        if (soft)
+            memcpy(m + soft_off, r->v.soft_labels, soft);
         Py_END_ALLOW_THREADS
+        if (soft)
+            r->v.soft_labels = (float *)(void *)(m + soft_off);
         r->owned = m;
         r->v.data = m;
         r->v.labels = (int64_t *)(void *)(m + off);
