@@ -590,3 +590,85 @@ TEST(elastic_run_refused_past_the_end_and_in_shards_mode)
     ch_sampler_free(&s);
     return 0;
 }
+
+/* Repeated augmentation: every (sample, copy) pair exactly once per epoch
+ * across ranks (PAD: plus fewer than world repeats of the head; DROP:
+ * fewer than world pairs cut), copies of a sample on consecutive global
+ * positions (so on different ranks when world >= reps), and a resumed run
+ * the rest of the rank's order. */
+TEST(repeats_every_copy_once_across_ranks)
+{
+    const uint64_t ns[] = {1, 7, 100};
+    const uint32_t reps[] = {2, 3, 5}, worlds[] = {1, 2, 3, 7};
+    for (size_t a = 0; a < 3; a++)
+        for (size_t b = 0; b < 3; b++)
+            for (size_t c = 0; c < 4; c++)
+                for (int drop = 0; drop < 2; drop++) {
+                    uint64_t n = ns[a], k = reps[b], w = worlds[c], pairs = n * k;
+                    if (drop && pairs < w)
+                        continue;
+                    uint32_t *seen = calloc(pairs, sizeof *seen);
+                    uint64_t total = 0;
+                    for (uint32_t r = 0; r < w; r++) {
+                        ch_sampler s;
+                        CHECK(ch_sampler_init(&s, n, 9, 1, r, (uint32_t)w, drop) == CHUTE_OK &&
+                                  ch_sampler_set_repeats(&s, (uint32_t)k) == CHUTE_OK,
+                              "init");
+                        CHECK(s.per_rank == (drop ? pairs / w : (pairs + w - 1) / w),
+                              "n=%llu k=%llu w=%llu: per_rank %llu", (unsigned long long)n,
+                              (unsigned long long)k, (unsigned long long)w,
+                              (unsigned long long)s.per_rank);
+                        for (uint64_t j = 0; j < s.per_rank; j++) {
+                            uint64_t id = ch_sampler_get(&s, j), cp = ch_sampler_copy(&s, j);
+                            CHECK(id < n && cp < k, "pair (%llu, %llu)", (unsigned long long)id,
+                                  (unsigned long long)cp);
+                            /* global position r + j w holds perm[g / k], copy g % k */
+                            uint64_t g = (r + j * w) % pairs;
+                            CHECK(id == s.perm[g / k] && cp == g % k, "position %llu",
+                                  (unsigned long long)g);
+                            seen[id * k + cp]++;
+                            total++;
+                        }
+                        if (s.per_rank > 2 && !drop) { /* resume at P = 2w: the rest */
+                            ch_sampler t;
+                            CHECK(ch_sampler_init(&t, n, 9, 1, r, (uint32_t)w, drop) == 0 &&
+                                      ch_sampler_set_repeats(&t, (uint32_t)k) == 0 &&
+                                      ch_sampler_set_run(&t, 0, 2 * w) == 0,
+                                  "resume");
+                            for (uint64_t j = 0; j < t.per_rank; j++)
+                                CHECK(ch_sampler_get(&t, j) == ch_sampler_get(&s, j + 2) &&
+                                          ch_sampler_copy(&t, j) == ch_sampler_copy(&s, j + 2),
+                                      "resumed position %llu", (unsigned long long)j);
+                            ch_sampler_free(&t);
+                        }
+                        ch_sampler_free(&s);
+                    }
+                    uint64_t missing = 0, extra = 0;
+                    for (uint64_t p = 0; p < pairs; p++) {
+                        missing += seen[p] == 0;
+                        extra += seen[p] > 1 ? seen[p] - 1 : 0;
+                    }
+                    CHECK(drop ? extra == 0 && missing < w && total == pairs - missing
+                               : missing == 0 && extra < w,
+                          "n=%llu k=%llu w=%llu drop=%d: %llu missing, %llu extra",
+                          (unsigned long long)n, (unsigned long long)k, (unsigned long long)w,
+                          drop, (unsigned long long)missing, (unsigned long long)extra);
+                    free(seen);
+                }
+    return 0;
+}
+
+TEST(repeats_refused_in_shards_mode_and_zero)
+{
+    ch_sampler s;
+    CHECK(ch_sampler_init(&s, 10, 1, 1, 0, 1, 0) == CHUTE_OK, "init");
+    CHECK(ch_sampler_set_repeats(&s, 0) == CHUTE_EINVAL, "0 repeats accepted");
+    uint64_t *units = malloc(3 * sizeof *units);
+    CHECK(units != NULL, "alloc");
+    units[0] = 0, units[1] = 4, units[2] = 10;
+    CHECK(ch_sampler_use_units(&s, units, 2, 4) == CHUTE_OK, "units");
+    CHECK(ch_sampler_set_repeats(&s, 2) == CHUTE_EINVAL, "shards mode took repeats");
+    CHECK(ch_sampler_set_repeats(&s, 1) == CHUTE_OK && s.n == 10, "1 repeat refused");
+    ch_sampler_free(&s);
+    return 0;
+}
