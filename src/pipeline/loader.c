@@ -654,8 +654,12 @@ static void mix_batch(chute_loader *ld, worker *w, slot *s)
         fail_slot(ld, s, UINT64_MAX, CHUTE_ENOMEM, "", "out of memory for mixing", NULL);
         return;
     }
+    uint64_t t0 = ch_now_ns();
     int64_t bad = ch_mix_apply(&d, &ld->out, s->data, s->count, s->labels, ld->mix.classes,
                                s->soft, w->mixbuf.data);
+    /* The transform stage's busy time (doctor, bench) includes mixing;
+     * its sample count does not change. */
+    ch_stage_add(&w->stats->transform, 0, 0, ch_now_ns() - t0);
     if (bad >= 0) {
         char where[512], why[160];
         uint64_t idx = s->indices[bad];
