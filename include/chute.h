@@ -533,7 +533,8 @@ typedef struct chute_loader_options {
      * float32 (num_classes 0: the dataset's class count).  Each batch's
      * draw depends on (seed, epoch, the batch's first position) only.
      * MixUp needs a float dtype (CutMix takes uint8 too); not with
-     * device cuda or streams. */
+     * device cuda (mixing runs on the host's finished batch, in the
+     * worker that completes it). */
     float mixup;
     float cutmix;
     float mix_switch;
