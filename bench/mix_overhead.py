@@ -10,8 +10,9 @@ ratio to the plain run.  Then, when torch and torchvision (v2) import in
 PYTHON (default: this interpreter), times torchvision's MixUp(0.2) and
 CutMix(1.0) on a float32 batch of --batch-size x 3 x --size x --size (one
 thread, as the one chute worker that mixes a batch) and prints ms per batch
-and per image beside chute's extra CPU ms per image from the rates above
-(an upper bound: the rate difference on a shared machine).
+and per image beside chute's CPU ms per image and transform-stage ms per
+image (resample + mixing, busy time summed over workers) from the runs
+above.
 
     python3 bench/mix_overhead.py [--chute build/chute] [--rounds 5] [--python PY] SOURCE [bench flags]
 """
@@ -50,7 +51,9 @@ for name, t in (("MixUp(0.2)", v2.MixUp(alpha=0.2, num_classes=1000)),
 def run(chute, source, extra, cfg):
     cmd = [chute, "bench", source, "--json"] + extra + cfg
     d = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
-    return d["images_per_sec"], d.get("workers", 0)
+    n = max(d["images"], 1)
+    return (d["images_per_sec"], 1000.0 * d["cpu_seconds"] / n,
+            1000.0 * d["transform_busy_s"] / n)
 
 
 def main():
@@ -64,14 +67,14 @@ def main():
     res = {i: [] for i in range(len(CONFIGS))}
     for _ in range(args.rounds):
         for i, cfg in enumerate(CONFIGS):
-            res[i].append(run(args.chute, args.source, extra, cfg)[0])
-    base = statistics.median(res[0])
-    print("| options | median images/s | / plain |")
-    print("|---|---|---|")
+            res[i].append(run(args.chute, args.source, extra, cfg))
+    base = statistics.median(r[0] for r in res[0])
+    print("| options | median images/s | / plain | CPU ms/image | transform ms/image |")
+    print("|---|---|---|---|---|")
     for i, cfg in enumerate(CONFIGS):
-        ips = statistics.median(res[i])
-        print("| %s | %.1f | %.3f |" % ("`%s`" % " ".join(cfg) if cfg else "(none)", ips,
-                                        ips / base))
+        ips, cpu, tr = (statistics.median(r[j] for r in res[i]) for j in range(3))
+        print("| %s | %.1f | %.3f | %.3f | %.3f |" % ("`%s`" % " ".join(cfg) if cfg else "(none)",
+                                                    ips, ips / base, cpu, tr))
     size = extra[extra.index("--size") + 1] if "--size" in extra else "224"
     batch = extra[extra.index("--batch-size") + 1] if "--batch-size" in extra else "256"
     p = subprocess.run([args.python, "-c", PEER, batch, size], capture_output=True, text=True)
