@@ -236,6 +236,28 @@ def loader(ctx):
     ctx.check(kinds["mixup"] >= 2 and kinds["cutmix"] >= 2, "batches mixed: %r" % kinds)
     print("loader: %d MixUp and %d CutMix batches, each exactly the plain batch mixed" %
           (kinds["mixup"], kinds["cutmix"]))
+    # float16 NHWC, MixUp alone: every batch is the plain float16 batch mixed as
+    # torch mixes Half (each product and the sum computed in float, rounded to half)
+    h16 = ["--transform", "train", "--size", S, "--batch-size", B, "--epoch", 1, "--seed", 9,
+           "--dtype", "float16", "--layout", "nhwc"]
+    pm, sm = os.path.join(work, "h_plain.bin"), os.path.join(work, "h_mix.bin")
+    ctx.dump_run(ctx.tree, pm, *h16, "--workers", 2)
+    ctx.dump_run(ctx.tree, sm, *h16, "--workers", 3, "--mixup", 0.4, "--soft",
+                 os.path.join(work, "h_mix.soft"))
+    _, hl, hp = ctx.read_dump(pm, S, "float16")
+    _, _, hm = ctx.read_dump(sm, S, "float16")
+    hs = np.fromfile(os.path.join(work, "h_mix.soft"), dtype="<f4").reshape(-1, C)
+    f16 = 0
+    for b0 in range(0, 200, B):
+        n = min(B, 200 - b0)
+        x, lab = hp[b0:b0 + n].astype(np.float32), hl[b0:b0 + n]
+        i = int(np.argmax(lab != np.roll(lab, 1)))
+        lam = np.float32(hs[b0 + i, lab[i]])
+        b = np.float32(1.0 - np.float64(lam))
+        p16 = (np.roll(x, 1, axis=0) * b).astype(np.float16).astype(np.float32)
+        x16 = (x * lam).astype(np.float16).astype(np.float32)
+        f16 += np.array_equal(hm[b0:b0 + n], (p16 + x16).astype(np.float16))
+    ctx.check(f16 == 13, "float16 NHWC MixUp: %d of 13 batches as torch's Half arithmetic" % f16)
     # resume: batches from k on are the epoch's tail (pixels and soft labels)
     rec = 16 + S * S * 3 * 4
     with open(outs[1][0], "rb") as f:
