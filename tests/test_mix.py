@@ -270,6 +270,35 @@ def loader(ctx):
             ctx.check(f.read() == whole[k * B * rec:], "mixing: resume from batch %d differs" % k)
         ctx.check(np.array_equal(np.fromfile(ps, dtype="<f4").reshape(-1, C), soft[k * B:]),
                   "mixing: resumed soft labels differ")
+    # a stream (pipe: of a WebDataset tar of the tree): mixed batches, soft
+    # labels from the records' .cls labels, the same for workers 1 and 3
+    import io
+    import tarfile
+    tar = os.path.join(work, "tree.tar")
+    with tarfile.open(tar, "w", format=tarfile.USTAR_FORMAT) as t:
+        for i, (path, lab) in enumerate(T.imagefolder_samples(ctx.tree)[1][:64]):
+            with open(path, "rb") as f:
+                img = f.read()
+            for ext, data in (("jpg", img), ("cls", str(lab).encode())):
+                ti = tarfile.TarInfo("s%05d.%s" % (i, ext))
+                ti.size = len(data)
+                t.addfile(ti, io.BytesIO(data))
+    st = {}
+    for wk in (1, 3):
+        o, so = os.path.join(work, "st%d.bin" % wk), os.path.join(work, "st%d.soft" % wk)
+        ctx.dump_run("pipe:cat " + tar, o, *common, "--mixup", 0.5, "--num-classes", C,
+                     "--workers", wk, "--soft", so)
+        _, sl_, sx = ctx.read_dump(o, S, "float32")
+        st[wk] = (sx, np.fromfile(so, dtype="<f4").reshape(-1, C), sl_)
+    p = ctx.dump_run("pipe:cat " + tar, o, *common, "--mixup", 0.5, expect=1)
+    ctx.check("num_classes is needed" in p.err, "stream without num_classes: %r" % p.err)
+    sx, ss, sl_ = st[1]
+    ctx.check(sx.shape[0] == 64 and np.array_equal(sx, st[3][0]) and np.array_equal(ss, st[3][1]),
+              "stream mixing: %d samples, workers 1 and 3 differ" % sx.shape[0])
+    rl = np.roll(sl_.reshape(4, B), 1, axis=1).ravel()
+    ctx.check(np.allclose(ss.sum(axis=1), 1, atol=1e-6) and
+              ((ss[np.arange(64), sl_] > 0) & (ss[np.arange(64), rl] > 0)).all(),
+              "stream mixing: soft labels do not mix each record's label with its partner's")
     # uint8: CutMix works, MixUp is refused (as torchvision); bad settings named
     u8 = os.path.join(work, "u8.bin")
     ctx.dump_run(ctx.tree, u8, "--transform", "train", "--size", S, "--dtype", "uint8",
