@@ -17,6 +17,11 @@ draws     random steps: two-sample KS of rotation, affine (angle, translate,
           RandomZoomOut draws against torchvision's make_params samples in
           the fixture; flip frequency; same (seed, epoch, sample) -> same
           plan, another seed -> another.
+loader    option geometry through the loader (tests/tools/dump): workers 1,
+          2 and 3 give byte-identical epochs, the tree and its shards too;
+          "hflip=1" / "vflip=1" give exactly the mirror of transform none
+          (the classification path, untouched, as the reference); a bad
+          string and the refused combinations are named by `chute bench`.
 """
 import json
 import os
@@ -261,6 +266,50 @@ def draws(ctx):
     ctx.check(all(v == ["64", "64"] for v in last.values()), "a plan does not end at 64 x 64")
 
 
+def loader(ctx):
+    ctx.need_data()
+    np, _, _ = load(ctx)
+    work = ctx.scratch("loader")
+    S = 40
+    common = ["--size", S, "--batch-size", 16, "--epoch", 1, "--seed", 5, "--dtype", "uint8",
+              "--layout", "nhwc"]
+    spec = "rrc=0.3:1,hflip,rotate=20:1,affine=10:0.1:0.1:0.9:1.1:5,zoomout=1:2:0.5,letterbox"
+    outs = {}
+    for w in (1, 2, 3):
+        outs[w] = os.path.join(work, "w%d.bin" % w)
+        p = ctx.dump_run(ctx.tree, outs[w], *common, "--workers", w, "--geometry", spec)
+        ctx.check(T.parse_counts(p.out).get("samples") == 200, "workers %d: %r" % (w, p.out))
+    data = {w: open(outs[w], "rb").read() for w in outs}
+    ctx.check(data[1] == data[2] == data[3], "geometry: worker counts give different bytes")
+    sh = os.path.join(work, "shards.bin")
+    ctx.dump_run(ctx.shards, sh, *common, "--workers", 2, "--geometry", spec)
+    ctx.check(open(sh, "rb").read() == data[1], "geometry: the tree and its shards differ")
+    s6 = os.path.join(work, "seed6.bin")
+    ctx.dump_run(ctx.tree, s6, *common, "--workers", 2, "--geometry", spec, "--seed", 6)
+    ctx.check(open(s6, "rb").read() != data[1], "geometry: seeds 5 and 6 give the same epoch")
+    # the mirror of the classification path's transform none, byte for byte
+    # (geometry decodes at full scale: the reference without DCT scaling)
+    none = os.path.join(work, "none.bin")
+    ctx.dump_run(ctx.tree, none, *common, "--workers", 2, "--transform", "none",
+                 "--no-dct-scale")
+    ia, _, a = ctx.read_dump(none, S, "uint8")
+    a = a.reshape(-1, S, S, 3)
+    for spec1, want in (("hflip=1", a[:, :, ::-1]), ("vflip=1", a[:, ::-1])):
+        out = os.path.join(work, "flip.bin")
+        ctx.dump_run(ctx.tree, out, *common, "--workers", 2, "--geometry", spec1)
+        ib, _, b = ctx.read_dump(out, S, "uint8")
+        ctx.check(np.array_equal(ia, ib), "%s: another sample order" % spec1)
+        ctx.check(np.array_equal(b.reshape(-1, S, S, 3), want),
+                  "%s is not the mirror of transform none" % spec1)
+    # the CLI: a bad string and the refused combinations, named
+    for flags, msg in ((["--geometry", "rrc,flop"], "unknown step 'flop' at offset 4"),
+                       (["--geometry", "hflip", "--augment", "invert"], "not with augment"),
+                       (["--geometry", "hflip", "--decoded-cache-bytes", 1 << 20],
+                        "not with decoded_cache_bytes")):
+        p = ctx.run([ctx.chute, "bench", ctx.tree, "--epochs", 1] + flags, expect=1)
+        ctx.check(msg in p.out + p.err, "chute bench %r: %r lacks %r" % (flags, p.err, msg))
+
+
 if __name__ == "__main__":
-    T.main({"golden": golden, "convert": convert, "flipmap": flipmap, "parse": parse,
-            "draws": draws})
+    sys.exit(T.main({"golden": golden, "convert": convert, "flipmap": flipmap, "parse": parse,
+            "draws": draws, "loader": loader}))

@@ -457,6 +457,11 @@ class Loader:
             ``"colorjitter=0.4:0.4:0.4:0.1,grayscale=0.2,erasing=0.25"``
             (docs/AUGMENT.md lists the ops).  Draws depend on (seed, epoch,
             sample) only.  A bad string raises ValueError naming the token.
+        geometry: a geometric plan per sample instead of ``transform``'s crop,
+            ``"step[=v1:v2...],..."``, e.g. ``"rrc=0.08:1,hflip,rotate=15"``
+            (docs/GEOMETRY.md lists the steps: rrc, resize, letterbox,
+            centercrop, crop, hflip, vflip, rotate, affine, lsj, zoomout),
+            with torchvision.transforms.v2's semantics, ending at size x size.
         parquet_memory_bytes: Parquet (larger than memory): the decoded row
             groups held at once, in bytes by the footers' uncompressed sizes
             (default 1 GiB; at least 2 row groups); row groups are read on
@@ -560,6 +565,7 @@ class Loader:
         metrics_file: Optional[str] = _xdefault("metrics_file"),
         metrics_name: Optional[str] = _xdefault("metrics_name"),
         augment: Optional[str] = _xdefault("augment"),
+        geometry: Optional[str] = _xdefault("geometry"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -747,6 +753,7 @@ class Loader:
             metrics_file=None if metrics_file is None else os.fspath(metrics_file),
             metrics_name=None if metrics_name is None else str(metrics_name),
             augment=None if augment is None else str(augment),
+            geometry=None if geometry is None else str(geometry),
         )
         self.device = device or "cpu"
         self.fields_requested: Tuple[str, ...] = (

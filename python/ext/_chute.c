@@ -1427,12 +1427,13 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
                              "transform", "dtype", "layout", "shuffle", "remainder", "on_corrupt",
                              "normalize", "mean", "std", "dct_scale", "copy_on_hold_limit",
                              "crop_pct", "shuffle_mode", "fields", "device", "tensorboard",
-                             "metrics_addr", "metrics_file", "metrics_name", "augment", NULL};
+                             "metrics_addr", "metrics_file", "metrics_name", "augment",
+                             "geometry", NULL};
     static const char fmt[] = "O!|$"
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) "O"
 #include "common/loader_options.def"
 #undef CH_LOADER_OPT
-                              "iiipiipOOppfiOzzzzzz:_Loader";
+                              "iiipiipOOppfiOzzzzzzz:_Loader";
     PyObject *vals[CH_LOPT_COUNT] = {0};
     PyObject *dataset = NULL, *mean = Py_None, *std = Py_None, *fields = Py_None;
     chute_loader_options o;
@@ -1442,7 +1443,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     int shuffle_mode = 0; /* chute_shuffle */
     float crop_pct = 0;
     const char *device = NULL, *tensorboard = NULL, *metrics_addr = NULL;
-    const char *metrics_file = NULL, *metrics_name = NULL, *augment = NULL;
+    const char *metrics_file = NULL, *metrics_name = NULL, *augment = NULL, *geometry = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &DatasetType, &dataset,
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) &vals[CH_LOPT_##name],
 #include "common/loader_options.def"
@@ -1451,7 +1452,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
                                      &on_corrupt, &normalize, &mean, &std, &dct_scale,
                                      &copy_on_limit, &crop_pct, &shuffle_mode, &fields,
                                      &device, &tensorboard, &metrics_addr, &metrics_file,
-                                     &metrics_name, &augment))
+                                     &metrics_name, &augment, &geometry))
         return -1;
 #undef CH_LOADER_ENUM
 #undef CH_LOADER_FLOAT
@@ -1467,6 +1468,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     o.metrics_file = metrics_file;
     o.metrics_name = metrics_name;
     o.augment = augment; /* parsed by chute_loader_create */
+    o.geometry = geometry;
     if (self->core) {
         PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
         return -1;

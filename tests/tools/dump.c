@@ -9,7 +9,7 @@
  *             [--no-dct-scale] [--strict] [--start-batch B] [--layout nchw|nhwc]
  *             [--scale-pct MIN MAX] [--no-normalize] [--max-pixels N]
  *             [--crop-pct F] [--resize-size N] [--format NAME] [--augment SPEC]
- *             [--decoded-cache-bytes N]
+ *             [--geometry SPEC] [--decoded-cache-bytes N]
  * Prints "samples=N batches=B corrupt=C" on success; exit 1 with the
  * library's message on failure.
  */
@@ -60,6 +60,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--no-normalize")) o.no_normalize = 1;
         else if (!strcmp(a, "--format")) { dso.format = v; i++; }
         else if (!strcmp(a, "--augment")) { o.augment = v; i++; }
+        else if (!strcmp(a, "--geometry")) { o.geometry = v; i++; }
         else if (!strcmp(a, "--decoded-cache-bytes")) { o.decoded_cache_bytes = strtoull(v, NULL, 10); i++; }
         else if (!strcmp(a, "--max-pixels")) { o.max_pixels = strtoull(v, NULL, 10); i++; }
         else if (!strcmp(a, "--crop-pct")) { o.crop_pct = strtof(v, NULL); i++; }
