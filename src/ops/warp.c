@@ -226,6 +226,15 @@ static inline void warp_src(const warp_map *m, uint32_t x, uint32_t y, float *ix
     *iy = (gy + 1.0f) * m->wy - 0.5f;
 }
 
+/* Round half to even (torch's round_, grid_sample's nearbyint) for |v| <
+ * 2^22 under the default rounding mode, without glibc's nearbyintf, which
+ * saves and restores the floating-point environment on every call. */
+static inline float round_even(float v)
+{
+    const float big = 12582912.0f; /* 1.5 * 2^23 (not folded without -ffast-math) */
+    return (v + big) - big;
+}
+
 static void warp_bilinear(const canvas *in, const ch_geo_step *st, const uint8_t *fill,
                           uint8_t *out)
 {
@@ -237,7 +246,17 @@ static void warp_bilinear(const canvas *in, const ch_geo_step *st, const uint8_t
             float ix, iy;
             warp_src(&m, x, y, &ix, &iy);
             float acc[3] = {0, 0, 0}, mask = 0;
-            if (ix > -1.0f && iy > -1.0f && ix < (float)W && iy < (float)H) {
+            if (ix >= 0.0f && iy >= 0.0f && ix < (float)(W - 1) && iy < (float)(H - 1)) {
+                /* inside: all four taps, no bounds checks (same sums) */
+                int x0 = (int)ix, y0 = (int)iy;
+                float ax = ix - (float)x0, ay = iy - (float)y0;
+                const float wt[4] = {(1 - ax) * (1 - ay), ax * (1 - ay), (1 - ax) * ay, ax * ay};
+                const uint8_t *s0 = in->px + (size_t)y0 * in->stride + (size_t)x0 * 3;
+                const uint8_t *s1 = s0 + in->stride;
+                for (int c = 0; c < 3; c++)
+                    acc[c] = wt[0] * s0[c] + wt[1] * s0[3 + c] + wt[2] * s1[c] + wt[3] * s1[3 + c];
+                mask = wt[0] + wt[1] + wt[2] + wt[3];
+            } else if (ix > -1.0f && iy > -1.0f && ix < (float)W && iy < (float)H) {
                 float fx = floorf(ix), fy = floorf(iy);
                 int x0 = (int)fx, y0 = (int)fy;
                 float ax = ix - fx, ay = iy - fy;
@@ -254,7 +273,7 @@ static void warp_bilinear(const canvas *in, const ch_geo_step *st, const uint8_t
             }
             uint8_t *d = out + ((size_t)y * st->out_w + x) * 3;
             for (int c = 0; c < 3; c++) {
-                float v = nearbyintf((acc[c] - fill[c]) * mask + fill[c]);
+                float v = round_even((acc[c] - fill[c]) * mask + fill[c]);
                 d[c] = !(v > 0.0f) ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
             }
         }
@@ -268,7 +287,9 @@ static void warp_nearest(const canvas *in, const ch_geo_step *st, uint8_t fill, 
         for (uint32_t x = 0; x < st->out_w; x++) {
             float ix, iy;
             warp_src(&m, x, y, &ix, &iy);
-            float rx = nearbyintf(ix), ry = nearbyintf(iy);
+            /* outside +-2^22 (where round_even stops being exact) is outside anyway */
+            int near = fabsf(ix) < 4194304.0f && fabsf(iy) < 4194304.0f;
+            float rx = near ? round_even(ix) : -1, ry = near ? round_even(iy) : -1;
             int in_img = rx >= 0 && ry >= 0 && rx < (float)in->w && ry < (float)in->h;
             out[(size_t)y * st->out_w + x] =
                 in_img ? in->px[(size_t)ry * in->stride + (size_t)rx] : fill;
