@@ -19,7 +19,8 @@ draws     random steps: two-sample KS of rotation, affine (angle, translate,
           plan, another seed -> another.
 loader    option geometry through the loader (tests/tools/dump): workers 1,
           2 and 3 give byte-identical epochs, the tree and its shards too;
-          "hflip=1" / "vflip=1" give exactly the mirror of transform none
+          "hflip=1" / "vflip=1" give exactly the mirror of transform none, with
+          and without DCT-scaled decodes
           (the classification path, untouched, as the reference); a bad
           string and the refused combinations are named by `chute bench`.
 """
@@ -287,20 +288,23 @@ def loader(ctx):
     s6 = os.path.join(work, "seed6.bin")
     ctx.dump_run(ctx.tree, s6, *common, "--workers", 2, "--geometry", spec, "--seed", 6)
     ctx.check(open(s6, "rb").read() != data[1], "geometry: seeds 5 and 6 give the same epoch")
-    # the mirror of the classification path's transform none, byte for byte
-    # (geometry decodes at full scale: the reference without DCT scaling)
-    none = os.path.join(work, "none.bin")
-    ctx.dump_run(ctx.tree, none, *common, "--workers", 2, "--transform", "none",
-                 "--no-dct-scale")
-    ia, _, a = ctx.read_dump(none, S, "uint8")
-    a = a.reshape(-1, S, S, 3)
-    for spec1, want in (("hflip=1", a[:, :, ::-1]), ("vflip=1", a[:, ::-1])):
-        out = os.path.join(work, "flip.bin")
-        ctx.dump_run(ctx.tree, out, *common, "--workers", 2, "--geometry", spec1)
-        ib, _, b = ctx.read_dump(out, S, "uint8")
-        ctx.check(np.array_equal(ia, ib), "%s: another sample order" % spec1)
-        ctx.check(np.array_equal(b.reshape(-1, S, S, 3), want),
-                  "%s is not the mirror of transform none" % spec1)
+    # the mirror of the classification path's transform none, byte for byte,
+    # with and without DCT-scaled decodes (which then differ from each other)
+    planes = {}
+    for dct in ([], ["--no-dct-scale"]):
+        none = os.path.join(work, "none.bin")
+        ctx.dump_run(ctx.tree, none, *common, "--workers", 2, "--transform", "none", *dct)
+        ia, _, a = ctx.read_dump(none, S, "uint8")
+        a = a.reshape(-1, S, S, 3)
+        planes[bool(dct)] = a
+        for spec1, want in (("hflip=1", a[:, :, ::-1]), ("vflip=1", a[:, ::-1])):
+            out = os.path.join(work, "flip.bin")
+            ctx.dump_run(ctx.tree, out, *common, "--workers", 2, "--geometry", spec1, *dct)
+            ib, _, b = ctx.read_dump(out, S, "uint8")
+            ctx.check(np.array_equal(ia, ib), "%s: another sample order" % spec1)
+            ctx.check(np.array_equal(b.reshape(-1, S, S, 3), want),
+                      "%s %s is not the mirror of transform none" % (spec1, dct))
+    ctx.check(not np.array_equal(planes[True], planes[False]), "no DCT-scaled decode happened")
     # the CLI: a bad string and the refused combinations, named
     for flags, msg in ((["--geometry", "rrc,flop"], "unknown step 'flop' at offset 4"),
                        (["--geometry", "hflip", "--augment", "invert"], "not with augment"),

@@ -96,6 +96,56 @@ TEST(plan_train_crop_equals_classification)
     return 0;
 }
 
+TEST(plan_dct_scaled_equals_classification)
+{
+    /* ch_geo_set_denom: the first pass reads a 1/denom decode with the
+     * classification path's scaled crop (ch_crop_scale): same window in the
+     * scaled image, same bytes */
+    const uint32_t W = 640, H = 480, S = 40;
+    ch_resize_scratch s1 = {0}, s2 = {0};
+    uint8_t a[40 * 40 * 3], b[40 * 40 * 3];
+    for (uint32_t d = 2; d <= 8; d *= 2) {
+        uint32_t sw = (W + d - 1) / d, sh = (H + d - 1) / d; /* libjpeg's scaled size */
+        uint8_t *img = photo(sw, sh);
+        for (uint64_t i = 0; i < 30; i++) {
+            ch_rng r = ch_rng_for(4, d, i);
+            ch_crop c, sc;
+            ch_geom_train(W, H, 0.25, 1.0, &r, &c);
+            ch_crop_scale(&c, d, sw, sh, &sc);
+            ch_geo_plan p;
+            ch_geo_init(&p, W, H);
+            CHECK(ch_geo_crop(&p, c.clip_y0, c.clip_x0, c.clip_y1 - c.clip_y0,
+                              c.clip_x1 - c.clip_x0) == CHUTE_OK, "crop");
+            CHECK(ch_geo_resize(&p, S, S) == CHUTE_OK, "resize");
+            if (c.flip)
+                CHECK(ch_geo_hflip(&p) == CHUTE_OK, "hflip");
+            double cw, chh;
+            uint32_t lw, lh;
+            CHECK(ch_geo_lead(&p, &cw, &chh, &lw, &lh) && lw == S && lh == S &&
+                  fabs(cw - (c.x1 - c.x0)) < 1e-9 && fabs(chh - (c.y1 - c.y0)) < 1e-9,
+                  "lead pass %gx%g -> %ux%u, crop %gx%g",
+                  cw, chh, lw, lh, c.x1 - c.x0, c.y1 - c.y0);
+            CHECK(ch_geo_set_denom(&p, d, sw, sh) == CHUTE_OK, "denom");
+            int32_t wa[4], wb[4];
+            CHECK(classify(img, sw, &sc, S, a, wa, &s1) == 0, "classify");
+            CHECK(run_plan(&p, img, sw, b, wb, &s2) == 0, "plan");
+            CHECK(!memcmp(wa, wb, sizeof wa), "1/%u sample %llu: window %d,%d..%d,%d, "
+                  "classification %d,%d..%d,%d", d, (unsigned long long)i, wb[0], wb[1], wb[2],
+                  wb[3], wa[0], wa[1], wa[2], wa[3]);
+            CHECK(!memcmp(a, b, sizeof a), "1/%u sample %llu: pixels differ", d,
+                  (unsigned long long)i);
+        }
+        free(img);
+    }
+    ch_geo_plan p;
+    ch_geo_init(&p, W, H);
+    CHECK(ch_geo_rotate(&p, 10, 0) == CHUTE_OK, "rotate");
+    CHECK(ch_geo_set_denom(&p, 2, 320, 240) == CHUTE_EINVAL, "a plan that warps first");
+    CHECK(ch_geo_set_denom(&p, 3, 320, 240) == CHUTE_EINVAL, "denom 3");
+    free_scratch(&s1), free_scratch(&s2);
+    return 0;
+}
+
 TEST(plan_eval_crop_equals_classification)
 {
     /* Resize(R) + CenterCrop(S) as resize_short and center_crop steps:

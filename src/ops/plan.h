@@ -84,6 +84,10 @@ typedef struct ch_geo_plan {
     uint32_t w, h;         /* the canvas now (after the last step) */
     uint32_t n;
     ch_geo_step step[CH_GEO_MAXSTEPS];
+    /* The image pass reads an image decoded at 1/denom (a JPEG DCT scale),
+     * scaled_w x scaled_h; 0 or 1: full scale.  Set by ch_geo_set_denom;
+     * targets (masks, boxes, keypoints) always use source coordinates. */
+    uint32_t denom, scaled_w, scaled_h;
 } ch_geo_plan;
 
 /* --- building a plan from concrete parameters (torchvision's functional
@@ -128,9 +132,22 @@ int ch_geo_axis_aligned(const ch_geo_plan *p);
  * what the decoder must deliver, so JPEG decodes only that region. */
 void ch_geo_window(const ch_geo_plan *p, int32_t *x0, int32_t *y0, int32_t *x1, int32_t *y1);
 
+/* The first pass (the leading crops, resize and flips, which the
+ * resampler does in one go): the source rectangle it maps (crop_w x
+ * crop_h source pixels) and the canvas it makes; 0 when the plan starts
+ * with a pad or a warp (then it reads the whole image at full scale). */
+int ch_geo_lead(const ch_geo_plan *p, double *crop_w, double *crop_h, uint32_t *out_w,
+                uint32_t *out_h);
+/* Let the image pass read the image decoded at 1/denom (sw x sh), as the
+ * classification path does (ch_crop_scale): only the first pass reads the
+ * source, at the scaled coordinates.  CHUTE_EINVAL when the plan has no
+ * first pass or denom is not 1, 2, 4 or 8. */
+int ch_geo_set_denom(ch_geo_plan *p, uint32_t denom, uint32_t sw, uint32_t sh);
+
 /* --- applying the plan. */
 /* The image: `pix` is the window (ww x wh RGB8, rows of `stride` bytes,
- * top-left at source (px, py)); it must contain ch_geo_window's rectangle.
+ * top-left at source (px, py), in the scaled image's pixels after
+ * ch_geo_set_denom); it must contain ch_geo_window's rectangle.
  * dst receives p->h x p->w RGB8 HWC.  fill: the value of pixels that come
  * from outside the image (pads, rotation corners), torchvision's fill.
  * Intermediates come from s (tmp, aug_px, aug_tmp). */

@@ -99,6 +99,36 @@ static void lead(const ch_geo_plan *p, lead_run *r)
     r->c.clip_y1 = (int32_t)nearbyint(cy1);
     r->c.flip = sx < 0;
     r->vflip = sy < 0;
+    if (k > 0 && p->denom > 1) /* read from the 1/denom decode, as the classification path */
+        ch_crop_scale(&r->c, p->denom, p->scaled_w, p->scaled_h, &r->c);
+}
+
+int ch_geo_lead(const ch_geo_plan *p, double *crop_w, double *crop_h, uint32_t *out_w,
+                uint32_t *out_h)
+{
+    ch_geo_plan q = *p;
+    q.denom = 0;
+    lead_run r;
+    lead(&q, &r);
+    *crop_w = r.c.x1 - r.c.x0;
+    *crop_h = r.c.y1 - r.c.y0;
+    *out_w = r.w;
+    *out_h = r.h;
+    return r.k > 0;
+}
+
+int ch_geo_set_denom(ch_geo_plan *p, uint32_t denom, uint32_t sw, uint32_t sh)
+{
+    double cw, chh;
+    uint32_t ow, oh;
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
+        return CHUTE_EINVAL;
+    if (denom > 1 && (!ch_geo_lead(p, &cw, &chh, &ow, &oh) || sw == 0 || sh == 0))
+        return CHUTE_EINVAL;
+    p->denom = denom;
+    p->scaled_w = sw;
+    p->scaled_h = sh;
+    return CHUTE_OK;
 }
 
 /* The source pixels the resampler's taps read along one axis (the same
@@ -121,7 +151,7 @@ void ch_geo_window(const ch_geo_plan *p, int32_t *x0, int32_t *y0, int32_t *x1, 
 {
     lead_run r;
     lead(p, &r);
-    if (r.k == 0) { /* the first step pads or warps: it may read anything */
+    if (r.k == 0) { /* the first step pads or warps: it may read anything (full scale) */
         *x0 = *y0 = 0;
         *x1 = (int32_t)CH_MIN(p->src_w, (uint32_t)INT32_MAX);
         *y1 = (int32_t)CH_MIN(p->src_h, (uint32_t)INT32_MAX);

@@ -456,7 +456,8 @@ static int read_bytes(chute_loader *ld, worker *w, uint64_t idx, const uint8_t *
     return rc;
 }
 
-/* Option geometry: the sample's plan, its window decoded (full scale),
+/* Option geometry: the sample's plan, its window decoded (at a DCT scale
+ * when the first pass allows, as below),
  * the plan's uint8 pixels, then the slot's normalize/cast/layout.  The
  * classification path (fill_sample below) does not pass here. */
 static int fill_geometry(chute_loader *ld, worker *w, uint64_t idx, const ch_image_info *info,
@@ -472,15 +473,32 @@ static int fill_geometry(chute_loader *ld, worker *w, uint64_t idx, const ch_ima
         return ch_err(err, CHUTE_EINVAL, "geometry: no plan for a %ux%u image (a canvas past "
                       "%u pixels a side)", info->width, info->height, CH_GEO_MAXSIDE);
     }
+    /* The first pass may read a 1/2, 1/4 or 1/8 JPEG decode when its crop
+     * still covers its output after it, the classification path's rule
+     * (dct_denom) applied to that pass's own output size. */
+    double cw, chh;
+    uint32_t lw, lh, denom = 1;
+    if (ch_geo_lead(&plan, &cw, &chh, &lw, &lh) && (info->caps & CH_DEC_DCT_SCALE) &&
+        !ld->o.no_dct_scale)
+        while (denom < 8 && cw / (denom * 2) >= lw && chh / (denom * 2) >= lh)
+            denom *= 2;
+    if (denom > 1) {
+        uint32_t sw = info->width, sh = info->height;
+        ch_decoder_scaled_size(w->dec, denom, &sw, &sh);
+        if (ch_geo_set_denom(&plan, denom, sw, sh) != CHUTE_OK)
+            denom = 1;
+    }
     int32_t x0, y0, x1, y1;
     ch_geo_window(&plan, &x0, &y0, &x1, &y1);
     ch_image img;
-    rc = ch_decoder_finish(w->dec, 1, (uint32_t)x0, (uint32_t)y0, (uint32_t)(x1 - x0),
+    rc = ch_decoder_finish(w->dec, denom, (uint32_t)x0, (uint32_t)y0, (uint32_t)(x1 - x0),
                            (uint32_t)(y1 - y0), &w->pbuf, &img, err);
     if (rc != CHUTE_OK)
         return rc;
     uint64_t t2 = ch_now_ns();
     ch_stage_add(&st->decode, 1, (uint64_t)img.w * img.h * 3, t2 - t1);
+    if (denom > 1)
+        ch_counter_inc(&st->dct_scaled);
     if (ch_buf_reserve(&w->rs.geo_px, (size_t)S * S * 3) != CHUTE_OK)
         return ch_err(err, CHUTE_ENOMEM, "out of memory for the geometry output");
     static const uint8_t fill[3] = {0, 0, 0};

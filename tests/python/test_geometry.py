@@ -33,7 +33,7 @@ def test_same_seed_same_batches_for_any_worker_count(tree):
 
 
 def test_certain_hflip_mirrors_transform_none(tree):
-    plain, ia = epoch(tree, transform="none", dct_scale=False, workers=2)
+    plain, ia = epoch(tree, transform="none", workers=2)
     flip, ib = epoch(tree, geometry="hflip=1", workers=2)
     assert torch.equal(ia, ib)
     assert torch.equal(flip, plain.flip(2))  # N x H x W x C: mirror W
