@@ -87,6 +87,18 @@ TEST(plan_train_crop_equals_classification)
             CHECK(!memcmp(wa, wb, sizeof wa), "%ux%u sample %llu: window %d,%d..%d,%d, "
                   "classification %d,%d..%d,%d", W, H, (unsigned long long)i, wb[0], wb[1], wb[2],
                   wb[3], wa[0], wa[1], wa[2], wa[3]);
+            /* the loader's fused route: one pass, the same crop */
+            ch_crop one;
+            CHECK(ch_geo_one_pass(&p, &one) && one.flip == c.flip &&
+                  fabs(one.x0 - c.x0) < 1e-9 && fabs(one.x1 - c.x1) < 1e-9 &&
+                  fabs(one.y0 - c.y0) < 1e-9 && fabs(one.y1 - c.y1) < 1e-9 &&
+                  one.clip_x0 == c.clip_x0 && one.clip_x1 == c.clip_x1 &&
+                  one.clip_y0 == c.clip_y0 && one.clip_y1 == c.clip_y1, "one pass");
+            ch_geo_plan q = p;
+            CHECK(ch_geo_vflip(&q) == CHUTE_OK && !ch_geo_one_pass(&q, &one), "vflip is not");
+            q = p;
+            CHECK(ch_geo_rotate(&q, 5, 0) == CHUTE_OK && !ch_geo_one_pass(&q, &one),
+                  "a rotation is not");
             CHECK(!memcmp(a, b, sizeof a), "%ux%u sample %llu: pixels differ", W, H,
                   (unsigned long long)i);
         }

@@ -144,6 +144,13 @@ int ch_geo_lead(const ch_geo_plan *p, double *crop_w, double *crop_h, uint32_t *
  * first pass or denom is not 1, 2, 4 or 8. */
 int ch_geo_set_denom(ch_geo_plan *p, uint32_t denom, uint32_t sw, uint32_t sh);
 
+/* Whether the whole plan is that one resampler pass with no vertical flip
+ * (RandomResizedCrop + flip, resize + centre crop, ...): then *c is its
+ * crop (in the scaled image after ch_geo_set_denom), for
+ * ch_resize_plan_make + ch_resize_run straight into an output slot, the
+ * classification path's fused write. */
+int ch_geo_one_pass(const ch_geo_plan *p, ch_crop *c);
+
 /* --- applying the plan. */
 /* The image: `pix` is the window (ww x wh RGB8, rows of `stride` bytes,
  * top-left at source (px, py), in the scaled image's pixels after

@@ -117,6 +117,16 @@ int ch_geo_lead(const ch_geo_plan *p, double *crop_w, double *crop_h, uint32_t *
     return r.k > 0;
 }
 
+int ch_geo_one_pass(const ch_geo_plan *p, ch_crop *c)
+{
+    lead_run r;
+    lead(p, &r);
+    if (r.k == 0 || r.k != p->n || r.vflip)
+        return 0;
+    *c = r.c;
+    return 1;
+}
+
 int ch_geo_set_denom(ch_geo_plan *p, uint32_t denom, uint32_t sw, uint32_t sh)
 {
     double cw, chh;

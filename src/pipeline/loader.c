@@ -499,6 +499,16 @@ static int fill_geometry(chute_loader *ld, worker *w, uint64_t idx, const ch_ima
     ch_stage_add(&st->decode, 1, (uint64_t)img.w * img.h * 3, t2 - t1);
     if (denom > 1)
         ch_counter_inc(&st->dct_scaled);
+    ch_crop one;
+    if (ch_geo_one_pass(&plan, &one)) { /* axis-aligned: fused into the slot, as transform */
+        ch_resize_plan rp;
+        if (ch_resize_plan_make(&rp, &one, S, S, &w->rs) != CHUTE_OK ||
+            ch_resize_run(&rp, img.pixels, img.stride, (int32_t)img.x, (int32_t)img.y, one.flip,
+                          &ld->out, dst, &w->rs) != CHUTE_OK)
+            return ch_err(err, CHUTE_ENOMEM, "out of memory for resize rows");
+        ch_stage_add(&st->transform, 1, ld->sample_bytes, ch_now_ns() - t2);
+        return CHUTE_OK;
+    }
     if (ch_buf_reserve(&w->rs.geo_px, (size_t)S * S * 3) != CHUTE_OK)
         return ch_err(err, CHUTE_ENOMEM, "out of memory for the geometry output");
     static const uint8_t fill[3] = {0, 0, 0};
