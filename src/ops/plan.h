@@ -50,8 +50,9 @@
 
 #define CH_GEO_MAXSTEPS 24 /* concrete steps in one plan */
 #define CH_GEO_MAXSPEC 16  /* steps in a geometry string */
-/* Largest canvas side any step may produce: bounds every intermediate
- * (a hostile string cannot ask for a 2^31-pixel pad). */
+/* Largest canvas side any step may produce, and every canvas is at most
+ * 2^28 pixels: bounds every intermediate (a hostile string cannot ask for
+ * a 2^31-pixel pad); a plan past them is refused (CHUTE_EINVAL). */
 #define CH_GEO_MAXSIDE 65536u
 
 typedef struct ch_affine {

@@ -470,8 +470,9 @@ static int fill_geometry(chute_loader *ld, worker *w, uint64_t idx, const ch_ima
     int rc = ch_geo_draw(&ld->geo, info->width, info->height, S, S, &r, &plan);
     if (rc != CHUTE_OK) {
         ch_decoder_abort(w->dec);
-        return ch_err(err, CHUTE_EINVAL, "geometry: no plan for a %ux%u image (a canvas past "
-                      "%u pixels a side)", info->width, info->height, CH_GEO_MAXSIDE);
+        return ch_err(err, CHUTE_EINVAL, "geometry: no plan for a %ux%u image (a step's canvas "
+                      "would pass %u pixels a side or 2^28 pixels)", info->width, info->height,
+                      CH_GEO_MAXSIDE);
     }
     /* The first pass may read a 1/2, 1/4 or 1/8 JPEG decode when its crop
      * still covers its output after it, the classification path's rule
