@@ -391,6 +391,22 @@ int ch_geo_run_rgb8(const ch_geo_plan *p, const uint8_t *pix, size_t stride, int
     }
     for (uint32_t k = r.k; k < p->n; k++) {
         const ch_geo_step *st = &p->step[k];
+        const ch_geo_step *nx = k + 1 < p->n ? &p->step[k + 1] : NULL;
+        if (st->kind == CH_GEO_PAD && !st->zero && nx && nx->kind == CH_GEO_CROP &&
+            nx->i[0] >= 0 && nx->i[1] >= 0 && (int64_t)nx->i[0] + nx->i[2] <= st->out_h &&
+            (int64_t)nx->i[1] + nx->i[3] <= st->out_w) {
+            /* a pad then a crop inside the padded canvas (RandomCrop with
+             * pad_if_needed, LSJ): one shifted copy, every outside pixel
+             * from the pad's fill, without the padded canvas */
+            if ((rc = reserve(bufs[next], nx->out_w, nx->out_h, 3, &out)) != CHUTE_OK)
+                return rc;
+            shift_copy(&cur, (int64_t)nx->i[0] - st->i[1], (int64_t)nx->i[1] - st->i[0],
+                       nx->out_w, nx->out_h, fill, out);
+            cur = (canvas){out, (size_t)nx->out_w * 3, nx->out_w, nx->out_h, 3};
+            next ^= 1;
+            k++;
+            continue;
+        }
         if ((rc = reserve(bufs[next], st->out_w, st->out_h, 3, &out)) != CHUTE_OK)
             return rc;
         switch (st->kind) {
