@@ -545,6 +545,16 @@ typedef struct chute_loader_options {
      * ranks split them (torchvision references' RASampler).  An epoch has
      * repeats x N positions.  Not with shuffle SHARDS or streams. */
     uint32_t repeats;
+    /* Option geometry (docs/GEOMETRY.md): a geometric plan per sample
+     * instead of transform's crop, "step[=v1:v2...],...", e.g.
+     * "rrc=0.08:1,hflip,rotate=15" or "lsj=0.1:2,crop,hflip", with
+     * torchvision.transforms.v2's semantics, ending at size x size
+     * (outside pixels 0).  Draws depend on (seed, epoch, sample) only.
+     * A bad string fails chute_loader_create with CHUTE_EINVAL naming the
+     * token.  Not with augment, gpu_decode_share or decoded_cache_bytes
+     * yet.  NULL or "": transform decides, as before.  Read during
+     * chute_loader_create only. */
+    const char *geometry;
 } chute_loader_options;
 
 /* chute_loader_options.stats_shm's value for "off". */

@@ -471,6 +471,11 @@ class Loader:
             epoch, each copy with its own crop and augmentation draws, the
             copies split over ranks as torchvision references' RASampler
             (an epoch is ``repeats`` x the dataset; not with shuffle="shards").
+        geometry: a geometric plan per sample instead of ``transform``'s crop,
+            ``"step[=v1:v2...],..."``, e.g. ``"rrc=0.08:1,hflip,rotate=15"``
+            (docs/GEOMETRY.md lists the steps: rrc, resize, letterbox,
+            centercrop, crop, hflip, vflip, rotate, affine, lsj, zoomout),
+            with torchvision.transforms.v2's semantics, ending at size x size.
         parquet_memory_bytes: Parquet (larger than memory): the decoded row
             groups held at once, in bytes by the footers' uncompressed sizes
             (default 1 GiB; at least 2 row groups); row groups are read on
@@ -579,6 +584,7 @@ class Loader:
         mix_switch: Optional[float] = None,
         num_classes: Optional[int] = None,
         repeats: int = _default("repeats"),
+        geometry: Optional[str] = _xdefault("geometry"),
     ) -> None:
         self._core: Any = None
         self.batch_size = _opt("batch_size", batch_size)
@@ -771,6 +777,7 @@ class Loader:
             mix_switch=0.0 if mix_switch is None else float(mix_switch),
             num_classes=None if num_classes is None else _opt("num_classes", num_classes),
             repeats=_opt("repeats", repeats),
+            geometry=None if geometry is None else str(geometry),
         )
         self.mixing = bool(mixup) or bool(cutmix)
         self.device = device or "cpu"

@@ -1439,12 +1439,12 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
                              "normalize", "mean", "std", "dct_scale", "copy_on_hold_limit",
                              "crop_pct", "shuffle_mode", "fields", "device", "tensorboard",
                              "metrics_addr", "metrics_file", "metrics_name", "augment", "mixup",
-                             "cutmix", "mix_switch", NULL};
+                             "cutmix", "mix_switch", "geometry", NULL};
     static const char fmt[] = "O!|$"
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) "O"
 #include "common/loader_options.def"
 #undef CH_LOADER_OPT
-                              "iiipiipOOppfiOzzzzzzfff:_Loader";
+                              "iiipiipOOppfiOzzzzzzfffz:_Loader";
     PyObject *vals[CH_LOPT_COUNT] = {0};
     PyObject *dataset = NULL, *mean = Py_None, *std = Py_None, *fields = Py_None;
     chute_loader_options o;
@@ -1454,7 +1454,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     int shuffle_mode = 0; /* chute_shuffle */
     float crop_pct = 0, mixup = 0, cutmix = 0, mix_switch = 0;
     const char *device = NULL, *tensorboard = NULL, *metrics_addr = NULL;
-    const char *metrics_file = NULL, *metrics_name = NULL, *augment = NULL;
+    const char *metrics_file = NULL, *metrics_name = NULL, *augment = NULL, *geometry = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &DatasetType, &dataset,
 #define CH_LOADER_OPT(name, kind, field, def, lo, hi, layers, help) &vals[CH_LOPT_##name],
 #include "common/loader_options.def"
@@ -1463,7 +1463,8 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
                                      &on_corrupt, &normalize, &mean, &std, &dct_scale,
                                      &copy_on_limit, &crop_pct, &shuffle_mode, &fields,
                                      &device, &tensorboard, &metrics_addr, &metrics_file,
-                                     &metrics_name, &augment, &mixup, &cutmix, &mix_switch))
+                                     &metrics_name, &augment, &mixup, &cutmix, &mix_switch,
+                                     &geometry))
         return -1;
 #undef CH_LOADER_ENUM
 #undef CH_LOADER_FLOAT
@@ -1482,6 +1483,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw)
     o.mixup = mixup;     /* checked against the table's bounds by chute_loader_create */
     o.cutmix = cutmix;
     o.mix_switch = mix_switch;
+    o.geometry = geometry;
     if (self->core) {
         PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
         return -1;

@@ -55,6 +55,7 @@ typedef struct ch_resize_scratch {
     ch_buf tmp;
     ch_buf aug_px;  /* option augment: the sample's uint8 HWC pixels (aug.h) */
     ch_buf aug_tmp; /* and the ops' scratch */
+    ch_buf geo_px;  /* option geometry: the plan's uint8 HWC output (plan.h) */
 } ch_resize_scratch;
 
 typedef struct ch_resize_axis {

@@ -76,6 +76,7 @@
 #include "../format/format.h"
 #include "../ops/aug.h"
 #include "../ops/mix.h"
+#include "../ops/plan.h"
 #include "../stats/hist.h"
 #include "../stats/metrics.h"
 #include "../stats/stats.h"
@@ -177,6 +178,7 @@ struct chute_loader {
     ch_aug aug;               /* option augment, parsed (immutable after create) */
     ch_mix mix;               /* options mixup/cutmix (immutable after create) */
     size_t soft_off;          /* mixing: offset of the soft labels in a slot */
+    ch_geo_spec geo;          /* option geometry, parsed (immutable after create) */
     size_t sample_bytes;      /* bytes of one output sample */
     size_t batch_bytes;       /* one slot, a multiple of 2 MiB */
     size_t labels_off;        /* offsets of labels and indices in a slot */
@@ -460,6 +462,75 @@ static int read_bytes(chute_loader *ld, worker *w, uint64_t idx, const uint8_t *
     return rc;
 }
 
+/* Option geometry: the sample's plan, its window decoded (at a DCT scale
+ * when the first pass allows, as below),
+ * the plan's uint8 pixels, then the slot's normalize/cast/layout.  The
+ * classification path (fill_sample below) does not pass here. */
+static int fill_geometry(chute_loader *ld, worker *w, uint64_t idx, const ch_image_info *info,
+                         uint8_t *dst, uint64_t t1, chute_error *err)
+{
+    ch_worker_stats *st = w->stats;
+    const uint32_t S = ld->o.size;
+    ch_rng r = ch_geo_rng(ld->o.seed, ld->sampler.epoch, ld->st ? w->rng_key : idx);
+    ch_geo_plan plan;
+    int rc = ch_geo_draw(&ld->geo, info->width, info->height, S, S, &r, &plan);
+    if (rc != CHUTE_OK) {
+        ch_decoder_abort(w->dec);
+        return ch_err(err, CHUTE_EINVAL, "geometry: no plan for a %ux%u image (a step's canvas "
+                      "would pass %u pixels a side or 2^28 pixels)", info->width, info->height,
+                      CH_GEO_MAXSIDE);
+    }
+    /* The first pass may read a 1/2, 1/4 or 1/8 JPEG decode when its crop
+     * still covers its output after it, the classification path's rule
+     * (dct_denom) applied to that pass's own output size. */
+    double cw, chh;
+    uint32_t lw, lh, denom = 1;
+    if (ch_geo_lead(&plan, &cw, &chh, &lw, &lh) && (info->caps & CH_DEC_DCT_SCALE) &&
+        !ld->o.no_dct_scale)
+        while (denom < 8 && cw / (denom * 2) >= lw && chh / (denom * 2) >= lh)
+            denom *= 2;
+    if (denom > 1) {
+        uint32_t sw = info->width, sh = info->height;
+        ch_decoder_scaled_size(w->dec, denom, &sw, &sh);
+        if (ch_geo_set_denom(&plan, denom, sw, sh) != CHUTE_OK)
+            denom = 1;
+    }
+    int32_t x0, y0, x1, y1;
+    ch_geo_window(&plan, &x0, &y0, &x1, &y1);
+    ch_image img;
+    rc = ch_decoder_finish(w->dec, denom, (uint32_t)x0, (uint32_t)y0, (uint32_t)(x1 - x0),
+                           (uint32_t)(y1 - y0), &w->pbuf, &img, err);
+    if (rc != CHUTE_OK)
+        return rc;
+    uint64_t t2 = ch_now_ns();
+    ch_stage_add(&st->decode, 1, (uint64_t)img.w * img.h * 3, t2 - t1);
+    if (denom > 1)
+        ch_counter_inc(&st->dct_scaled);
+    ch_crop one;
+    if (ch_geo_one_pass(&plan, &one)) { /* axis-aligned: fused into the slot, as transform */
+        ch_resize_plan rp;
+        if (ch_resize_plan_make(&rp, &one, S, S, &w->rs) != CHUTE_OK ||
+            ch_resize_run(&rp, img.pixels, img.stride, (int32_t)img.x, (int32_t)img.y, one.flip,
+                          &ld->out, dst, &w->rs) != CHUTE_OK)
+            return ch_err(err, CHUTE_ENOMEM, "out of memory for resize rows");
+        ch_stage_add(&st->transform, 1, ld->sample_bytes, ch_now_ns() - t2);
+        return CHUTE_OK;
+    }
+    if (ch_buf_reserve(&w->rs.geo_px, (size_t)S * S * 3) != CHUTE_OK)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory for the geometry output");
+    static const uint8_t fill[3] = {0, 0, 0};
+    rc = ch_geo_run_rgb8(&plan, img.pixels, img.stride, (int32_t)img.x, (int32_t)img.y, img.w,
+                         img.h, fill, w->rs.geo_px.data, &w->rs);
+    if (rc == CHUTE_EINVAL)
+        return ch_err(err, CHUTE_EINVAL, "geometry: the decoder gave %ux%u at (%u, %u), not the "
+                      "window the plan reads", img.w, img.h, img.x, img.y);
+    if (rc != CHUTE_OK)
+        return ch_err(err, CHUTE_ENOMEM, "out of memory for the geometry pass");
+    ch_out_write_u8(w->rs.geo_px.data, &ld->out, dst);
+    ch_stage_add(&st->transform, 1, ld->sample_bytes, ch_now_ns() - t2);
+    return CHUTE_OK;
+}
+
 static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, chute_error *err)
 {
     ch_worker_stats *st = w->stats;
@@ -483,6 +554,8 @@ static int fill_sample(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
     rc = ch_decoder_begin(w->dec, bytes, len, ld->o.max_pixels, &info, err);
     if (rc != CHUTE_OK)
         return rc;
+    if (ld->geo.n)
+        return fill_geometry(ld, w, idx, &info, dst, t1, err);
     ch_crop crop;
     if (ld->o.transform == CHUTE_TRANSFORM_TRAIN) {
         ch_rng r = ch_rng_for(ld->o.seed, ld->sampler.epoch, w->rng_key);
@@ -1269,6 +1342,25 @@ static int loader_mix_open(chute_loader *ld, chute_error *err)
     return CHUTE_OK;
 }
 
+/* Option geometry: parsed once; the combinations it cannot serve yet
+ * refused.  The string is borrowed and not kept. */
+static int loader_geo_open(chute_loader *ld, chute_error *err)
+{
+    chute_loader_options *o = &ld->o;
+    int rc = ch_geo_parse(o->geometry, &ld->geo, err);
+    o->geometry = NULL;
+    if (rc != CHUTE_OK || ld->geo.n == 0)
+        return rc;
+    if (ld->aug.n)
+        return ch_err(err, CHUTE_EINVAL, "geometry: not with augment yet");
+    if (o->gpu_decode_share)
+        return ch_err(err, CHUTE_EINVAL, "geometry: not with gpu_decode_share (nvJPEG's "
+                      "samples are resized on the GPU)");
+    if (o->decoded_cache_bytes)
+        return ch_err(err, CHUTE_EINVAL, "geometry: not with decoded_cache_bytes yet");
+    return CHUTE_OK;
+}
+
 /* Open the exporters the options ask for and start the one stats thread
  * that feeds them; no thread when every one is off.  The segment is
  * optional (NULL: no /dev/shm, ...); a tensorboard or metrics failure
@@ -1333,6 +1425,8 @@ int chute_loader_create(const chute_dataset *ds, const chute_loader_options *opt
     rc = loader_aug_open(ld, err);
     if (rc == CHUTE_OK)
         rc = loader_mix_open(ld, err);
+    if (rc == CHUTE_OK)
+        rc = loader_geo_open(ld, err);
     if (rc) {
         free(ld);
         return rc;
@@ -1613,6 +1707,7 @@ static void free_worker(worker *w)
     ch_buf_free(&w->rs.tmp);
     ch_buf_free(&w->rs.aug_px);
     ch_buf_free(&w->rs.aug_tmp);
+    ch_buf_free(&w->rs.geo_px);
 }
 
 /* Everything but the threads and the locks (the workers are joined, or

@@ -13,6 +13,7 @@
  *             [--num-classes N] [--repeats K] [--soft FILE]
  * --soft FILE: the batches' soft labels (mixup/cutmix), float32 rows of
  * num_classes in delivery order.
+ *             [--geometry SPEC] [--decoded-cache-bytes N]
  * Prints "samples=N batches=B corrupt=C" on success; exit 1 with the
  * library's message on failure.
  */
@@ -70,6 +71,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--num-classes")) { o.num_classes = (uint32_t)atoi(v); i++; }
         else if (!strcmp(a, "--repeats")) { o.repeats = (uint32_t)atoi(v); i++; }
         else if (!strcmp(a, "--soft")) { soft_path = v; i++; }
+        else if (!strcmp(a, "--geometry")) { o.geometry = v; i++; }
         else if (!strcmp(a, "--decoded-cache-bytes")) { o.decoded_cache_bytes = strtoull(v, NULL, 10); i++; }
         else if (!strcmp(a, "--max-pixels")) { o.max_pixels = strtoull(v, NULL, 10); i++; }
         else if (!strcmp(a, "--crop-pct")) { o.crop_pct = strtof(v, NULL); i++; }
