@@ -53,8 +53,8 @@ CHUTE_API int chute_version_number(void);
  * was built beside it; using it still needs the driver and a device, see
  * chute_loader_options.device), "s3 http" (libcurl), "hdf5" (libhdf5),
  * "kafka" (librdkafka), "libdeflate" (gzip HDF5 chunks and PNG checksums
- * through libdeflate; without it zlib: the same bytes, more CPU).  A
- * static string; any thread. */
+ * through libdeflate; without it zlib: the same bytes, more CPU), "coco"
+ * (COCO annotation JSON through libjansson).  A static string; any thread. */
 CHUTE_API const char *chute_features(void);
 
 /* ------------------------------------------------------------------ */

@@ -82,7 +82,7 @@ _FUTURE = ("hdf5", "kafka")  # each set from the library below
 def features() -> _Dict[str, bool]:
     """What this build of chute can do: ``{"jpeg": True, "png": ..., "io_uring": ...,
     "nvml": ..., "s3": False, "hdf5": False, "kafka": False, "cuda": ...,
-    "libdeflate": ...}``.
+    "libdeflate": ..., "coco": ...}``.
 
     ``jpeg``/``png`` are the codecs compiled into libchute (without libspng, PNG
     samples fail with UnsupportedError).  ``io_uring`` is whether the bundled
@@ -93,7 +93,8 @@ def features() -> _Dict[str, bool]:
     at build time); ``kafka``: kafka:// stream datasets (librdkafka found at
     build time); ``libdeflate``: gzip HDF5 chunks and PNG checksums go through
     libdeflate (found at build time; without it zlib gives the same bytes for
-    ~1.6x the CPU, which bench/hdf5.py's figures depend on).
+    ~1.6x the CPU, which bench/hdf5.py's figures depend on); ``coco``: COCO
+    annotation JSON (libjansson found at build time).
     Never raises: what cannot be determined is reported as False.
     """
     from ._chute import features as _lib_features
@@ -125,6 +126,8 @@ def features() -> _Dict[str, bool]:
     out["cuda"] = "cuda" in have
     # The inflater for gzip HDF5 chunks and PNG checks: libdeflate or zlib.
     out["libdeflate"] = "libdeflate" in have
+    # COCO annotation JSON: libjansson was found when libchute was built.
+    out["coco"] = "coco" in have
     return out
 
 __all__ = [

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""test_targets.py — chute's COCO reader against pycocotools (issue 24).
+
+tests/fixtures/targets/ holds a small COCO-style set made from real photos
+with hand-made annotations, and golden.json: what pycocotools.coco.COCO
+reads from it (boxes, labels, crowd flags, keypoints, annToMask masks),
+written by tests/fixtures/make_targets_golden.py.  tests/tools/targetdump
+prints what chute reads: the JSON through ch_coco_record, the record bytes
+through the checked decoder, masks painted from the decoded record.  Needs
+only the standard library.
+
+    test_targets.py --targetdump BUILD/tests/targetdump --fixtures tests/fixtures coco
+    test_targets.py ... hostile
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def dump(td, path, skip=False):
+    p = subprocess.run([td, "coco", path] + (["skip"] if skip else []), capture_output=True,
+                       text=True, timeout=float(os.environ.get("CHUTE_TEST_RUN_TIMEOUT", "45")))
+    return p.returncode, [json.loads(l) for l in p.stdout.splitlines()], p.stderr
+
+
+def test_coco(a):
+    fx = os.path.join(a.fixtures, "targets")
+    gold = json.load(open(os.path.join(fx, "golden.json")))
+    rc, lines, err = dump(a.targetdump, os.path.join(fx, "instances.json"))
+    assert rc == 0 and not err, err
+    head, got = lines[0], lines[1:]
+    assert head["categories"] == gold["categories"], head
+    want = {g["id"]: g for g in gold["annotations"]}
+    ids = [o["id"] for o in got]
+    # every annotation exactly once
+    assert sorted(ids) == sorted(want), (ids, sorted(want))
+    # grouped by image in the images array's order, file order within
+    img_order = [o["image_id"] for o in got]
+    assert img_order == sorted(img_order), img_order
+    masks = 0
+    for o in got:
+        w = want[o["id"]]
+        where = "annotation %d" % o["id"]
+        assert o["image_id"] == w["image_id"], where
+        assert o["label"] == w["label"], where
+        assert o["iscrowd"] == w["iscrowd"], where
+        assert o["box"] == w["box"], (where, o["box"], w["box"])  # exact float32
+        if w.get("keypoints"):
+            assert o["keypoints"] == [float(v) for v in w["keypoints"]], where
+        else:
+            assert all(v == 0 for v in o.get("keypoints", [])), where
+        if "mask_bits" in w:
+            assert o.get("mask_shape") == w["mask_shape"], (where, o.get("mask_shape"))
+            assert o["mask_bits"] == w["mask_bits"], (where, o["mask_sum"], w["mask_sum"])
+            masks += 1
+        else:
+            assert "mask_bits" not in o, where
+    assert masks == 7, masks
+    print("coco: %d annotations, %d masks identical to annToMask" % (len(got), masks))
+
+
+def hostile_cases():
+    """(name, mutate(doc), annotation id the message must name, text it must say)."""
+    def ann(doc, i):
+        return next(x for x in doc["annotations"] if x["id"] == i)
+
+    def setp(i, key, val):
+        def f(doc):
+            ann(doc, i)[key] = val
+        return f
+    nan = float("nan")
+    return [
+        # NaN and Infinity are not JSON: the file is refused whole, naming
+        # the line and column (a number past double range is too: jansson)
+        ("box_nan", setp(101, "bbox", [nan, 1, 2, 3]), None, "near 'NaN'"),
+        ("box_inf", setp(101, "bbox", [1, 1, float("inf"), 3]), None, "near 'Infinity'"),
+        ("box_negative", setp(101, "bbox", [1, 1, -4, 3]), 101, "negative size"),
+        ("box_outside", setp(102, "bbox", [500, 5, 10, 10]), 102, "outside"),
+        ("poly_two_points", setp(202, "segmentation", [[1, 1, 5, 5]]), 202, "coordinates"),
+        ("poly_odd", setp(202, "segmentation", [[1, 1, 5, 5, 9, 9, 3]]), 202, "coordinates"),
+        ("rle_lying", lambda d: ann(d, 201)["segmentation"]["counts"].__setitem__(0, 999999), 201,
+         "RLE counts"),
+        ("rle_string_lying", lambda d: ann(d, 301)["segmentation"].__setitem__("counts", "0:1"),
+         301, "RLE"),
+        ("rle_string_bad_byte", lambda d: ann(d, 301)["segmentation"].__setitem__("counts", "ab~"),
+         301, "RLE string"),
+        ("rle_other_size", lambda d: ann(d, 201)["segmentation"].__setitem__(
+            "size", [120, 90]), 201, "its image"),
+        ("image_nowhere", setp(102, "image_id", 99), 102, "image_id 99"),
+        ("category_nowhere", setp(102, "category_id", 4), 102, "category_id 4"),
+        ("keypoints_length", setp(101, "keypoints", [1, 2, 2]), None, "keypoints"),
+        ("keypoint_visibility", setp(302, "keypoints", [0] * 14 + [7]), 302, "visibility"),
+        ("crowd_bad", setp(103, "iscrowd", 2), 103, "iscrowd"),
+    ]
+
+
+def test_hostile(a):
+    fx = os.path.join(a.fixtures, "targets")
+    base = json.load(open(os.path.join(fx, "instances.json")))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, mutate, aid, text in hostile_cases():
+            doc = json.loads(json.dumps(base))
+            mutate(doc)
+            path = os.path.join(tmp, name + ".json")
+            with open(path, "w") as f:
+                json.dump(doc, f)  # NaN/Infinity written as Python does
+            rc, lines, err = dump(a.targetdump, path)
+            assert rc == 1, (name, rc, lines)
+            assert path in err, (name, err)
+            assert text in err, (name, err)
+            if aid is not None:
+                assert "annotation id %d" % aid in err, (name, err)
+            rc, lines, err = dump(a.targetdump, path, skip=True)
+            if "NaN" in json.dumps(doc) or "Infinity" in json.dumps(doc):
+                # not JSON: refused whole, naming line and column
+                assert rc == 1 and "line" in err, (name, rc, err)
+                continue
+            assert rc == 0 and not err, (name, err)
+            tail = lines[-1]
+            assert tail["skipped"] == 1 and text in tail["first"], (name, tail)
+            kept = [o["id"] for o in lines[1:-1]]
+            assert len(kept) == 7 and (aid is None or aid not in kept), (name, kept)
+        # structural damage always fails, skip or not
+        for name, mutate, text in [
+                ("dup_ann", lambda d: ann_dup(d), "appears twice"),
+                ("dup_image", lambda d: d["images"].append(dict(d["images"][0])), "appears twice"),
+                ("escape_name", lambda d: d["images"][0].__setitem__("file_name", "../x.jpg"),
+                 "file_name"),
+                ("no_images", lambda d: d.pop("images"), "images"),
+        ]:
+            doc = json.loads(json.dumps(base))
+            mutate(doc)
+            path = os.path.join(tmp, name + ".json")
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            rc, _, err = dump(a.targetdump, path, skip=True)
+            assert rc == 1 and text in err and path in err, (name, err)
+        path = os.path.join(tmp, "truncated.json")
+        with open(path, "w") as f:
+            f.write(json.dumps(base)[:-40])
+        rc, _, err = dump(a.targetdump, path)
+        assert rc == 1 and "line 1 column" in err, err
+    print("hostile: %d annotation cases, each named or counted" % len(hostile_cases()))
+
+
+def ann_dup(doc):
+    doc["annotations"].append(dict(doc["annotations"][0]))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--targetdump", required=True)
+    ap.add_argument("--fixtures", required=True)
+    ap.add_argument("--work")
+    ap.add_argument("what", choices=["coco", "hostile"])
+    a, _ = ap.parse_known_args()
+    rc, _, err = dump(a.targetdump, os.path.join(a.fixtures, "targets", "instances.json"))
+    if "needs libjansson" in err:
+        print("skip: this build has no COCO reader (libjansson)")
+        return 77
+    {"coco": test_coco, "hostile": test_hostile}[a.what](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

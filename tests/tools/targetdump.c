@@ -1,0 +1,122 @@
+/*
+ * targetdump.c — print the targets chute reads from an annotation file, one
+ * JSON object per line, for tests/test_targets.py to compare with what
+ * pycocotools reads from the same file (tests/fixtures/targets/golden.json).
+ *
+ *   targetdump coco FILE.json [skip]
+ *
+ * Every object goes the whole way a packed sample's does: COCO JSON ->
+ * ch_coco_record -> record bytes -> ch_tg_decode -> getters, and its mask
+ * is painted from the decoded record (ch_tg_mask) at the image's size.
+ * Boxes print as %.17g of the float32 (exact); masks as row-major
+ * np.packbits hex.  The first line lists the categories; a skip run ends
+ * with a "skipped" line.
+ */
+#include "parse/targets.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void put_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++)
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", *s);
+        else
+            putchar(*s);
+    putchar('"');
+}
+
+static int dump_coco(const char *path, int skip)
+{
+    chute_error err = {0};
+    ch_tg_policy pol = {.skip = skip};
+    ch_coco *c;
+    if (ch_coco_load(path, 0, &pol, &c, &err) != CHUTE_OK) {
+        fprintf(stderr, "targetdump: %s\n", err.message);
+        return 1;
+    }
+    printf("{\"categories\": [");
+    for (uint32_t l = 0; l < ch_coco_ncategories(c); l++) {
+        printf(l ? ", " : "");
+        put_str(ch_coco_category_name(c, l));
+    }
+    printf("], \"keypoints\": %u}\n", ch_coco_keypoints(c));
+    ch_tg_builder b = {0};
+    int rc = 0;
+    for (size_t i = 0; i < ch_coco_nimages(c) && !rc; i++) {
+        const ch_coco_image *im = ch_coco_image_at(c, i);
+        const uint8_t *rec;
+        size_t len;
+        ch_tg_view v;
+        if (ch_coco_record(c, i, &b, &err) != CHUTE_OK || ch_tg_finish(&b, &rec, &len) != CHUTE_OK ||
+            ch_tg_decode(rec, len, im->file_name, &v, &err) != CHUTE_OK) {
+            fprintf(stderr, "targetdump: %s\n", err.message);
+            rc = 1;
+            break;
+        }
+        size_t plane_n = (size_t)v.width * v.height;
+        uint8_t *plane = malloc(plane_n ? plane_n : 1);
+        float *kp = malloc(sizeof(float) * (v.k ? v.k * 3 : 1));
+        for (uint32_t o = 0; o < v.n && plane && kp; o++) {
+            float box[4];
+            ch_tg_box(&v, o, box);
+            printf("{\"image_id\": %lld, \"file_name\": ", (long long)im->id);
+            put_str(im->file_name);
+            printf(", \"width\": %u, \"height\": %u, \"id\": %lld, \"label\": %d, \"iscrowd\": %u, "
+                   "\"box\": [%.17g, %.17g, %.17g, %.17g]",
+                   v.width, v.height, (long long)ch_tg_ann_id(&v, o), ch_tg_label(&v, o),
+                   ch_tg_crowd(&v, o), box[0], box[1], box[2], box[3]);
+            if (v.k) {
+                ch_tg_keypoints(&v, o, kp);
+                printf(", \"keypoints\": [");
+                for (uint32_t t = 0; t < v.k * 3; t++)
+                    printf("%s%.17g", t ? ", " : "", kp[t]);
+                printf("]");
+            }
+            size_t body;
+            if (ch_tg_seg(&v, o, &body) != CH_SEG_NONE) {
+                memset(plane, 0, plane_n);
+                if (ch_tg_mask(&v, o, v.height, v.width, plane, &err) != CHUTE_OK) {
+                    printf("}\n");
+                    fprintf(stderr, "targetdump: %s\n", err.message);
+                    rc = 1;
+                    break;
+                }
+                uint64_t sum = 0;
+                printf(", \"mask_shape\": [%u, %u], \"mask_bits\": \"", v.height, v.width);
+                for (size_t p = 0; p < plane_n; p += 8) {
+                    unsigned byte = 0;
+                    for (size_t q = 0; q < 8; q++) {
+                        unsigned bit = p + q < plane_n ? plane[p + q] : 0;
+                        byte |= bit << (7 - q);
+                        sum += bit;
+                    }
+                    printf("%02x", byte);
+                }
+                printf("\", \"mask_sum\": %llu", (unsigned long long)sum);
+            }
+            printf("}\n");
+        }
+        free(plane);
+        free(kp);
+    }
+    if (skip)
+        printf("{\"skipped\": %llu, \"first\": ", (unsigned long long)pol.skipped), put_str(pol.first_skip),
+            printf("}\n");
+    ch_tg_builder_free(&b);
+    ch_coco_free(c);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 3 && strcmp(argv[1], "coco") == 0)
+        return dump_coco(argv[2], argc > 3 && strcmp(argv[3], "skip") == 0);
+    fprintf(stderr, "usage: targetdump coco FILE.json [skip]\n");
+    return 2;
+}
