@@ -58,7 +58,7 @@ def test_coco(a):
             masks += 1
         else:
             assert "mask_bits" not in o, where
-    assert masks == 7, masks
+    assert masks == sum("mask_bits" in g for g in gold["annotations"]) and masks > 50, masks
     print("coco: %d annotations, %d masks identical to annToMask" % (len(got), masks))
 
 
@@ -122,7 +122,7 @@ def test_hostile(a):
             tail = lines[-1]
             assert tail["skipped"] == 1 and text in tail["first"], (name, tail)
             kept = [o["id"] for o in lines[1:-1]]
-            assert len(kept) == 7 and (aid is None or aid not in kept), (name, kept)
+            assert len(kept) == len(base["annotations"]) - 1 and (aid is None or aid not in kept), (name, kept)
         # structural damage always fails, skip or not
         for name, mutate, text in [
                 ("dup_ann", lambda d: ann_dup(d), "appears twice"),
