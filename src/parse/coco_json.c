@@ -236,10 +236,16 @@ static int ann_check(ch_coco *c, json_t *a, ch_u32v *scratch, int *img, uint32_t
                 return snprintf(why, whysz, "polygon %zu has %zu coordinates (an even number >= 6)",
                                 p, L),
                        CHUTE_ECORRUPT;
+            double *xy = malloc(sizeof(double) * L);
+            if (!xy)
+                return CHUTE_ENOMEM;
             for (size_t j = 0; j < L; j++)
-                if (fabs(json_number_value(json_array_get(poly, j))) > CH_POLY_MAX_COORD)
-                    return snprintf(why, whysz, "polygon %zu coordinate beyond 1e8", p),
-                           CHUTE_ECORRUPT;
+                xy[j] = json_number_value(json_array_get(poly, j));
+            char pwhy[160];
+            int rc = ch_poly_check(xy, L / 2, pwhy, sizeof pwhy);
+            free(xy);
+            if (rc != CHUTE_OK)
+                return snprintf(why, whysz, "polygon %zu: %s", p, pwhy), CHUTE_ECORRUPT;
         }
     } else if (json_is_object(seg)) {
         uint32_t h, w;

@@ -120,6 +120,29 @@ void ch_rle_paint(const uint32_t *cnts, size_t m, uint32_t h, uint32_t w, uint8_
     }
 }
 
+int ch_poly_check(const double *xy, size_t k, char *why, size_t whysz)
+{
+    if (k < 3)
+        return why_set(why, whysz, "polygon of %lld points (at least 3)", (long long)k);
+    for (size_t j = 0; j < 2 * k; j++)
+        if (!isfinite(xy[j]) || fabs(xy[j]) > CH_POLY_MAX_COORD)
+            return why_set(why, whysz, "polygon coordinate %lld is not finite or beyond 1e8",
+                           (long long)j);
+    /* the walk's length, as ch_rle_from_poly computes it */
+    uint64_t m = 0;
+    for (size_t j = 0; j < k; j++) {
+        size_t n = j + 1 < k ? j + 1 : 0;
+        long long x0 = (int)(5 * xy[j * 2] + .5), x1 = (int)(5 * xy[n * 2] + .5);
+        long long y0 = (int)(5 * xy[j * 2 + 1] + .5), y1 = (int)(5 * xy[n * 2 + 1] + .5);
+        long long dx = llabs(x0 - x1), dy = llabs(y0 - y1);
+        m += (uint64_t)(dx > dy ? dx : dy) + 1;
+        if (m > CH_POLY_MAX_STEPS)
+            return why_set(why, whysz, "polygon boundary walk over %lld steps (vertices too far apart)",
+                           (long long)CH_POLY_MAX_STEPS);
+    }
+    return CHUTE_OK;
+}
+
 static int cmp_u32(const void *a, const void *b)
 {
     uint32_t c = *(const uint32_t *)a, d = *(const uint32_t *)b;
@@ -130,17 +153,14 @@ int ch_rle_from_poly(const double *xy, size_t k, uint32_t h, uint32_t w, ch_u32v
                      size_t whysz)
 {
     out->n = 0;
-    if (k < 3)
-        return why_set(why, whysz, "polygon of %lld points (at least 3)", (long long)k);
+    int rc = ch_poly_check(xy, k, why, whysz);
+    if (rc != CHUTE_OK)
+        return rc;
     if ((uint64_t)h * w > CH_MASK_MAX_PIXELS)
         return why_set(why, whysz, "mask of %lld pixels is over the 2^31-1 limit",
                        (long long)((uint64_t)h * w));
-    for (size_t j = 0; j < 2 * k; j++)
-        if (!isfinite(xy[j]) || fabs(xy[j]) > CH_POLY_MAX_COORD)
-            return why_set(why, whysz, "polygon coordinate %lld is not finite or beyond 1e8",
-                           (long long)j);
     const double scale = 5;
-    int rc = CHUTE_ENOMEM;
+    rc = CHUTE_ENOMEM;
     int *x = malloc(sizeof(int) * (k + 1)), *y = malloc(sizeof(int) * (k + 1));
     int *u = NULL, *v = NULL, *bx = NULL, *by = NULL;
     uint32_t *a = NULL;

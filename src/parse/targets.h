@@ -26,7 +26,7 @@
 /* Most points the dense boundary of one polygon may have (pycocotools walks
  * 5 steps per pixel along each edge): a polygon whose walk is longer is
  * refused instead of allocating for it. */
-#define CH_POLY_MAX_STEPS (1u << 26)
+#define CH_POLY_MAX_STEPS (1u << 24)
 /* Coordinates beyond this (pixels) are refused: pycocotools converts
  * 5 * coordinate to int, undefined past 2^31. */
 #define CH_POLY_MAX_COORD 1.0e8
@@ -51,6 +51,10 @@ int ch_rle_check(const uint32_t *cnts, size_t m, uint32_t h, uint32_t w, char *w
 /* OR the RLE's ones into a row-major h x w plane (counts run column-major,
  * as pycocotools' decode does).  Checked counts only. */
 void ch_rle_paint(const uint32_t *cnts, size_t m, uint32_t h, uint32_t w, uint8_t *plane);
+/* A polygon ch_rle_from_poly will accept at any mask size: >= 3 points,
+ * finite coordinates within CH_POLY_MAX_COORD, a walk within
+ * CH_POLY_MAX_STEPS.  Parsers call it so that painting cannot fail later. */
+int ch_poly_check(const double *xy, size_t k, char *why, size_t whysz);
 /* pycocotools' rleFrPoly: polygon (k points, x y interleaved doubles) ->
  * RLE counts of an h x w mask, into out (cleared first). */
 int ch_rle_from_poly(const double *xy, size_t k, uint32_t h, uint32_t w, ch_u32v *out, char *why,

@@ -108,6 +108,8 @@ static int line_to_obj(const double *f, long nf, long cls, uint32_t W, uint32_t 
         o->box[1] = (float)(y0 * H);
         o->box[2] = (float)(x1 * W);
         o->box[3] = (float)(y1 * H);
+        if (ch_poly_check(xy, (size_t)nc / 2, why, whysz) != CHUTE_OK)
+            return -1;
         *plen = (uint32_t)nc;
         o->seg = CH_SEG_POLY;
         o->npoly = 1;

@@ -4,6 +4,8 @@
  * pycocotools reads from the same file (tests/fixtures/targets/golden.json).
  *
  *   targetdump coco FILE.json [skip]
+ *   targetdump records FILE.json DIR   (each image's record as DIR/N.chtg:
+ *                                       the fuzz corpus seeds)
  *
  * Every object goes the whole way a packed sample's does: COCO JSON ->
  * ch_coco_record -> record bytes -> ch_tg_decode -> getters, and its mask
@@ -30,6 +32,8 @@ static void put_str(const char *s)
             putchar(*s);
     putchar('"');
 }
+
+static const char *g_records; /* records mode: where to write them */
 
 static int dump_coco(const char *path, int skip)
 {
@@ -58,6 +62,16 @@ static int dump_coco(const char *path, int skip)
             fprintf(stderr, "targetdump: %s\n", err.message);
             rc = 1;
             break;
+        }
+        if (g_records) {
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%zu.chtg", g_records, i);
+            FILE *f = fopen(p, "wb");
+            if (!f || fwrite(rec, 1, len, f) != len || fclose(f) != 0) {
+                fprintf(stderr, "targetdump: cannot write %s\n", p);
+                rc = 1;
+            }
+            continue;
         }
         size_t plane_n = (size_t)v.width * v.height;
         uint8_t *plane = malloc(plane_n ? plane_n : 1);
@@ -117,6 +131,10 @@ int main(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[1], "coco") == 0)
         return dump_coco(argv[2], argc > 3 && strcmp(argv[3], "skip") == 0);
-    fprintf(stderr, "usage: targetdump coco FILE.json [skip]\n");
+    if (argc == 4 && strcmp(argv[1], "records") == 0) {
+        g_records = argv[3];
+        return dump_coco(argv[2], 0);
+    }
+    fprintf(stderr, "usage: targetdump coco FILE.json [skip] | records FILE.json DIR\n");
     return 2;
 }
