@@ -11,6 +11,7 @@ only the standard library.
 
     test_targets.py --targetdump BUILD/tests/targetdump --fixtures tests/fixtures coco
     test_targets.py ... hostile
+    test_targets.py ... --cli BUILD/chute --work DIR pack
 """
 import argparse
 import json
@@ -28,9 +29,41 @@ def dump(td, path, skip=False):
 
 def test_coco(a):
     fx = os.path.join(a.fixtures, "targets")
-    gold = json.load(open(os.path.join(fx, "golden.json")))
     rc, lines, err = dump(a.targetdump, os.path.join(fx, "instances.json"))
     assert rc == 0 and not err, err
+    compare(fx, lines)
+    print("coco: %d annotations, masks identical to annToMask" % (len(lines) - 1))
+
+
+def test_pack(a):
+    """COCO JSON -> chute pack -> shards -> chute_dataset_targets: the same
+    targets pycocotools reads, every annotation exactly once, the images in
+    the JSON's order."""
+    fx = os.path.join(a.fixtures, "targets")
+    out = os.path.join(a.work, "coco_shards")
+    subprocess.run([a.cli, "pack", os.path.join(fx, "instances.json"), out], check=True,
+                   capture_output=True, timeout=60)
+    p = subprocess.run([a.targetdump, "shards", out], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and not p.stderr, p.stderr
+    lines = [json.loads(l) for l in p.stdout.splitlines()]
+    doc = json.load(open(os.path.join(fx, "instances.json")))
+    by_name = {im["file_name"]: im["id"] for im in doc["images"]}
+    for o in lines[1:]:
+        name = o["where"][o["where"].rindex("(") + 1:-1]
+        o["image_id"] = by_name[name]
+    compare(fx, lines)
+    # the images: every image of the JSON once, in the JSON's order
+    names = []
+    for o in lines[1:]:
+        n = o["where"][o["where"].rindex("(") + 1:-1]
+        if not names or names[-1] != n:
+            names.append(n)
+    assert names == [im["file_name"] for im in doc["images"]], names
+    print("pack: %d annotations through shards, as pycocotools reads them" % (len(lines) - 1))
+
+
+def compare(fx, lines):
+    gold = json.load(open(os.path.join(fx, "golden.json")))
     head, got = lines[0], lines[1:]
     assert head["categories"] == gold["categories"], head
     want = {g["id"]: g for g in gold["annotations"]}
@@ -59,7 +92,6 @@ def test_coco(a):
         else:
             assert "mask_bits" not in o, where
     assert masks == sum("mask_bits" in g for g in gold["annotations"]) and masks > 50, masks
-    print("coco: %d annotations, %d masks identical to annToMask" % (len(got), masks))
 
 
 def hostile_cases():
@@ -155,13 +187,16 @@ def main():
     ap.add_argument("--targetdump", required=True)
     ap.add_argument("--fixtures", required=True)
     ap.add_argument("--work")
-    ap.add_argument("what", choices=["coco", "hostile"])
+    ap.add_argument("--cli")
+    ap.add_argument("what", choices=["coco", "hostile", "pack"])
     a, _ = ap.parse_known_args()
     rc, _, err = dump(a.targetdump, os.path.join(a.fixtures, "targets", "instances.json"))
     if "needs libjansson" in err:
         print("skip: this build has no COCO reader (libjansson)")
         return 77
-    {"coco": test_coco, "hostile": test_hostile}[a.what](a)
+    if a.work:
+        os.makedirs(a.work, exist_ok=True)
+    {"coco": test_coco, "hostile": test_hostile, "pack": test_pack}[a.what](a)
 
 
 if __name__ == "__main__":

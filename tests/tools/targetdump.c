@@ -6,6 +6,9 @@
  *   targetdump coco FILE.json [skip]
  *   targetdump records FILE.json DIR   (each image's record as DIR/N.chtg:
  *                                       the fuzz corpus seeds)
+ *   targetdump shards DIR              (a packed directory, through the
+ *                                       public API: chute_dataset_targets,
+ *                                       chute_targets_mask)
  *
  * Every object goes the whole way a packed sample's does: COCO JSON ->
  * ch_coco_record -> record bytes -> ch_tg_decode -> getters, and its mask
@@ -15,6 +18,8 @@
  * with a "skipped" line.
  */
 #include "parse/targets.h"
+
+#include <chute.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,8 +132,85 @@ static int dump_coco(const char *path, int skip)
     return rc;
 }
 
+/* A packed shard directory, through the public API only. */
+static int dump_shards(const char *dir)
+{
+    chute_dataset *ds;
+    chute_error err = {0};
+    if (chute_dataset_open(dir, CHUTE_SOURCE_SHARDS, &ds, &err) != CHUTE_OK) {
+        fprintf(stderr, "targetdump: %s\n", err.message);
+        return 1;
+    }
+    printf("{\"categories\": [");
+    for (uint32_t l = 0; l < chute_dataset_num_classes(ds); l++) {
+        printf(l ? ", " : "");
+        put_str(chute_dataset_class_name(ds, l));
+    }
+    printf("]}\n");
+    int rc = 0;
+    for (uint64_t i = 0; i < chute_dataset_size(ds) && !rc; i++) {
+        chute_targets *t;
+        char where[4096];
+        if (chute_dataset_targets(ds, i, &t, &err) != CHUTE_OK) {
+            fprintf(stderr, "targetdump: %s\n", err.message);
+            rc = 1;
+            break;
+        }
+        chute_dataset_describe(ds, i, where, sizeof where);
+        size_t plane_n = (size_t)t->width * t->height;
+        uint8_t *plane = malloc(plane_n ? plane_n : 1);
+        for (uint32_t o = 0; o < t->count && plane; o++) {
+            const float *box = t->boxes + (size_t)o * 4;
+            printf("{\"sample\": %llu, \"where\": ", (unsigned long long)i);
+            put_str(where);
+            printf(", \"width\": %u, \"height\": %u, \"id\": %lld, \"label\": %d, "
+                   "\"iscrowd\": %u, \"box\": [%.17g, %.17g, %.17g, %.17g]",
+                   t->width, t->height, (long long)t->ann_ids[o], t->labels[o], t->iscrowd[o],
+                   box[0], box[1], box[2], box[3]);
+            if (t->keypoints) {
+                printf(", \"keypoints\": [");
+                for (uint32_t k = 0; k < t->keypoints * 3; k++)
+                    printf("%s%.17g", k ? ", " : "", t->keypoints_xyv[(size_t)o * t->keypoints * 3 + k]);
+                printf("]");
+            }
+            if (t->has_mask[o]) {
+                if (chute_targets_mask(t, o, plane, plane_n, &err) != CHUTE_OK) {
+                    printf("}\n");
+                    fprintf(stderr, "targetdump: %s\n", err.message);
+                    rc = 1;
+                    break;
+                }
+                uint64_t sum = 0;
+                printf(", \"mask_shape\": [%u, %u], \"mask_bits\": \"", t->height, t->width);
+                for (size_t p = 0; p < plane_n; p += 8) {
+                    unsigned byte = 0;
+                    for (size_t q = 0; q < 8; q++) {
+                        unsigned bit = p + q < plane_n ? plane[p + q] : 0;
+                        byte |= bit << (7 - q);
+                        sum += bit;
+                    }
+                    printf("%02x", byte);
+                }
+                printf("\", \"mask_sum\": %llu", (unsigned long long)sum);
+            }
+            printf("}\n");
+        }
+        if (t->mask_path) {
+            printf("{\"sample\": %llu, \"mask_path\": ", (unsigned long long)i);
+            put_str(t->mask_path);
+            printf("}\n");
+        }
+        free(plane);
+        chute_targets_free(t);
+    }
+    chute_dataset_close(ds);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "shards") == 0)
+        return dump_shards(argv[2]);
     if (argc >= 3 && strcmp(argv[1], "coco") == 0)
         return dump_coco(argv[2], argc > 3 && strcmp(argv[3], "skip") == 0);
     if (argc == 4 && strcmp(argv[1], "records") == 0) {
