@@ -16,6 +16,7 @@ only the standard library.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,63 @@ def test_pack(a):
             names.append(n)
     assert names == [im["file_name"] for im in doc["images"]], names
     print("pack: %d annotations through shards, as pycocotools reads them" % (len(lines) - 1))
+
+
+def pack_and_dump(a, root, name, strict=False):
+    out = os.path.join(a.work, name)
+    p = subprocess.run([a.cli, "pack", root, out] + (["--strict"] if strict else []),
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        return p, None
+    d = subprocess.run([a.targetdump, "shards", out], capture_output=True, text=True, timeout=60)
+    assert d.returncode == 0 and not d.stderr, d.stderr
+    return p, [json.loads(l) for l in d.stdout.splitlines()]
+
+
+def test_layouts(a):
+    """YOLO labels and image + mask pairs through chute pack, against boxes
+    computed by hand (x0 = W * (cx - w / 2)) and masks made with PIL."""
+    from PIL import Image
+    fx = os.path.join(a.fixtures, "targets", "images")
+    root = os.path.join(a.work, "yolo")
+    for sub in ("images/train", "labels/train"):
+        os.makedirs(os.path.join(root, sub), exist_ok=True)
+    shutil.copy(os.path.join(fx, "autumn.jpg"), os.path.join(root, "images/train/a.jpg"))  # 160x120
+    shutil.copy(os.path.join(fx, "water.jpg"), os.path.join(root, "images/train/b.jpg"))   # 120x90
+    shutil.copy(os.path.join(fx, "leaf.jpg"), os.path.join(root, "images/train/c.jpg"))    # no labels
+    open(os.path.join(root, "classes.txt"), "w").write("cat\ndog\nbird\n")
+    open(os.path.join(root, "labels/train/a.txt"), "w").write(
+        "1 0.5 0.5 0.25 0.5\n2 0.125 0.25 0.25 0.5\n")
+    open(os.path.join(root, "labels/train/b.txt"), "w").write(
+        "0 0.1 0.2 0.5 0.2 0.5 0.8\n7 0.5 0.5 0.1 0.1\n")  # a segment; class 7 is bad
+    p, lines = pack_and_dump(a, root, "yolo_shards")
+    assert p.returncode == 0, p.stderr
+    assert "labels/train/b.txt:2" in p.stdout + p.stderr, p.stdout + p.stderr
+    assert lines[0]["categories"] == ["cat", "dog", "bird"], lines[0]
+    objs = [(o["where"].split("(")[1][:-1], o["label"], o["box"]) for o in lines[1:]]
+    want = [("images/train/a.jpg", 1, [60.0, 30.0, 100.0, 90.0]),
+            ("images/train/a.jpg", 2, [0.0, 0.0, 40.0, 60.0]),
+            ("images/train/b.jpg", 0, [12.0, 18.0, 60.0, 72.0])]
+    assert len(objs) == 3, objs
+    for (n, l, b), (wn, wl, wb) in zip(objs, want):
+        assert n == wn and l == wl and all(abs(x - y) < 1e-4 for x, y in zip(b, wb)), (n, l, b)
+    p, _ = pack_and_dump(a, root, "yolo_strict", strict=True)
+    assert p.returncode != 0 and "labels/train/b.txt:2" in p.stderr and "class 7" in p.stderr, p.stderr
+
+    root = os.path.join(a.work, "masks")
+    for sub in ("images", "annotations"):
+        os.makedirs(os.path.join(root, sub), exist_ok=True)
+    shutil.copy(os.path.join(fx, "autumn.jpg"), os.path.join(root, "images/a.jpg"))
+    shutil.copy(os.path.join(fx, "water.jpg"), os.path.join(root, "images/b.jpg"))
+    Image.new("L", (160, 120), 3).save(os.path.join(root, "annotations/a.png"))
+    Image.new("L", (90, 120), 3).save(os.path.join(root, "annotations/b.png"))  # wrong size
+    p, lines = pack_and_dump(a, root, "mask_shards")
+    assert p.returncode == 0, p.stderr
+    assert "mask is 90x120, its image images/b.jpg 120x90" in p.stdout + p.stderr, p.stdout + p.stderr
+    assert [o.get("mask_path") for o in lines[1:]] == ["annotations/a.png"], lines
+    p, _ = pack_and_dump(a, root, "mask_strict", strict=True)
+    assert p.returncode != 0 and "annotations/b.png" in p.stderr, p.stderr
+    print("layouts: YOLO boxes as computed by hand, bad line and bad mask pair named or counted")
 
 
 def compare(fx, lines):
@@ -188,15 +246,16 @@ def main():
     ap.add_argument("--fixtures", required=True)
     ap.add_argument("--work")
     ap.add_argument("--cli")
-    ap.add_argument("what", choices=["coco", "hostile", "pack"])
+    ap.add_argument("what", choices=["coco", "hostile", "pack", "layouts"])
     a, _ = ap.parse_known_args()
     rc, _, err = dump(a.targetdump, os.path.join(a.fixtures, "targets", "instances.json"))
-    if "needs libjansson" in err:
+    if "needs libjansson" in err and a.what != "layouts":
         print("skip: this build has no COCO reader (libjansson)")
         return 77
     if a.work:
         os.makedirs(a.work, exist_ok=True)
-    {"coco": test_coco, "hostile": test_hostile, "pack": test_pack}[a.what](a)
+    {"coco": test_coco, "hostile": test_hostile, "pack": test_pack,
+     "layouts": test_layouts}[a.what](a)
 
 
 if __name__ == "__main__":
