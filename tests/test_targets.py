@@ -60,6 +60,23 @@ def test_pack(a):
         if not names or names[-1] != n:
             names.append(n)
     assert names == [im["file_name"] for im in doc["images"]], names
+    # chute inspect's summary against the same figures from pycocotools' view
+    ins = json.loads(subprocess.run([a.cli, "inspect", "--json", out], check=True,
+                                    capture_output=True, text=True, timeout=60).stdout)["targets"]
+    gold = json.load(open(os.path.join(fx, "golden.json")))
+    ga = gold["annotations"]
+    areas = [max(g["box"][2] - g["box"][0], 0) * max(g["box"][3] - g["box"][1], 0) for g in ga]
+    per_image = {}
+    for g in ga:
+        per_image[g["image_id"]] = per_image.get(g["image_id"], 0) + 1
+    assert ins["objects"] == len(ga) and ins["max_per_image"] == max(per_image.values()), ins
+    assert ins["crowd"] == sum(g["iscrowd"] for g in ga), ins
+    assert ins["masks"] == sum("mask_bits" in g for g in ga), ins
+    assert ins["area"] == {"small": sum(x < 32 ** 2 for x in areas),
+                           "medium": sum(32 ** 2 <= x < 96 ** 2 for x in areas),
+                           "large": sum(x >= 96 ** 2 for x in areas)}, ins
+    assert ins["objects_per_class"] == {c: sum(g["label"] == k for g in ga)
+                                        for k, c in enumerate(gold["categories"])}, ins
     print("pack: %d annotations through shards, as pycocotools reads them" % (len(lines) - 1))
 
 
