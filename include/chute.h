@@ -291,6 +291,9 @@ typedef struct chute_targets {
     const uint8_t *has_mask;      /* [count] 1: chute_targets_mask paints it */
     const char *mask_path;        /* semantic mask image (relative to the packed
                                    * root), or NULL */
+    const uint8_t *mask_image;    /* that mask file's bytes (PNG as packed; decode
+                                   * with any PNG reader: class ids survive), or NULL */
+    size_t mask_image_bytes;
 } chute_targets;
 /* Sample i's targets: CHUTE_OK (count may be 0), CHUTE_ENOTFOUND when the
  * dataset carries no targets, CHUTE_ECORRUPT naming the shard and sample

@@ -153,7 +153,7 @@ static int build_sample(ch_tg_builder *b, const uint8_t **rec, size_t *len)
                    .rle_h = 6, .rle_w = 8, .rle = rle, .rle_m = 3};
     ch_tg_obj d = {.ann_id = 9, .box = {2, 2, 2, 3}, .label = 1};
     if (ch_tg_add(b, &a) || ch_tg_add(b, &c) || ch_tg_add(b, &d) ||
-        ch_tg_set_mask_path(b, "annotations/x.png"))
+        ch_tg_set_mask_path(b, "annotations/x.png") || ch_tg_set_mask_image(b, "\x89PNG\r\n\x1a\n", 8))
         return 1;
     return ch_tg_finish(b, rec, len) != CHUTE_OK;
 }
@@ -176,6 +176,7 @@ TEST(target_record_roundtrip_every_truncation_refused)
     ch_tg_keypoints(&v, 2, kp);
     CHECK(kp[0] == 0 && kp[5] == 0, "absent keypoints are zero");
     CHECK(v.mask_path_len == 17 && memcmp(v.mask_path, "annotations/x.png", 17) == 0, "mask path");
+    CHECK(v.mask_image_len == 8 && memcmp(v.mask_image, "\x89PNG\r\n\x1a\n", 8) == 0, "mask image");
     /* RLE [10, 20, 18] on 6 x 8: column-major pixels 10..29 are ones:
      * column 1 rows 4 and 5, columns 2, 3 and 4 whole, nothing from 5 on */
     uint8_t plane[48] = {0};

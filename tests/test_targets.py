@@ -132,6 +132,9 @@ def test_layouts(a):
     assert p.returncode == 0, p.stderr
     assert "mask is 90x120, its image images/b.jpg 120x90" in p.stdout + p.stderr, p.stdout + p.stderr
     assert [o.get("mask_path") for o in lines[1:]] == ["annotations/a.png"], lines
+    # the shard carries the mask: its bytes are the file's
+    with open(os.path.join(root, "annotations/a.png"), "rb") as f:
+        assert bytes.fromhex(lines[1]["mask_image"]) == f.read()
     p, _ = pack_and_dump(a, root, "mask_strict", strict=True)
     assert p.returncode != 0 and "annotations/b.png" in p.stderr, p.stderr
     print("layouts: YOLO boxes as computed by hand, bad line and bad mask pair named or counted")

@@ -17,9 +17,9 @@
  *              line) if present, else "0".."max".
  *   mask pairs ROOT/images/ and ROOT/annotations/, annotations/.../x.png
  *              for images/.../x.jpg (ADE20K, Cityscapes-style); the record
- *              holds the mask's relative path (it is packed beside, not
- *              decoded here), and a mask whose size differs from its
- *              image's is a bad pair.
+ *              holds the mask's relative path and its encoded bytes (so the
+ *              shard carries it; never decoded here), and a mask whose size
+ *              differs from its image's is a bad pair.
  *
  * A bad annotation or pair is refused naming the file (and annotation id
  * or line), or under the skip policy counted and left out; YOLO needs the
@@ -421,17 +421,21 @@ static int build_masks(const char *root, int skip, ch_det_list *d, chute_error *
         pair_path(w.rel[i], "annotations", ".png", m, sizeof m);
         snprintf(mp, sizeof mp, "%s/%s", root, m);
         uint32_t iw, ih, mw, mh;
+        char *mbytes = NULL;
+        size_t mlen = 0;
         if ((rc = image_size(root, w.rel[i], &iw, &ih, err)) != CHUTE_OK)
             break;
         why[0] = 0;
         if (!is_file(mp))
             snprintf(why, sizeof why, "%s/%s: no mask %s", root, w.rel[i], mp);
-        else if (image_size(root, m, &mw, &mh, err) != CHUTE_OK)
-            snprintf(why, sizeof why, "%s", err->message);
+        else if (slurp(root, m, &mbytes, &mlen, err) != CHUTE_OK ||
+                 chute_image_header(mbytes, mlen, &mw, &mh, NULL, NULL, err) != CHUTE_OK)
+            snprintf(why, sizeof why, "%s: %s", mp, err->message);
         else if (mw != iw || mh != ih)
             snprintf(why, sizeof why, "%s: mask is %ux%u, its image %s %ux%u", mp, mw, mh,
                      w.rel[i], iw, ih);
         if (why[0]) {
+            free(mbytes);
             if (!skip) {
                 rc = ch_err(err, CHUTE_ECORRUPT, "%s", why);
                 break;
@@ -439,12 +443,14 @@ static int build_masks(const char *root, int skip, ch_det_list *d, chute_error *
             skip_note(d, why);
             continue;
         }
+        /* the mask travels in the record: the shard carries it */
         const uint8_t *rec;
         size_t rl;
         ch_tg_begin(&b, iw, ih, 0);
-        if (ch_tg_set_mask_path(&b, m) != CHUTE_OK || ch_tg_finish(&b, &rec, &rl) != CHUTE_OK ||
-            push_sample(d, w.rel[i], rec, rl) != CHUTE_OK)
-            rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
+        if (ch_tg_set_mask_path(&b, m) != CHUTE_OK || ch_tg_set_mask_image(&b, mbytes, mlen) != CHUTE_OK ||
+            ch_tg_finish(&b, &rec, &rl) != CHUTE_OK || push_sample(d, w.rel[i], rec, rl) != CHUTE_OK)
+            rc = ch_err(err, CHUTE_ENOMEM, "%s: out of memory or over the record limit", mp);
+        free(mbytes);
     }
     ch_tg_builder_free(&b);
     walk_free(&w);

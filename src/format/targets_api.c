@@ -71,7 +71,9 @@ static int decode(const void *rec, size_t len, const char *what, chute_targets *
     t->pub = (chute_targets){.count = v.n, .keypoints = v.k, .width = v.width, .height = v.height,
                              .ann_ids = ids, .boxes = boxes, .labels = labels, .iscrowd = crowd,
                              .keypoints_xyv = kp, .has_mask = has,
-                             .mask_path = v.mask_path ? mp : NULL};
+                             .mask_path = v.mask_path ? mp : NULL,
+                             .mask_image = t->v.mask_image,
+                             .mask_image_bytes = t->v.mask_image_len};
     *out = &t->pub;
     return CHUTE_OK;
 }

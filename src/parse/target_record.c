@@ -67,6 +67,18 @@ void ch_tg_begin(ch_tg_builder *b, uint32_t width, uint32_t height, uint32_t key
     b->height = height;
     b->flags = 0;
     b->mask_path[0] = 0;
+    b->mask_img_n = 0;
+}
+
+int ch_tg_set_mask_image(ch_tg_builder *b, const void *data, size_t len)
+{
+    if (len == 0 || len > CH_TG_MAX_BYTES / 2)
+        return CHUTE_ELIMIT;
+    b->mask_img_n = 0;
+    int rc = put(&b->mask_img, &b->mask_img_n, &b->mask_img_cap, data, len);
+    if (rc == CHUTE_OK)
+        b->flags |= CH_TG_FLAG_MASK_IMAGE;
+    return rc;
 }
 
 int ch_tg_set_mask_path(ch_tg_builder *b, const char *path)
@@ -157,6 +169,8 @@ int ch_tg_finish(ch_tg_builder *b, const uint8_t **out, size_t *out_len)
     size_t plen = (b->flags & CH_TG_FLAG_MASK) ? strlen(b->mask_path) : 0;
     if (b->flags & CH_TG_FLAG_MASK)
         total += 4 + plen;
+    if (b->flags & CH_TG_FLAG_MASK_IMAGE)
+        total += 4 + b->mask_img_n;
     if (total > CH_TG_MAX_BYTES)
         return CHUTE_ELIMIT;
     int rc = grow(&b->out, &b->out_cap, total);
@@ -193,6 +207,12 @@ int ch_tg_finish(ch_tg_builder *b, const uint8_t **out, size_t *out_len)
         uint32_t l = (uint32_t)plen;
         memcpy(end, &l, 4);
         memcpy(end + 4, b->mask_path, plen);
+        end += 4 + plen;
+    }
+    if (b->flags & CH_TG_FLAG_MASK_IMAGE) {
+        uint32_t l = (uint32_t)b->mask_img_n;
+        memcpy(end, &l, 4);
+        memcpy(end + 4, b->mask_img, b->mask_img_n);
     }
     b->out_n = total;
     *out = b->out;
@@ -205,6 +225,7 @@ void ch_tg_builder_free(ch_tg_builder *b)
     free(b->objs);
     free(b->seg);
     free(b->out);
+    free(b->mask_img);
     memset(b, 0, sizeof *b);
 }
 
@@ -309,7 +330,7 @@ int ch_tg_decode(const void *rec, size_t len, const char *what, ch_tg_view *v, c
         return bad(err, what, 12, "over 2^20 objects");
     if (v->k > CH_TG_MAX_KEYPOINTS)
         return bad(err, what, 16, "over 1024 keypoints per object");
-    if (v->flags & ~(CH_TG_FLAG_SEG | CH_TG_FLAG_MASK))
+    if (v->flags & ~(CH_TG_FLAG_SEG | CH_TG_FLAG_MASK | CH_TG_FLAG_MASK_IMAGE))
         return bad(err, what, 28, "unknown flags");
     /* bounded above: n <= 2^20, k <= 2^10, so this fits 64 bits easily */
     uint64_t body = (uint64_t)v->n * (OBJ_FIXED + (uint64_t)v->k * 12);
@@ -349,6 +370,16 @@ int ch_tg_decode(const void *rec, size_t len, const char *what, ch_tg_view *v, c
                 return bad(err, what, at + 4 + j, "NUL in the mask path");
         v->mask_path = (const char *)r + at + 4;
         v->mask_path_len = l;
+        at += 4 + (size_t)l;
+    }
+    if (v->flags & CH_TG_FLAG_MASK_IMAGE) {
+        if (len - at < 4)
+            return bad(err, what, at, "mask image length past the end");
+        uint32_t l = rd32(r + at);
+        if (l == 0 || l > len - at - 4)
+            return bad(err, what, at, "mask image empty or past the end");
+        v->mask_image = r + at + 4;
+        v->mask_image_len = l;
         at += 4 + (size_t)l;
     }
     if (at != len)

@@ -67,7 +67,8 @@ int ch_rle_from_poly(const double *xy, size_t k, uint32_t h, uint32_t w, ch_u32v
 #define CH_TG_MINOR 0
 #define CH_TG_HEADER 32
 #define CH_TG_FLAG_SEG 1u  /* a segmentation per object follows the keypoints */
-#define CH_TG_FLAG_MASK 2u /* a semantic mask reference closes the record */
+#define CH_TG_FLAG_MASK 2u /* a semantic mask reference follows */
+#define CH_TG_FLAG_MASK_IMAGE 4u /* the semantic mask's encoded bytes close the record */
 /* Bounds a record never exceeds (a decoder refuses more). */
 #define CH_TG_MAX_BYTES (256u << 20)
 #define CH_TG_MAX_OBJECTS (1u << 20)
@@ -104,11 +105,16 @@ typedef struct ch_tg_builder {
     size_t out_n, out_cap;
     uint32_t n, k, width, height, flags;
     char mask_path[4096];
+    uint8_t *mask_img;
+    size_t mask_img_n, mask_img_cap;
 } ch_tg_builder;
 
 void ch_tg_begin(ch_tg_builder *b, uint32_t width, uint32_t height, uint32_t keypoints);
 int ch_tg_add(ch_tg_builder *b, const ch_tg_obj *o);
 int ch_tg_set_mask_path(ch_tg_builder *b, const char *path);
+/* The semantic mask's encoded file (PNG), copied into the record so a shard
+ * carries it (1 .. CH_TG_MAX_BYTES / 2 bytes). */
+int ch_tg_set_mask_image(ch_tg_builder *b, const void *data, size_t len);
 /* The finished record: valid until the next ch_tg_begin / free. */
 int ch_tg_finish(ch_tg_builder *b, const uint8_t **out, size_t *out_len);
 void ch_tg_builder_free(ch_tg_builder *b);
@@ -123,6 +129,8 @@ typedef struct ch_tg_view {
     size_t off_ids, off_box, off_label, off_crowd, off_kp, off_seg;
     const char *mask_path; /* points into rec, not NUL-terminated */
     uint32_t mask_path_len;
+    const uint8_t *mask_image; /* points into rec */
+    uint32_t mask_image_len;
 } ch_tg_view;
 
 /* Check a record; err names `what` (file, sample) and the byte offset. */

@@ -198,7 +198,10 @@ static int dump_shards(const char *dir)
         if (t->mask_path) {
             printf("{\"sample\": %llu, \"mask_path\": ", (unsigned long long)i);
             put_str(t->mask_path);
-            printf("}\n");
+            printf(", \"mask_image\": \"");
+            for (size_t b = 0; b < t->mask_image_bytes; b++)
+                printf("%02x", t->mask_image[b]);
+            printf("\"}\n");
         }
         free(plane);
         chute_targets_free(t);
