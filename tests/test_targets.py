@@ -204,6 +204,9 @@ def hostile_cases():
         ("keypoints_length", setp(101, "keypoints", [1, 2, 2]), None, "keypoints"),
         ("keypoint_visibility", setp(302, "keypoints", [0] * 14 + [7]), 302, "visibility"),
         ("crowd_bad", setp(103, "iscrowd", 2), 103, "iscrowd"),
+        # finite doubles past float32's range: converting them is undefined
+        ("box_past_float", setp(103, "bbox", [-1e300, 5, 1e300, 10]), 103, "float range"),
+        ("keypoint_past_float", setp(302, "keypoints", [1e300] + [0] * 14), 302, "float range"),
     ]
 
 

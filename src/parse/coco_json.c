@@ -222,7 +222,9 @@ static int ann_check(ch_coco *c, json_t *a, ch_u32v *scratch, int *img, uint32_t
         return snprintf(why, whysz, "bbox [%g, %g, %g, %g] lies outside its %ux%u image", x, y, bw,
                         bh, im->width, im->height),
                CHUTE_ECORRUPT;
-    if (!isfinite(x + bw) || !isfinite(y + bh) || fabs(x + bw) > 3.0e38 || fabs(y + bh) > 3.0e38)
+    /* stored as float32: a double past its range would convert undefined */
+    if (fabs(x) > 3.0e38 || fabs(y) > 3.0e38 || !isfinite(x + bw) || !isfinite(y + bh) ||
+        fabs(x + bw) > 3.0e38 || fabs(y + bh) > 3.0e38)
         return snprintf(why, whysz, "bbox corner beyond float range"), CHUTE_ECORRUPT;
     json_t *seg = json_object_get(a, "segmentation");
     if (json_is_array(seg)) {
@@ -272,6 +274,9 @@ static int ann_check(ch_coco *c, json_t *a, ch_u32v *scratch, int *img, uint32_t
                    CHUTE_ECORRUPT;
         for (uint32_t j = 0; j < k; j++) {
             double v = json_number_value(json_array_get(kp, j * 3 + 2));
+            if (fabs(json_number_value(json_array_get(kp, j * 3))) > 3.0e38 ||
+                fabs(json_number_value(json_array_get(kp, j * 3 + 1))) > 3.0e38)
+                return snprintf(why, whysz, "keypoint %u beyond float range", j), CHUTE_ECORRUPT;
             if (v != 0 && v != 1 && v != 2)
                 return snprintf(why, whysz, "keypoint %u visibility %g (0, 1 or 2)", j, v),
                        CHUTE_ECORRUPT;
