@@ -137,6 +137,15 @@ def test_layouts(a):
         assert bytes.fromhex(lines[1]["mask_image"]) == f.read()
     p, _ = pack_and_dump(a, root, "mask_strict", strict=True)
     assert p.returncode != 0 and "annotations/b.png" in p.stderr, p.stderr
+    # an ImageFolder whose classes are named "images" and "labels" (images in
+    # both, no label text) stays an ImageFolder of two classes
+    root = os.path.join(a.work, "not_yolo")
+    for sub in ("images", "labels"):
+        os.makedirs(os.path.join(root, sub), exist_ok=True)
+        shutil.copy(os.path.join(fx, "autumn.jpg"), os.path.join(root, sub, "a.jpg"))
+    p = subprocess.run([a.cli, "pack", root, os.path.join(a.work, "not_yolo_out")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "2 files" in p.stdout and "2 classes" in p.stdout, p.stdout + p.stderr
     print("layouts: YOLO boxes as computed by hand, bad line and bad mask pair named or counted")
 
 

@@ -11,9 +11,9 @@
  *              annotations/.  Images: for ANN_DIR/instances_X.json,
  *              ANN_DIR/../X/ (COCO's own layout), else ROOT/images/, else
  *              the JSON's directory.
- *   YOLO       ROOT/images/ and ROOT/labels/, labels/.../x.txt for
- *              images/.../x.jpg (Ultralytics); an image without a label
- *              file has no objects.  Classes: ROOT/classes.txt (one name a
+ *   YOLO       ROOT/images/ and ROOT/labels/ holding .txt files,
+ *              labels/.../x.txt for images/.../x.jpg (Ultralytics); an
+ *              image without a label file has no objects.  Classes: ROOT/classes.txt (one name a
  *              line) if present, else "0".."max".
  *   mask pairs ROOT/images/ and ROOT/annotations/, annotations/.../x.png
  *              for images/.../x.jpg (ADE20K, Cityscapes-style); the record
@@ -461,6 +461,32 @@ static int build_masks(const char *root, int skip, ch_det_list *d, chute_error *
 
 /* ---- detection ------------------------------------------------------------ */
 
+/* Some file ending in ext under dir (depth <= 3): an ImageFolder whose
+ * classes happen to be named "images" and "labels" holds images there,
+ * not label text, and stays an ImageFolder. */
+static int has_ext_under(const char *dir, const char *ext, int depth)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int found = 0;
+    struct dirent *de;
+    size_t el = strlen(ext);
+    while (!found && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        size_t l = strlen(de->d_name);
+        char sub[4200];
+        if (l > el && strcasecmp(de->d_name + l - el, ext) == 0)
+            found = 1;
+        else if (depth > 0 && (size_t)snprintf(sub, sizeof sub, "%s/%s", dir, de->d_name) < sizeof sub &&
+                 is_dir(sub))
+            found = has_ext_under(sub, ext, depth - 1);
+    }
+    closedir(d);
+    return found;
+}
+
 int ch_det_list_build(const char *root, int skip, ch_det_list *d, chute_error *err)
 {
     memset(d, 0, sizeof *d);
@@ -479,7 +505,7 @@ int ch_det_list_build(const char *root, int skip, ch_det_list *d, chute_error *e
             char a[4200], b[4200];
             snprintf(a, sizeof a, "%s/images", root);
             snprintf(b, sizeof b, "%s/labels", root);
-            if (is_dir(a) && is_dir(b))
+            if (is_dir(a) && is_dir(b) && has_ext_under(b, ".txt", 3))
                 return build_yolo(root, skip, d, err);
             if (is_dir(a) && is_dir(ann))
                 return build_masks(root, skip, d, err);
