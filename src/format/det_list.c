@@ -507,7 +507,7 @@ int ch_det_list_build(const char *root, int skip, ch_det_list *d, chute_error *e
             snprintf(b, sizeof b, "%s/labels", root);
             if (is_dir(a) && is_dir(b) && has_ext_under(b, ".txt", 3))
                 return build_yolo(root, skip, d, err);
-            if (is_dir(a) && is_dir(ann))
+            if (is_dir(a) && is_dir(ann) && has_ext_under(ann, ".png", 3))
                 return build_masks(root, skip, d, err);
             return CH_DET_NONE;
         }
