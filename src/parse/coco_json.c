@@ -4,11 +4,12 @@
  *
  * The JSON itself is parsed by jansson (Debian's libjansson): measured
  * against json-c and cJSON on a 458 MiB COCO-shaped file it needs the
- * least memory (3.9 GiB peak vs 5.6 and 7.3) at a parse time within the
- * spread of the other two, reports errors with line and column, keeps
- * integers as 64-bit integers, rejects duplicate keys, and keeps no global
- * state (cJSON's error pointer is a global); bench/results-targets.md.
- * This file never tokenises JSON itself.
+ * least memory (3.9 GiB peak vs cJSON's 5.6 and json-c's 7.3), parses
+ * about as fast as json-c (cJSON is 1.4-3x faster: parsing is once per
+ * pack, memory is what binds), reports errors with line and column per
+ * call, keeps integers as 64-bit integers and rejects duplicate keys;
+ * cJSON's error pointer is a process-wide global and its numbers are all
+ * doubles.  bench/results-targets.md.  This file never tokenises JSON.
  *
  * Shape.  One pass over the tree checks everything once: images (unique
  * integer ids, a relative file name without "..", positive width and
