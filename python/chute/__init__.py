@@ -55,6 +55,7 @@ from ._chute import version as _lib_version
 from ._chute import Infer  # noqa: F401  (the inference session; see its docstring)
 from .loader import Loader, SkippedSamplesWarning, default_workers, distributed_defaults, pack
 from .writer import Writer
+from .targets import target_mask, targets
 
 for _obj in (Loader, Writer, pack, distributed_defaults, default_workers, SkippedSamplesWarning):
     _obj.__module__ = __name__  # help() and reprs say chute.Loader, not chute.loader.Loader
@@ -138,6 +139,8 @@ __all__ = [
     "Batch",
     "Array",
     "pack",
+    "targets",
+    "target_mask",
     "probe_image",
     "distributed_defaults",
     "default_workers",
