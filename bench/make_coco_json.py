@@ -22,6 +22,7 @@ def main():
     rng = random.Random(2017)
     nimg = int(118287 * a.scale)
     nann = int(860001 * a.scale)
+    cat_ids = [i for i in range(1, 91) if i % 9 != 0]  # 80 of 1..90, with gaps as COCO's
     with open(a.out, "w") as f:
         f.write('{"info": {"description": "COCO 2017 Dataset (synthetic)", "url": "http://cocodataset.org", '
                 '"version": "1.0", "year": 2017, "contributor": "COCO Consortium", "date_created": "2017/09/01"}, ')
@@ -65,10 +66,10 @@ def main():
             f.write('%s{"segmentation": %s, "area": %.4f, "iscrowd": %d, "image_id": %d, '
                     '"bbox": [%.2f,%.2f,%.2f,%.2f], "category_id": %d, "id": %d}'
                     % ("," if k else "", seg, bw * bh * 0.6, int(crowd), im + 1, x, y, bw, bh,
-                       rng.randint(1, 90), k + 1))
+                       rng.choice(cat_ids), k + 1))
         f.write('], "categories": [' + ", ".join(
             '{"supercategory": "thing%d", "id": %d, "name": "class%d"}' % (i // 8, i, i)
-            for i in range(1, 91) if i % 9 != 0) + "]}")
+            for i in cat_ids) + "]}")
 
 
 if __name__ == "__main__":
