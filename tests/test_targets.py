@@ -77,6 +77,21 @@ def test_pack(a):
                            "large": sum(x >= 96 ** 2 for x in areas)}, ins
     assert ins["objects_per_class"] == {c: sum(g["label"] == k for g in ga)
                                         for k, c in enumerate(gold["categories"])}, ins
+    # an image the JSON lists but the folder lacks: named with its id, or
+    # (without --strict) left out with its annotations and counted
+    miss = os.path.join(a.work, "missing")
+    shutil.rmtree(miss, ignore_errors=True)
+    shutil.copytree(fx, miss)
+    os.unlink(os.path.join(miss, "images", "water.jpg"))
+    p = subprocess.run([a.cli, "pack", "--strict", os.path.join(miss, "instances.json"),
+                        os.path.join(a.work, "missing_out")], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode != 0 and "image id 11: no file" in p.stderr, p.stderr
+    p = subprocess.run([a.cli, "pack", os.path.join(miss, "instances.json"),
+                        os.path.join(a.work, "missing_out")], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and "image id 11: no file" in p.stdout + p.stderr, p.stdout + p.stderr
+    assert "packed 3 files" in p.stdout, p.stdout
     print("pack: %d annotations through shards, as pycocotools reads them" % (len(lines) - 1))
 
 

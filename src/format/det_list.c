@@ -174,6 +174,23 @@ static int build_coco(const char *json, const char *images, int skip, ch_det_lis
     for (size_t i = 0; rc == CHUTE_OK && i < ch_coco_nimages(c); i++) {
         const uint8_t *rec;
         size_t len;
+        /* An image the JSON lists but the folder lacks is an id pointing
+         * nowhere: named (with its annotations' count), or left out. */
+        const ch_coco_image *im = ch_coco_image_at(c, i);
+        char ip[8400];
+        snprintf(ip, sizeof ip, "%s/%s", images, im->file_name);
+        if (!is_file(ip)) {
+            char why[9000];
+            snprintf(why, sizeof why, "%s: image id %lld: no file %.4096s (its %u annotations left out)",
+                     json, (long long)im->id, ip, im->count);
+            if (!skip) {
+                rc = ch_err(err, CHUTE_ENOTFOUND, "%s", why);
+                break;
+            }
+            skip_note(d, why);
+            d->skipped += im->count; /* skip_note counted the image, this its annotations */
+            continue;
+        }
         rc = ch_coco_record(c, i, &b, err);
         if (rc == CHUTE_OK && (rc = ch_tg_finish(&b, &rec, &len)) != CHUTE_OK)
             rc = ch_err(err, rc, "%s: image id %lld: record over its limits", json,
@@ -181,7 +198,7 @@ static int build_coco(const char *json, const char *images, int skip, ch_det_lis
         if (rc == CHUTE_OK && push_sample(d, ch_coco_image_at(c, i)->file_name, rec, len) != CHUTE_OK)
             rc = ch_err(err, CHUTE_ENOMEM, "out of memory");
     }
-    d->annotations = ch_coco_nannotations(c);
+    d->annotations = ch_coco_nannotations(c);  /* before images left out */
     ch_tg_builder_free(&b);
     ch_coco_free(c);
     snprintf(d->image_root, sizeof d->image_root, "%s", images);

@@ -21,7 +21,7 @@ typedef struct ch_det_list {
     size_t tg_n, tg_cap;
     const char *layout;       /* "coco", "yolo", "masks" */
     uint64_t annotations;     /* objects kept */
-    uint64_t skipped;         /* annotations / pairs left out (skip policy) */
+    uint64_t skipped;         /* annotations, images and pairs left out (skip policy) */
     char first_skip[512];
 } ch_det_list;
 

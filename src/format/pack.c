@@ -1035,7 +1035,7 @@ int ch_pack_to_sink(const char *root, const char *out_dir, const chute_pack_opti
         root = det.image_root;
         if (o.on_skip && det.skipped) {
             char why[700];
-            snprintf(why, sizeof why, "%llu annotations left out; the first: %s",
+            snprintf(why, sizeof why, "%llu annotations, images or mask pairs left out; the first: %s",
                      (unsigned long long)det.skipped, det.first_skip);
             o.on_skip(root, why, o.user);
         }
