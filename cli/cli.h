@@ -78,6 +78,10 @@ int cli_parquet_exec(const char *cmd, const char *src, int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+/* inspect's targets summary (cli/inspect_targets.c): prints nothing for a
+ * dataset without targets; in JSON a ",\"targets\":{...}" member.  Returns
+ * 1 when a record was damaged. */
+int insp_targets(const chute_dataset *ds, int json);
 int cmd_iobench(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_convert(int argc, char **argv);

@@ -494,6 +494,7 @@ int cmd_inspect(int argc, char **argv)
                    "\"raw\":%s}",
                    pinfo.manifest_version, pinfo.max_side, pinfo.quality,
                    pinfo.raw ? "true" : "false");
+        insp_targets(ds, json);
         printf("}\n");
     } else {
         printf("%s: %s, %llu samples in %u classes, %.1f MB (mean %.1f KB)\n", pos[0], kind,
@@ -570,6 +571,7 @@ int cmd_inspect(int argc, char **argv)
             if (nskipped > MAX_BAD)
                 printf("  ... and %llu more\n", (unsigned long long)(nskipped - MAX_BAD));
         }
+        insp_targets(ds, json);
     }
     if (verify) {
         if (s.bad || nskipped)

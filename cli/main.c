@@ -158,7 +158,7 @@ static void usage(FILE *f)
             "chute %s — keeps GPUs fed\n\n"
             "usage: chute COMMAND [options]\n\n"
             "commands:\n"
-            "  pack ROOT OUT_DIR     pack an ImageFolder tree into indexed shards\n"
+            "  pack ROOT OUT_DIR     pack an ImageFolder tree or COCO/YOLO/mask pairs into shards\n"
             "  bench SOURCE          run the pipeline and report images/s\n"
             "  inspect SOURCE        samples, classes, sizes, dimensions, formats, bad files\n"
             "  doctor SOURCE         measure each stage and name the bottleneck\n"
@@ -213,6 +213,8 @@ static int print_version(void)
         printf(" kafka (built without librdkafka);");
     if (!has_feature(f, "libdeflate"))
         printf(" libdeflate (built without it: gzip HDF5 chunks and PNG checks use zlib, more CPU);");
+    if (!has_feature(f, "coco"))
+        printf(" coco (built without libjansson: COCO annotation JSON is refused);");
     printf("\n");
     return 0;
 }

@@ -53,8 +53,8 @@ CHUTE_API int chute_version_number(void);
  * was built beside it; using it still needs the driver and a device, see
  * chute_loader_options.device), "s3 http" (libcurl), "hdf5" (libhdf5),
  * "kafka" (librdkafka), "libdeflate" (gzip HDF5 chunks and PNG checksums
- * through libdeflate; without it zlib: the same bytes, more CPU).  A
- * static string; any thread. */
+ * through libdeflate; without it zlib: the same bytes, more CPU), "coco"
+ * (COCO annotation JSON through libjansson).  A static string; any thread. */
 CHUTE_API const char *chute_features(void);
 
 /* ------------------------------------------------------------------ */
@@ -272,6 +272,44 @@ CHUTE_API int chute_dataset_read(const chute_dataset *ds, uint64_t i, void *buf,
  * (else an empty string).  Thread-safe.                                  */
 CHUTE_API uint64_t chute_dataset_skipped(const chute_dataset *ds, uint64_t k, char *buf,
                                          size_t buflen);
+
+/* Detection / segmentation targets (issue 24; docs/TARGETS.md).  A shard
+ * directory packed from COCO JSON, YOLO labels or image + mask pairs
+ * carries one target record per image; these calls read it back.  Boxes
+ * and keypoints are in the source image's pixels (the frame before any
+ * transform); labels index the dataset's class table.  Arrays are
+ * library-owned, aligned, valid until chute_targets_free.               */
+typedef struct chute_targets {
+    uint32_t count;               /* objects */
+    uint32_t keypoints;           /* keypoints per object (0: none) */
+    uint32_t width, height;       /* the source image's size */
+    const int64_t *ann_ids;       /* [count] annotation id (COCO "id"; YOLO: line) */
+    const float *boxes;           /* [count][4] x0 y0 x1 y1, source pixels */
+    const int32_t *labels;        /* [count] class, 0 <= label < classes */
+    const uint8_t *iscrowd;       /* [count] */
+    const float *keypoints_xyv;   /* [count][keypoints][3] x, y, visibility */
+    const uint8_t *has_mask;      /* [count] 1: chute_targets_mask paints it */
+    const char *mask_path;        /* semantic mask image (relative to the packed
+                                   * root), or NULL */
+    const uint8_t *mask_image;    /* that mask file's bytes (PNG as packed; decode
+                                   * with any PNG reader: class ids survive), or NULL */
+    size_t mask_image_bytes;
+} chute_targets;
+/* Sample i's targets: CHUTE_OK (count may be 0), CHUTE_ENOTFOUND when the
+ * dataset carries no targets, CHUTE_ECORRUPT naming the shard and sample
+ * for a damaged record.  Allocates (not for a training loop: the loader
+ * delivers targets itself); thread-safe.                                  */
+CHUTE_API int chute_dataset_targets(const chute_dataset *ds, uint64_t i, chute_targets **out,
+                                    chute_error *err);
+/* Decode a target record held elsewhere (bytes as docs/TARGETS.md says). */
+CHUTE_API int chute_targets_decode(const void *record, size_t len, chute_targets **out,
+                                   chute_error *err);
+/* Paint object k's instance mask into plane (height x width bytes,
+ * row-major, written whole: 1 inside, 0 outside), as pycocotools'
+ * annToMask does.  CHUTE_ENOTFOUND when the object has no segmentation. */
+CHUTE_API int chute_targets_mask(const chute_targets *t, uint32_t k, uint8_t *plane,
+                                 size_t plane_bytes, chute_error *err);
+CHUTE_API void chute_targets_free(chute_targets *t);
 
 /* ------------------------------------------------------------------ */
 /* Loader: the pipeline.                                                */

@@ -9,7 +9,7 @@ PKGS=(build-essential cmake pkg-config libjpeg62-turbo-dev libspng-dev zlib1g-de
       python3-soundfile
       plasma-workspace-wallpapers dataset-fashion-mnist chromium
       librdkafka-dev python3-confluent-kafka
-      libdeflate-dev strace
+      libdeflate-dev strace libjansson-dev
       tmux prometheus)
 missing=()
 for p in "${PKGS[@]}"; do

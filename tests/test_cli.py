@@ -47,7 +47,7 @@ def cli(ctx):
     feats = set(lines[1].split()[1:]) if len(lines) > 1 and lines[1].startswith("features:") else set()
     gone = lines[2] if len(lines) > 2 and lines[2].startswith("unavailable:") else ""
     ctx.check("jpeg" in feats and gone, "version: no features/unavailable lines: %r" % p.out)
-    for name in ("s3", "hdf5", "kafka", "libdeflate", "io_uring"):
+    for name in ("s3", "hdf5", "kafka", "libdeflate", "io_uring", "coco"):
         said = (" %s " % name) in gone.replace(",", " ").replace(";", " ")
         ctx.check(said != (name in feats),
                   "version: %s in features %s, yet unavailable says %r" % (name, sorted(feats), gone))

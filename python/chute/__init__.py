@@ -55,6 +55,7 @@ from ._chute import version as _lib_version
 from ._chute import Infer  # noqa: F401  (the inference session; see its docstring)
 from .loader import Loader, SkippedSamplesWarning, default_workers, distributed_defaults, pack
 from .writer import Writer
+from .targets import target_mask, targets
 
 for _obj in (Loader, Writer, pack, distributed_defaults, default_workers, SkippedSamplesWarning):
     _obj.__module__ = __name__  # help() and reprs say chute.Loader, not chute.loader.Loader
@@ -82,7 +83,7 @@ _FUTURE = ("hdf5", "kafka")  # each set from the library below
 def features() -> _Dict[str, bool]:
     """What this build of chute can do: ``{"jpeg": True, "png": ..., "io_uring": ...,
     "nvml": ..., "s3": False, "hdf5": False, "kafka": False, "cuda": ...,
-    "libdeflate": ...}``.
+    "libdeflate": ..., "coco": ...}``.
 
     ``jpeg``/``png`` are the codecs compiled into libchute (without libspng, PNG
     samples fail with UnsupportedError).  ``io_uring`` is whether the bundled
@@ -93,7 +94,8 @@ def features() -> _Dict[str, bool]:
     at build time); ``kafka``: kafka:// stream datasets (librdkafka found at
     build time); ``libdeflate``: gzip HDF5 chunks and PNG checksums go through
     libdeflate (found at build time; without it zlib gives the same bytes for
-    ~1.6x the CPU, which bench/hdf5.py's figures depend on).
+    ~1.6x the CPU, which bench/hdf5.py's figures depend on); ``coco``: COCO
+    annotation JSON (libjansson found at build time).
     Never raises: what cannot be determined is reported as False.
     """
     from ._chute import features as _lib_features
@@ -125,6 +127,8 @@ def features() -> _Dict[str, bool]:
     out["cuda"] = "cuda" in have
     # The inflater for gzip HDF5 chunks and PNG checks: libdeflate or zlib.
     out["libdeflate"] = "libdeflate" in have
+    # COCO annotation JSON: libjansson was found when libchute was built.
+    out["coco"] = "coco" in have
     return out
 
 __all__ = [
@@ -135,6 +139,8 @@ __all__ = [
     "Batch",
     "Array",
     "pack",
+    "targets",
+    "target_mask",
     "probe_image",
     "distributed_defaults",
     "default_workers",

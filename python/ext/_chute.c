@@ -1274,6 +1274,71 @@ static PyObject *Dataset_fields(DatasetObject *self, PyObject *unused)
     return l;
 }
 
+/* Sample i's detection / segmentation targets (chute_dataset_targets) as a
+ * dict of counts and little-endian arrays as bytes; chute.targets() wraps
+ * them as NumPy arrays.  None when the dataset carries no targets. */
+static PyObject *Dataset_targets(DatasetObject *self, PyObject *arg)
+{
+    uint64_t i;
+    if (ds_index(self, arg, &i))
+        return NULL;
+    chute_targets *t = NULL;
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    int rc = chute_dataset_targets(self->ref->ds, i, &t, &err);
+    if (rc == CHUTE_ENOTFOUND)
+        Py_RETURN_NONE;
+    if (rc != CHUTE_OK)
+        return raise_status(rc, err.message);
+    Py_ssize_t n = t->count, k = t->keypoints;
+    PyObject *d = Py_BuildValue(
+        "{s:I,s:I,s:I,s:I,s:y#,s:y#,s:y#,s:y#,s:y#,s:y#}", "count", t->count, "keypoints",
+        t->keypoints, "width", t->width, "height", t->height, "ann_ids", (const char *)t->ann_ids,
+        n * 8, "boxes", (const char *)t->boxes, n * 16, "labels", (const char *)t->labels, n * 4,
+        "iscrowd", (const char *)t->iscrowd, n, "keypoints_xyv", (const char *)t->keypoints_xyv,
+        n * k * 12, "has_mask", (const char *)t->has_mask, n);
+    if (d && t->mask_path) {
+        PyObject *mp = PyUnicode_DecodeFSDefault(t->mask_path);
+        PyObject *mi = PyBytes_FromStringAndSize((const char *)t->mask_image,
+                                                 (Py_ssize_t)t->mask_image_bytes);
+        if (!mp || !mi || PyDict_SetItemString(d, "mask_path", mp) ||
+            PyDict_SetItemString(d, "mask_image", mi))
+            Py_CLEAR(d);
+        Py_XDECREF(mp);
+        Py_XDECREF(mi);
+    }
+    chute_targets_free(t);
+    return d;
+}
+
+/* Object k's instance mask of sample i: height * width bytes, row-major. */
+static PyObject *Dataset_target_mask(DatasetObject *self, PyObject *args)
+{
+    unsigned long long i;
+    unsigned int k;
+    if (ds_check(self) || !PyArg_ParseTuple(args, "KI", &i, &k))
+        return NULL;
+    if (i >= chute_dataset_size(self->ref->ds))
+        return PyErr_Format(PyExc_IndexError, "sample %llu out of range", i);
+    chute_targets *t = NULL;
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    int rc = chute_dataset_targets(self->ref->ds, i, &t, &err);
+    if (rc != CHUTE_OK)
+        return raise_status(rc, err.message);
+    size_t need = (size_t)t->width * t->height;
+    PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)need);
+    if (b) {
+        rc = chute_targets_mask(t, k, (uint8_t *)PyBytes_AS_STRING(b), need, &err);
+        if (rc != CHUTE_OK) {
+            Py_CLEAR(b);
+            raise_status(rc, err.message);
+        }
+    }
+    chute_targets_free(t);
+    return b;
+}
+
 static PyMethodDef Dataset_methods[] = {
     {"fields", (PyCFunction)Dataset_fields, METH_NOARGS,
      "fields()\n--\n\nThe dataset's typed fields: dicts of name, kind ('int64', 'float32', "
@@ -1287,6 +1352,12 @@ static PyMethodDef Dataset_methods[] = {
      "sample_size(i)\n--\n\nEncoded size of sample i in bytes."},
     {"read", (PyCFunction)Dataset_read, METH_O,
      "read(i)\n--\n\nThe encoded bytes of sample i (shard records are checksum-verified)."},
+    {"targets", (PyCFunction)Dataset_targets, METH_O,
+     "targets(i)\n--\n\nSample i's detection/segmentation targets as counts and raw arrays "
+     "(chute.targets() gives NumPy arrays); None without targets."},
+    {"target_mask", (PyCFunction)Dataset_target_mask, METH_VARARGS,
+     "target_mask(i, k)\n--\n\nObject k's instance mask of sample i (height*width bytes, "
+     "pycocotools' annToMask)."},
     {NULL},
 };
 

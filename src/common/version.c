@@ -53,10 +53,16 @@ int chute_version_number(void) { return CHUTE_VERSION_NUMBER; }
 #else
 #define CH_FEATURE_LIBDEFLATE ""
 #endif
+/* "coco": COCO annotation JSON (libjansson found at build time). */
+#ifdef CHUTE_HAVE_JANSSON
+#define CH_FEATURE_COCO " coco"
+#else
+#define CH_FEATURE_COCO ""
+#endif
 const char *chute_features(void)
 {
     return "jpeg" CH_FEATURE_PNG CH_FEATURE_CURL CH_FEATURE_CUDA CH_FEATURE_HDF5 CH_FEATURE_KAFKA
-        CH_FEATURE_LIBDEFLATE;
+        CH_FEATURE_LIBDEFLATE CH_FEATURE_COCO;
 }
 
 const char *chute_status_name(int status)

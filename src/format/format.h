@@ -126,6 +126,11 @@ typedef struct ch_format_ops {
      * threading and error contract as read. */
     int (*media_info)(const chute_dataset *ds, uint64_t i, struct ch_media_info *out,
                       chute_error *err);
+    /* Optional (NULL: the format carries no targets): sample i's target
+     * record (src/parse/targets.h), unchecked bytes valid while the dataset
+     * is open; *len 0 when the sample has none.  Any thread; no I/O. */
+    int (*targets)(const chute_dataset *ds, uint64_t i, const uint8_t **rec, size_t *len,
+                   char *what, size_t whatsz, chute_error *err);
 } ch_format_ops;
 
 /* What media_info reports. */
@@ -367,6 +372,11 @@ typedef struct ch_shard_index {
     char **names;             /* original relative paths (may be NULL entries) */
     uint32_t align;
     uint64_t file_size;
+    /* Target records (NULL: the shard has none): sample i's is
+     * tg[tg_off[i] .. tg_off[i + 1]), empty for a sample without targets. */
+    uint8_t *tg;
+    uint64_t *tg_off;
+    uint64_t tg_base;         /* file offset of the table's first record (messages) */
 } ch_shard_index;
 
 int ch_shard_read_index(const ch_source_ops *src, void *h, const char *path, uint64_t file_size,
@@ -379,6 +389,10 @@ int ch_shard_writer_open(const char *final_path, uint32_t align, uint32_t nclass
                          char *const *class_names, ch_shard_writer **out, chute_error *err);
 int ch_shard_writer_add(ch_shard_writer *w, const void *data, uint32_t len, int32_t label,
                         uint32_t kind, const char *name, chute_error *err);
+/* The last added sample's target record (src/parse/targets.h), stored in
+ * the index's targets table; samples without one get an empty entry. */
+#define CH_SHARD_TARGETS_MAGIC "TGTS"
+int ch_shard_writer_set_targets(ch_shard_writer *w, const void *rec, size_t len, chute_error *err);
 uint64_t ch_shard_writer_bytes(const ch_shard_writer *w);
 uint64_t ch_shard_writer_count(const ch_shard_writer *w);
 int ch_shard_writer_finish(ch_shard_writer *w, chute_error *err);

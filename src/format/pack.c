@@ -45,6 +45,7 @@
  */
 #define _GNU_SOURCE
 #include "../codec/codec.h"
+#include "det_list.h"
 #include "format.h"
 #include "pack_resize.h"
 #include "writer.h"
@@ -801,8 +802,9 @@ static int verify_output(const char *out_dir, uint64_t written, uint32_t nclasse
 /* Write the shards of `list` into out_dir (locked, cleaned); fills the
  * counts of *res on success. */
 static int pack_shards(const char *root, const char *out_dir, const ch_tree_list *list,
-                       const chute_pack_options *o, const ch_pack_sink *sink, uint64_t t_start,
-                       chute_pack_result *res, chute_error *err)
+                       const ch_det_list *det, const chute_pack_options *o,
+                       const ch_pack_sink *sink, uint64_t t_start, chute_pack_result *res,
+                       chute_error *err)
 {
     int rc = CHUTE_OK;
     /* Items keep their buffers from window to window; raw records can be
@@ -883,6 +885,9 @@ static int pack_shards(const char *root, const char *out_dir, const ch_tree_list
             }
             rc = ch_shard_writer_add(w, it->data.data, (uint32_t)it->len, list->labels[i],
                                      (uint32_t)it->kind, list->paths[i], err);
+            if (rc == CHUTE_OK && det) /* its targets, into the shard's index */
+                rc = ch_shard_writer_set_targets(w, det->tg + det->tg_off[i],
+                                                 (size_t)(det->tg_off[i + 1] - det->tg_off[i]), err);
             if (rc)
                 break;
             written++;
@@ -1017,11 +1022,36 @@ int ch_pack_to_sink(const char *root, const char *out_dir, const chute_pack_opti
                       (unsigned long long)o.max_sample_bytes);
     uint64_t t_start = ch_now_ns();
 
-    int rc = check_paths(root, out_dir, err);
-    if (rc)
+    /* COCO JSON, YOLO labels or image + mask pairs (det_list.c): the
+     * images come with target records, and their folder may not be ROOT. */
+    ch_det_list det;
+    int rc = ch_det_list_build(root, !o.strict, &det, err);
+    int have_det = rc == CHUTE_OK;
+    if (rc != CHUTE_OK && rc != CH_DET_NONE) {
+        ch_det_list_free(&det);
         return rc;
+    }
+    if (have_det) {
+        root = det.image_root;
+        if (o.on_skip && det.skipped) {
+            char why[700];
+            snprintf(why, sizeof why, "%llu annotations, images or mask pairs left out; the first: %s",
+                     (unsigned long long)det.skipped, det.first_skip);
+            o.on_skip(root, why, o.user);
+        }
+    }
+    rc = check_paths(root, out_dir, err);
+    if (rc) {
+        ch_det_list_free(&det);
+        return rc;
+    }
     ch_tree_list list;
-    rc = ch_tree_list_build(&ch_source_local, root, &list, err);
+    if (have_det) {
+        list = det.list; /* moved: freed below as the list */
+        memset(&det.list, 0, sizeof det.list);
+    } else {
+        rc = ch_tree_list_build(&ch_source_local, root, &list, err);
+    }
     if (rc)
         return rc;
     /* Image-named entries that are not regular files (FIFOs, sockets,
@@ -1056,7 +1086,8 @@ int ch_pack_to_sink(const char *root, const char *out_dir, const chute_pack_opti
         if (rc == CHUTE_OK)
             rc = remove_stale(out_dir, UINT32_MAX, err);
         if (rc == CHUTE_OK)
-            rc = pack_shards(root, out_dir, &list, &o, sink, t_start, &res, err);
+            rc = pack_shards(root, out_dir, &list, have_det ? &det : NULL, &o, sink, t_start, &res,
+                             err);
     }
     unlock_out_dir(out_dir, lock_fd);
     if (rc == CHUTE_OK && out_result) {
@@ -1064,6 +1095,7 @@ int ch_pack_to_sink(const char *root, const char *out_dir, const chute_pack_opti
         *out_result = res;
     }
     ch_tree_list_free(&list);
+    ch_det_list_free(&det);
     return rc;
 }
 

@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include "format.h"
 #include "fcache.h"
+#include "../parse/targets.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -90,6 +91,12 @@ struct ch_shard_writer {
     uint32_t nclasses;
     char *const *class_names;
     uint8_t *zeros;
+    /* Target records (issue 24), one per sample or none: tg holds them one
+     * after another, tg_end[i] where sample i's ends.  has_tg: any set. */
+    uint8_t *tg;
+    size_t tg_n, tg_cap;
+    uint64_t *tg_end;
+    int has_tg;
 };
 
 int ch_shard_writer_open(const char *final_path, uint32_t align, uint32_t nclasses,
@@ -151,6 +158,10 @@ int ch_shard_writer_add(ch_shard_writer *w, const void *data, uint32_t len, int3
         if (!n)
             return ch_err(err, CHUTE_ENOMEM, "out of memory");
         w->names = n;
+        uint64_t *te = realloc(w->tg_end, cap * sizeof *te);
+        if (!te)
+            return ch_err(err, CHUTE_ENOMEM, "out of memory");
+        w->tg_end = te;
         w->cap = cap;
     }
     char *nm = strdup(name ? name : "");
@@ -171,9 +182,34 @@ int ch_shard_writer_add(ch_shard_writer *w, const void *data, uint32_t len, int3
     e->label = label;
     e->kind = kind;
     w->names[w->count] = nm;
+    w->tg_end[w->count] = w->tg_n;
     w->count++;
     w->pos += (uint64_t)len + pad;
     w->data_bytes += len;
+    return CHUTE_OK;
+}
+
+int ch_shard_writer_set_targets(ch_shard_writer *w, const void *rec, size_t len, chute_error *err)
+{
+    if (w->count == 0 || w->tg_end[w->count - 1] != w->tg_n)
+        return ch_err(err, CHUTE_EINVAL, "targets set twice or before any sample");
+    if (len > CH_TG_MAX_BYTES || w->tg_n > (1ull << 34))
+        return ch_err(err, CHUTE_ELIMIT, "%s: target records over 16 GiB in one shard",
+                      w->final_path);
+    if (w->tg_n + len > w->tg_cap) {
+        size_t cap = w->tg_cap ? w->tg_cap : 65536;
+        while (cap < w->tg_n + len)
+            cap *= 2;
+        uint8_t *n = realloc(w->tg, cap);
+        if (!n)
+            return ch_err(err, CHUTE_ENOMEM, "out of memory for target records");
+        w->tg = n;
+        w->tg_cap = cap;
+    }
+    memcpy(w->tg + w->tg_n, rec, len);
+    w->tg_n += len;
+    w->tg_end[w->count - 1] = w->tg_n;
+    w->has_tg = 1;
     return CHUTE_OK;
 }
 
@@ -188,6 +224,8 @@ static void writer_free(ch_shard_writer *w)
         free(w->names[i]);
     free(w->names);
     free(w->entries);
+    free(w->tg);
+    free(w->tg_end);
     free(w->final_path);
     free(w->tmp_path);
     free(w->zeros);
@@ -212,6 +250,10 @@ int ch_shard_writer_finish(ch_shard_writer *w, chute_error *err)
     sz += 8;
     for (uint64_t i = 0; i < w->count; i++)
         sz += 4 + strlen(w->names[i]);
+    /* Targets table after the names (docs/FORMAT.md, "Targets"): older
+     * readers stop at the name table and never see it. */
+    if (w->has_tg)
+        sz += 16 + (size_t)w->count * 4 + w->tg_n;
     uint8_t *ix = calloc(1, sz + CH_SHARD_TRAILER_BYTES);
     if (!ix) {
         ch_shard_writer_abort(w);
@@ -241,6 +283,19 @@ int ch_shard_writer_finish(ch_shard_writer *w, chute_error *err)
         put_u32(p, n);
         memcpy(p + 4, w->names[i], n);
         p += 4 + n;
+    }
+    if (w->has_tg) {
+        memcpy(p, CH_SHARD_TARGETS_MAGIC, 4);
+        put_u32(p + 4, 1); /* table version */
+        put_u64(p + 8, w->count);
+        p += 16;
+        for (uint64_t i = 0, at = 0; i < w->count; i++) {
+            uint32_t n = (uint32_t)(w->tg_end[i] - at);
+            put_u32(p, n);
+            memcpy(p + 4, w->tg + at, n);
+            p += 4 + n;
+            at = w->tg_end[i];
+        }
     }
     uint8_t *t = p; /* trailer */
     memcpy(t, CH_TRAILER_MAGIC, 8);
@@ -289,6 +344,8 @@ void ch_shard_index_free(ch_shard_index *ix)
         for (uint64_t i = 0; i < ix->count; i++)
             free(ix->names[i]);
     free(ix->names);
+    free(ix->tg);
+    free(ix->tg_off);
     memset(ix, 0, sizeof *ix);
 }
 
@@ -444,6 +501,46 @@ int ch_shard_read_index(const ch_source_ops *src, void *h, const char *path, uin
                     rc = ch_err(err, CHUTE_ECORRUPT, "%s: sample name %llu malformed", path,
                                 (unsigned long long)i);
         }
+    }
+    /* The targets table (optional): kept as one block, sample i's record
+     * at tg + tg_off[i], tg_off[i + 1] - tg_off[i] bytes (0: none).  The
+     * records are checked when read (ch_tg_decode); here only their
+     * lengths must tile the table exactly. */
+    if (rc == CHUTE_OK && end - p >= 4 && memcmp(p, CH_SHARD_TARGETS_MAGIC, 4) == 0) {
+        uint64_t at = (uint64_t)(p - ix);
+        if (end - p < 16 || get_u32(p + 4) != 1 || get_u64(p + 8) != count)
+            rc = ch_err(err, CHUTE_ECORRUPT, "%s@%llu: targets table header malformed", path,
+                        (unsigned long long)(ioff + at));
+        p += 16;
+        const uint8_t *q = p;
+        uint64_t total = 0;
+        for (uint64_t i = 0; rc == CHUTE_OK && i < count; i++) {
+            if (end - q < 4 || get_u32(q) > (uint64_t)(end - q - 4)) {
+                rc = ch_err(err, CHUTE_ECORRUPT, "%s@%llu: target record %llu runs past the index",
+                            path, (unsigned long long)(ioff + (uint64_t)(q - ix)),
+                            (unsigned long long)i);
+                break;
+            }
+            total += get_u32(q);
+            q += 4 + get_u32(q);
+        }
+        if (rc == CHUTE_OK) {
+            out->tg = malloc(total ? total : 1);
+            out->tg_off = malloc(sizeof(uint64_t) * (count + 1));
+            out->tg_base = ioff + (uint64_t)(p - ix);
+            if (!out->tg || !out->tg_off)
+                rc = ch_err(err, CHUTE_ENOMEM, "%s: out of memory for target records", path);
+        }
+        uint64_t o = 0;
+        for (uint64_t i = 0; rc == CHUTE_OK && i < count; i++) {
+            uint32_t n = get_u32(p);
+            out->tg_off[i] = o;
+            memcpy(out->tg + o, p + 4, n);
+            o += n;
+            p += 4 + n;
+        }
+        if (rc == CHUTE_OK)
+            out->tg_off[count] = o;
     }
     free(ix);
     if (rc)
@@ -1187,6 +1284,25 @@ static int shards_from_bytes(const chute_dataset *ds, uint64_t i, const uint8_t 
     return CHUTE_OK;
 }
 
+static int shards_targets(const chute_dataset *ds, uint64_t i, const uint8_t **rec, size_t *len,
+                          char *what, size_t whatsz, chute_error *err)
+{
+    const shard_file *sf;
+    const ch_shard_entry *e;
+    uint64_t local;
+    locate(ds, i, &sf, &e, &local);
+    *rec = NULL;
+    *len = 0;
+    if (what)
+        snprintf(what, whatsz, "%s (%s)", sf->path, sf->ix.names[local]);
+    if (!sf->ix.tg)
+        return CHUTE_OK;
+    *rec = sf->ix.tg + sf->ix.tg_off[local];
+    *len = (size_t)(sf->ix.tg_off[local + 1] - sf->ix.tg_off[local]);
+    (void)err;
+    return CHUTE_OK;
+}
+
 const ch_format_ops ch_format_shards = {
     .version = CH_FORMAT_OPS_VERSION,
     .name = "shards",
@@ -1201,4 +1317,5 @@ const ch_format_ops ch_format_shards = {
     .locate = shards_locate,
     .unlocate = shards_unlocate,
     .from_bytes = shards_from_bytes,
+    .targets = shards_targets,
 };

@@ -14,7 +14,8 @@ import pytest
 
 import chute
 
-FEATURE_NAMES = {"jpeg", "png", "io_uring", "nvml", "s3", "hdf5", "kafka", "cuda", "libdeflate"}
+FEATURE_NAMES = {"jpeg", "png", "io_uring", "nvml", "s3", "hdf5", "kafka", "cuda", "libdeflate",
+                 "coco"}
 
 
 def _png_bytes():
@@ -33,6 +34,7 @@ def test_features_names_and_types():
     assert f["kafka"] == ("kafka" in lib_features().split())  # librdkafka at build time
     assert f["s3"] == ("s3" in lib_features().split())  # libcurl at build time
     assert f["hdf5"] == ("hdf5" in lib_features().split())
+    assert f["coco"] == ("coco" in lib_features().split())  # libjansson at build time
 
 
 def test_features_libdeflate_is_what_the_extension_links():
@@ -74,7 +76,7 @@ def test_python_m_chute_runs_the_bundled_cli():
     assert lines[1].startswith("features: ")
     f = chute.features()
     want = {k for k in ("jpeg", "png", "io_uring", "nvml", "s3", "cuda", "hdf5", "kafka",
-                        "libdeflate") if f[k]}
+                        "libdeflate", "coco") if f[k]}
     assert want | ({"http"} if f["s3"] else set()) == listed  # libcurl brings both
     p = _run([sys.executable, "-m", "chute", "no-such-command"])
     assert p.returncode == 2 and "unknown command" in p.stderr
