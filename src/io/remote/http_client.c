@@ -48,7 +48,7 @@
  * called), never cached process-wide.
  */
 #define _GNU_SOURCE
-#include "remote.h"
+#include "../remote.h"
 #include "remote_health.h"
 
 #include <curl/curl.h>
