@@ -41,7 +41,7 @@ int cmd_pack(int argc, char **argv)
         {"--no-wait", CLI_FLAG, &no_wait, NULL, 0, 0,
          "fail at once if another process is packing into OUT_DIR (default: wait)"},
         {"--format", CLI_STR, &format, NULL, 0, 0,
-         "output format: chute (default), tfrecord or wds (see chute convert)"},
+         cli_writer_help("output format: {writers} (default chute; see chute convert)")},
         {"--max-side", CLI_U32, &o.max_side, NULL, 1, 65500,
          "resize images whose shorter side is over N to N (Lanczos) and store them as JPEG"},
         {"--quality", CLI_U32, &o.quality, NULL, 1, 100,

@@ -148,7 +148,7 @@ static void rows_md(const ch_opt_row *d, int nd)
     printf("| option | C field | C type | default | values | CLI | Python | meaning |\n"
            "|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < nd; i++, d++) {
-        char def[64], val[96], f[64], py[64];
+        char def[64], val[96], f[64], py[64], hb[512];
         row_default(d, def, sizeof def);
         row_values(d, val, sizeof val);
         for (char *c = val; *c; c++) /* a '|' would end the markdown cell */
@@ -160,7 +160,7 @@ static void rows_md(const ch_opt_row *d, int nd)
                row_ctype(d), def, val, (d->layers & CH_OPT_CLI) ? "`" : "",
                (d->layers & CH_OPT_CLI) ? f : "-", (d->layers & CH_OPT_CLI) ? "`" : "",
                (d->layers & CH_OPT_PY) ? "`" : "", (d->layers & CH_OPT_PY) ? py : "-",
-               (d->layers & CH_OPT_PY) ? "`" : "", d->help,
+               (d->layers & CH_OPT_PY) ? "`" : "", ch_opt_help(d->help, hb, sizeof hb),
                d->from_loader ? " (the loader's row)" : "");
     }
 }

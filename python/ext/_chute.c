@@ -2495,8 +2495,9 @@ static PyObject *opt_row_py(const char *table, const ch_opt_row *d)
         Py_DECREF(choices);
         return NULL;
     }
+    char hb[512]; /* "{formats}" in a help line: the registry's names */
     return Py_BuildValue("(ssssNNNsNN)", table, d->name, d->field, kinds[d->kind], def, choices,
-                         layers, d->help, lo, hi);
+                         layers, ch_opt_help(d->help, hb, sizeof hb), lo, hi);
 }
 
 static PyObject *mod_option_rows(PyObject *m, PyObject *unused)
