@@ -65,7 +65,7 @@ TEST(given_values_kept)
 
 /* readahead: 0 is the default (64), CHUTE_READAHEAD_OFF is off, and the
  * CLI's and Python's 0 arrive as CHUTE_READAHEAD_OFF (tests/test_cli.py,
- * tests/python/test_options.py). */
+ * tests/python/test_loader_options.py). */
 TEST(readahead_off_is_all_ones)
 {
     chute_loader_options in = {0}, o;
