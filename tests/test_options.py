@@ -293,6 +293,34 @@ def format_names(ctx):
                   "registry has %r" % (listed(meaning), known))
 
 
+def remote_settings(ctx):
+    """Every CHUTE_REMOTE_* variable the code, the docs or the Python package
+    names is a row of src/common/remote_options.def (gen_options_md --rows),
+    listed in docs/OPTIONS.md; and no C file reads one with getenv: the
+    rows' reader (ch_remote_opt_value) is the only one."""
+    top = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    rows = {r["name"] for r in read_rows(TABLE) if r["table"] == "remote"}
+    ctx.check(len(rows) >= 8, "remote rows: %r" % sorted(rows))
+    named, readers = set(), []
+    for sub in ("src", "cli", "python", "docs"):
+        for dp, _, fns in os.walk(os.path.join(top, sub)):
+            for fn in fns:
+                if not fn.endswith((".c", ".h", ".py", ".md")):
+                    continue
+                with open(os.path.join(dp, fn), encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+                named |= set(re.findall(r"CHUTE_REMOTE_[A-Z0-9_]*[A-Z0-9]", text))
+                if re.search(r'getenv\(\s*"CHUTE_REMOTE_', text):
+                    readers.append(os.path.join(dp, fn))
+    ctx.check(not named - rows, "CHUTE_REMOTE_ variables without a row in "
+              "remote_options.def: %s" % sorted(named - rows))
+    ctx.check(not readers, "getenv(\"CHUTE_REMOTE_...\") outside the table's reader: %r" % readers)
+    with open(os.path.join(top, "docs", "OPTIONS.md"), encoding="utf-8") as f:
+        doc = f.read()
+    for name in sorted(rows):
+        ctx.check("| `%s` |" % name in doc, "docs/OPTIONS.md lacks %s" % name)
+
+
 if __name__ == "__main__":
     argv = sys.argv[1:]
     if "--table" in argv:
@@ -301,4 +329,5 @@ if __name__ == "__main__":
         del argv[i:i + 2]
     sys.exit(T.main({"help_and_bounds": help_and_bounds, "other_rows_cli": other_rows_cli,
                      "struct_fields_have_rows": struct_fields_have_rows,
-                     "infer_cli": infer_cli, "format_names": format_names}, argv))
+                     "infer_cli": infer_cli, "format_names": format_names,
+                     "remote_settings": remote_settings}, argv))

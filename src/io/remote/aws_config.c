@@ -1,8 +1,9 @@
 /*
  * aws_config.c — what a remote request needs to know before it is made:
  * the settings (AWS_REGION, AWS_ENDPOINT_URL[_S3], credentials from the
- * environment or the shared credentials file and AWS_PROFILE, and our
- * CHUTE_REMOTE_* limits, all listed in docs/REMOTE.md) and how an
+ * environment or the shared credentials file and AWS_PROFILE, listed in
+ * docs/REMOTE.md, and our CHUTE_REMOTE_* limits, the rows of
+ * src/common/remote_options.def listed in docs/OPTIONS.md) and how an
  * s3:// or http(s):// path becomes the URL curl signs and fetches.
  *
  * Why a file of its own: this is the part that reads the user's
@@ -20,25 +21,11 @@
 #include <string.h>
 #include <strings.h>
 
-#define RECV_BUF_KB 512 /* CURLOPT_BUFFERSIZE; see ch_http_easy_new */
-
 void ch_rwipe(void *p, size_t n)
 {
     volatile unsigned char *v = p;
     while (n--)
         *v++ = 0;
-}
-
-uint64_t ch_renv_u64(const char *name, uint64_t dflt, uint64_t max)
-{
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return dflt;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end || v > max)
-        return dflt;
-    return v;
 }
 
 void ch_rtrim(char *s)
@@ -131,14 +118,14 @@ int ch_rconf_load(rconf *c, int s3, chute_error *err)
 {
     memset(c, 0, sizeof *c);
     c->s3 = s3;
-    c->retries = (unsigned)ch_renv_u64("CHUTE_REMOTE_RETRIES", 10, 1000);
-    c->retry_total_ns = ch_renv_u64("CHUTE_REMOTE_RETRY_TOTAL_MS", 60000, 86400000) * 1000000ull;
-    c->backoff_ns = ch_renv_u64("CHUTE_REMOTE_BACKOFF_MS", 100, 60000) * 1000000ull;
-    c->backoff_cap_ns = ch_renv_u64("CHUTE_REMOTE_BACKOFF_CAP_MS", 5000, 600000) * 1000000ull;
-    c->connect_ms = (long)ch_renv_u64("CHUTE_REMOTE_CONNECT_TIMEOUT_MS", 5000, 600000);
-    c->stall_s = (long)ch_renv_u64("CHUTE_REMOTE_STALL_S", 30, 3600);
-    c->recv_buf =
-        (long)CH_MAX(ch_renv_u64("CHUTE_REMOTE_RECV_BUFFER_KB", RECV_BUF_KB, 10240), 16) * 1024;
+    /* CHUTE_REMOTE_*: the rows of src/common/remote_options.def */
+    c->retries = (unsigned)ch_remote_opt_value(CH_RENV_RETRIES);
+    c->retry_total_ns = ch_remote_opt_value(CH_RENV_RETRY_TOTAL_MS) * 1000000ull;
+    c->backoff_ns = ch_remote_opt_value(CH_RENV_BACKOFF_MS) * 1000000ull;
+    c->backoff_cap_ns = ch_remote_opt_value(CH_RENV_BACKOFF_CAP_MS) * 1000000ull;
+    c->connect_ms = (long)ch_remote_opt_value(CH_RENV_CONNECT_TIMEOUT_MS);
+    c->stall_s = (long)ch_remote_opt_value(CH_RENV_STALL_S);
+    c->recv_buf = (long)ch_remote_opt_value(CH_RENV_RECV_BUFFER_KB) * 1024; /* ch_http_easy_new */
     int carc = ch_tls_ca_resolve(&c->ca, err);
     if (carc != CHUTE_OK)
         return carc;

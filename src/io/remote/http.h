@@ -74,8 +74,8 @@
  * Settings come from the environment the AWS tools use (AWS_REGION,
  * AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS_PROFILE,
  * AWS_SHARED_CREDENTIALS_FILE, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
- * AWS_SESSION_TOKEN) and a few of ours (CHUTE_REMOTE_*), listed in
- * docs/REMOTE.md; they are read when an object is opened (or stat/list
+ * AWS_SESSION_TOKEN) and a few of ours (CHUTE_REMOTE_*, the rows of
+ * src/common/remote_options.def), listed in docs/REMOTE.md and OPTIONS.md; they are read when an object is opened (or stat/list
  * called), never cached process-wide.
  */
 #ifndef CHUTE_IO_REMOTE_HTTP_H
@@ -83,6 +83,7 @@
 
 #include "../remote.h"
 #include "remote_health.h"
+#include "common/remote_options.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -110,9 +111,6 @@ typedef struct rconf {
 
 /* Zero n bytes so that the compiler cannot drop the stores (secrets). */
 void ch_rwipe(void *p, size_t n);
-/* The decimal value of environment variable `name`, dflt when unset,
- * empty, not a number or above max. */
-uint64_t ch_renv_u64(const char *name, uint64_t dflt, uint64_t max);
 /* Strip blanks (and line ends) from both ends of s, in place. */
 void ch_rtrim(char *s);
 /* Load the settings for an s3:// (s3 = 1) or http(s):// object from the

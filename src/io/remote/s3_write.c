@@ -100,8 +100,7 @@ int ch_remote_delete(ch_remote *s, const char *path, chute_error *err)
 
 uint64_t ch_remote_part_bytes(void)
 {
-    uint64_t mb = ch_renv_u64("CHUTE_REMOTE_PART_MB", 16, 5120);
-    return (mb < 5 ? 5 : mb) << 20; /* S3 (and SeaweedFS) refuse smaller parts */
+    return ch_remote_opt_value(CH_RENV_PART_MB) << 20; /* at least 5: S3's smallest part */
 }
 
 /* One write request on a handle of its own: `method` (PUT, POST, DELETE),
