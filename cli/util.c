@@ -201,6 +201,20 @@ void cli_note_skipped(const char *cmd, const chute_dataset *ds)
                 (unsigned long long)(n - 20));
 }
 
+/* A row's flag: its own spelling, else --name (--no-name for a negated
+ * flag) with '_' spelled '-'. */
+static void row_flag_name(const ch_opt_row *d, char *out, size_t cap)
+{
+    if (d->cli) {
+        snprintf(out, cap, "%s", d->cli);
+        return;
+    }
+    snprintf(out, cap, "--%s%s", d->kind == CH_OPT_NEG ? "no-" : "", d->name);
+    for (char *c = out; *c; c++)
+        if (*c == '_')
+            *c = '-';
+}
+
 /* CLI rows for the table rows d[0..nd) of the struct at base. */
 static int cli_rows(void *base, const ch_opt_row *d, int nd, cli_opt *out, cli_opt_text *text,
                     int cap)
@@ -212,15 +226,7 @@ static int cli_rows(void *base, const ch_opt_row *d, int nd, cli_opt *out, cli_o
         cli_opt_text *tx = &text[n];
         char hb[sizeof tx->help];
         const char *help = ch_opt_help(d->help, hb, sizeof hb); /* {formats}: the registry's */
-        if (d->cli) {
-            snprintf(tx->name, sizeof tx->name, "%s", d->cli);
-        } else {
-            snprintf(tx->name, sizeof tx->name, "--%s%s", d->kind == CH_OPT_NEG ? "no-" : "",
-                     d->name);
-            for (char *c = tx->name; *c; c++)
-                if (*c == '_')
-                    *c = '-';
-        }
+        row_flag_name(d, tx->name, sizeof tx->name);
         cli_opt *r = &out[n++];
         memset(r, 0, sizeof *r);
         r->name = tx->name;
