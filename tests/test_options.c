@@ -507,3 +507,20 @@ TEST(remote_settings_defaults_and_bounds)
     }
     return 0;
 }
+
+/* chute_pack refuses more validating threads than `chute pack --threads`
+ * takes (1..256), naming the option, before it touches any path (before:
+ * it clamped 300 to 256 and went on). */
+TEST(pack_threads_over_the_bound_refused)
+{
+    chute_pack_options o;
+    memset(&o, 0, sizeof o);
+    o.threads = 257;
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    int rc = chute_pack("/nonexistent/chute-pack-root", "/nonexistent/chute-pack-out", &o, NULL,
+                        &err);
+    CHECK(rc == CHUTE_EINVAL, "rc %d: %s", rc, err.message);
+    CHECK(strstr(err.message, "threads 257") && strstr(err.message, "1..256"), "%s", err.message);
+    return 0;
+}

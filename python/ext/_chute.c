@@ -3827,7 +3827,8 @@ PyMODINIT_FUNC PyInit__chute(void)
         }
     }
     if (PyModule_AddIntConstant(m, "VERSION_NUMBER", CHUTE_VERSION_NUMBER) < 0 ||
-        PyModule_AddIntConstant(m, "WAIT_SLICE_MS", WAIT_SLICE_MS) < 0)
+        PyModule_AddIntConstant(m, "WAIT_SLICE_MS", WAIT_SLICE_MS) < 0 ||
+        PyModule_AddIntConstant(m, "PACK_MAX_THREADS", CHUTE_PACK_MAX_THREADS) < 0)
         goto fail;
     return m;
 fail:
