@@ -29,7 +29,7 @@ the proxy itself costs.
 
 In flight: a worker holds one request at a time, so without read-ahead
 throughput <= workers / latency; with it, K requests are in flight (today
-K requests on the curl multi engine of src/io/s3.c, one engine thread,
+K requests on the curl multi engine of src/io/remote/http_multi.c, one engine thread,
 neighbouring records sharing one GET (coalesce_gap_bytes)).  The script prints how many reads must be in
 flight to keep the undelayed rate at D ms (Little's law: rate x D) and
 says when K is short of twice that.  The proxy is one C thread on epoll

@@ -17,9 +17,13 @@ typedef enum cli_type {
     CLI_F32  /* float[min] (min = 1 or 3 comma-separated values) */
 } cli_type;
 
-/* --format's help line (bench, inspect, doctor): the registry's names. */
-#define CLI_FORMAT_HELP \
-    "the dataset's format: tree, shards, tfrecord or wds (default: found by probing)"
+/* --format's help line where a command takes it outside the dataset rows
+ * (convert --source-format, bench --latency): the dataset table's `format`
+ * row, the registry's names filled in.  cli_writer_help: a help line with
+ * "{writers}" replaced by the writers' names.  Static storage (the CLI is
+ * one thread; one call of each per option table); see ch_opt_help. */
+const char *cli_format_help(void);
+const char *cli_writer_help(const char *help);
 
 struct ch_opt_row;
 typedef struct cli_opt {

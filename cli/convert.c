@@ -76,7 +76,7 @@ int cmd_convert(int argc, char **argv)
     int strict = 0, validate = 0, no_wait = 0;
     const cli_opt opts[] = {
         {"--format", CLI_STR, &o.format, NULL, 0, 0,
-         "output format: chute, tfrecord or wds (default chute)"},
+         cli_writer_help("output format: {writers} (default chute)")},
         {"--shard-size", CLI_SIZE, &o.shard_size, NULL, 1 << 16, 1ull << 40,
          "target bytes per output file (default 256M)"},
         {"--label-offset", CLI_STR, &label_offset, NULL, 0, 0,
@@ -95,7 +95,7 @@ int cmd_convert(int argc, char **argv)
          "fail at once if another process is writing into DST (default: wait)"},
         {"--force", CLI_FLAG, &o.force, NULL, 0, 0,
          "DST s3://bucket/prefix/: replace a dataset already there (default: refuse)"},
-        {"--source-format", CLI_STR, &so.format, NULL, 0, 0, CLI_FORMAT_HELP},
+        {"--source-format", CLI_STR, &so.format, NULL, 0, 0, cli_format_help()},
         {"--source-label-offset", CLI_STR, &src_label_offset, NULL, 0, 0,
          "added to labels read from SRC's files (-1 for imagenet_to_gcs.py's TFRecords)"},
         {"--image-key", CLI_STR, &so.image_key, NULL, 0, 0,

@@ -343,6 +343,222 @@ static void insp_fields(const char *src, const chute_dataset *ds, int json)
         insp_media(ds, 0);
 }
 
+/* The shorter side's bins and the colour spaces, as reports name them. */
+static const char *const side_names[] = {"<64", "64-127", "128-255", "256-511", "512-1023",
+                                   "1024-2047", "2048-4095", ">=4096"};
+static const char *const cs_names[] = {"grey", "grey+alpha", "rgb", "4-channel (rgba/cmyk)",
+                                       "other"};
+
+/* What a run gathered, as one JSON object (--json). */
+static void insp_report_json(const insp *s, chute_dataset *ds, const char *src, double el,
+                             int verify, const chute_pack_info *pinfo, int have_pinfo,
+                             uint64_t nskipped)
+{
+    uint32_t nc = chute_dataset_num_classes(ds);
+    uint64_t good = s->n - s->bad;
+    const char *kind = chute_dataset_format_name(ds);
+    printf("{\"source\":");
+    cli_json_str(stdout, src);
+    printf(",\"kind\":\"%s\",\"samples\":%llu,\"classes\":%u,\"bytes\":%llu,"
+           "\"mean_bytes\":%.1f,\"undecodable\":%llu,\"seconds\":%.3f,",
+           kind, (unsigned long long)s->n, nc, (unsigned long long)s->bytes,
+           s->n ? (double)s->bytes / s->n : 0, (unsigned long long)s->bad, el);
+    printf("\"size_histogram\":{");
+    int first = 1;
+    for (unsigned b = 0; b < SIZE_BINS; b++)
+        if (s->size_bins[b]) {
+            char lb[32], hb[32];
+            printf("%s\"%s-%s\":%llu", first ? "" : ",", bin_label(b, lb, sizeof lb),
+                   bin_label(b + 1, hb, sizeof hb), (unsigned long long)s->size_bins[b]);
+            first = 0;
+        }
+    printf("},\"shorter_side_histogram\":{");
+    for (unsigned b = 0; b < 8; b++)
+        printf("%s\"%s\":%llu", b ? "," : "", side_names[b], (unsigned long long)s->side_bins[b]);
+    printf("},\"top_dimensions\":[");
+    for (size_t k = 0; k < s->ndims && k < 10; k++)
+        printf("%s{\"width\":%u,\"height\":%u,\"count\":%llu}", k ? "," : "", s->dims[k].w,
+               s->dims[k].h, (unsigned long long)s->dims[k].n);
+    printf("],\"mean_width\":%.1f,\"mean_height\":%.1f,", good ? s->sum_w / good : 0,
+           good ? s->sum_h / good : 0);
+    printf("\"formats\":{\"jpeg\":%llu,\"png\":%llu,\"bmp\":%llu,\"raw\":%llu,"
+           "\"undecodable\":%llu},\"refused\":%llu,",
+           (unsigned long long)s->fmt[1], (unsigned long long)s->fmt[2],
+           (unsigned long long)s->fmt[3], (unsigned long long)s->fmt[4],
+           (unsigned long long)s->fmt[0], (unsigned long long)s->refused);
+    printf("\"color_spaces\":{");
+    for (unsigned b = 0; b < 5; b++)
+        printf("%s\"%s\":%llu", b ? "," : "", cs_names[b], (unsigned long long)s->cs[b]);
+    printf("},\"class_counts\":{");
+    for (uint32_t c = 0; c < nc; c++) {
+        printf("%s", c ? "," : "");
+        cli_json_str(stdout, chute_dataset_class_name(ds, c));
+        printf(":%llu", (unsigned long long)s->per_class[c]);
+    }
+    printf("},\"undecodable_samples\":[");
+    for (uint64_t k = 0; k < s->bad && k < MAX_BAD; k++) {
+        const char *w = s->bad_where[k] ? s->bad_where[k] : "";
+        const char *m = s->bad_msg[k] ? s->bad_msg[k] : "";
+        /* reason = the message without "where: " in front */
+        size_t wl = strlen(w);
+        const char *why = wl && strncmp(m, w, wl) == 0 && m[wl] == ':' && m[wl + 1] == ' '
+                              ? m + wl + 2 : m;
+        printf("%s{\"where\":", k ? "," : "");
+        cli_json_str(stdout, w);
+        printf(",\"reason\":");
+        cli_json_str(stdout, why);
+        printf("}");
+    }
+    printf("],\"skipped_at_listing\":%llu,\"skipped_entries\":[",
+           (unsigned long long)nskipped);
+    for (uint64_t k = 0; k < nskipped && k < MAX_BAD; k++) {
+        char note[1024];
+        chute_dataset_skipped(ds, k, note, sizeof note);
+        printf("%s", k ? "," : "");
+        cli_json_str(stdout, note);
+    }
+    printf("]");
+    if (verify)
+        printf(",\"verify_ok\":%s", s->bad || nskipped ? "false" : "true");
+    if (have_pinfo)
+        printf(",\"pack\":{\"manifest_version\":%u,\"max_side\":%u,\"quality\":%u,"
+               "\"raw\":%s}",
+               pinfo->manifest_version, pinfo->max_side, pinfo->quality,
+               pinfo->raw ? "true" : "false");
+    insp_targets(ds, 1);
+    printf("}\n");
+}
+
+/* The file-size histogram as bars of '#', the fullest bin 40 wide. */
+static void insp_size_bars(const insp *s)
+{
+    uint64_t maxbin = 1;
+    for (unsigned b = 0; b < SIZE_BINS; b++)
+        if (s->size_bins[b] > maxbin)
+            maxbin = s->size_bins[b];
+    for (unsigned b = 0; b < SIZE_BINS; b++) {
+        if (!s->size_bins[b])
+            continue;
+        char lo[32], hi[32];
+        int bar = (int)(40.0 * s->size_bins[b] / maxbin);
+        printf("  %6s-%-6s %8llu %5.1f%% ", bin_label(b, lo, sizeof lo),
+               bin_label(b + 1, hi, sizeof hi), (unsigned long long)s->size_bins[b],
+               100.0 * s->size_bins[b] / (s->n ? s->n : 1));
+        for (int k = 0; k < bar; k++)
+            putchar('#');
+        putchar('\n');
+    }
+}
+
+/* The same as text for a person: counts, histograms, what failed. */
+static void insp_report_text(const insp *s, chute_dataset *ds, const char *src,
+                             const chute_pack_info *pinfo, int have_pinfo, uint64_t nskipped)
+{
+    uint32_t nc = chute_dataset_num_classes(ds);
+    uint64_t good = s->n - s->bad;
+    const char *kind = chute_dataset_format_name(ds);
+    printf("%s: %s, %llu samples in %u classes, %.1f MB (mean %.1f KB)\n", src, kind,
+           (unsigned long long)s->n, nc, s->bytes / 1e6, s->n ? s->bytes / 1e3 / s->n : 0);
+    printf("formats: %llu JPEG, %llu PNG, ", (unsigned long long)s->fmt[1],
+           (unsigned long long)s->fmt[2]);
+    if (s->fmt[3] || s->fmt[4])
+        printf("%llu BMP, %llu CHRAW, ", (unsigned long long)s->fmt[3],
+               (unsigned long long)s->fmt[4]);
+    printf("%llu undecodable", (unsigned long long)s->fmt[0]);
+    if (s->refused)
+        printf(", %llu samples the format could not give (no label, a damaged record: "
+               "listed below)", (unsigned long long)s->refused);
+    printf("\n");
+    if (have_pinfo && (pinfo->max_side || pinfo->raw)) {
+        printf("packed: ");
+        if (pinfo->max_side)
+            printf("shorter side capped at %u px (Lanczos)%s", pinfo->max_side,
+                   pinfo->raw ? ", " : "");
+        if (pinfo->raw)
+            printf("raw RGB pixels (CHRAW)");
+        else
+            printf(", re-encoded as JPEG quality %u", pinfo->quality);
+        printf("\n");
+    }
+    printf("colour: ");
+    for (unsigned b = 0; b < 5; b++)
+        if (s->cs[b])
+            printf("%s %llu  ", cs_names[b], (unsigned long long)s->cs[b]);
+    printf("\nfile sizes:\n");
+    insp_size_bars(s);
+    printf("shorter side (px):\n");
+    for (unsigned b = 0; b < 8; b++)
+        if (s->side_bins[b])
+            printf("  %-10s %8llu %5.1f%%\n", side_names[b], (unsigned long long)s->side_bins[b],
+                   100.0 * s->side_bins[b] / (good ? good : 1));
+    printf("most common dimensions:");
+    for (size_t k = 0; k < s->ndims && k < 5; k++)
+        printf("  %ux%u (%.1f%%)", s->dims[k].w, s->dims[k].h, 100.0 * s->dims[k].n / good);
+    printf("\nclasses:");
+    for (uint32_t c = 0; c < nc && c < 10; c++)
+        printf(" %s=%llu", chute_dataset_class_name(ds, c), (unsigned long long)s->per_class[c]);
+    printf("%s\n", nc > 10 ? " ..." : "");
+    if (s->bad) {
+        printf("%s (%llu):\n", s->refused ? "samples that failed" : "undecodable",
+               (unsigned long long)s->bad);
+        for (uint64_t k = 0; k < s->bad && k < MAX_BAD; k++)
+            printf("  %s\n", s->bad_msg[k] ? s->bad_msg[k] : "?");
+        if (s->bad > MAX_BAD)
+            printf("  ... and %llu more\n", (unsigned long long)(s->bad - MAX_BAD));
+    }
+    if (nskipped) {
+        printf("left out of the listing, not regular files (%llu):\n",
+               (unsigned long long)nskipped);
+        for (uint64_t k = 0; k < nskipped && k < MAX_BAD; k++) {
+            char note[1024];
+            printf("  %s\n", (chute_dataset_skipped(ds, k, note, sizeof note), note));
+        }
+        if (nskipped > MAX_BAD)
+            printf("  ... and %llu more\n", (unsigned long long)(nskipped - MAX_BAD));
+    }
+    insp_targets(ds, 0);
+}
+
+/* --verify's verdict: 1 (and why, on stderr) when a sample could not be
+ * read or decoded or an entry was left out of the listing, else 0. */
+static int insp_verdict(const insp *s, uint64_t nskipped, int json)
+{
+    if (s->bad || nskipped) {
+        fprintf(stderr,
+                "chute inspect: verify FAILED: %llu of %llu samples could not be read or "
+                "decoded, %llu entries left out of the listing\n",
+                (unsigned long long)s->bad, (unsigned long long)s->n,
+                (unsigned long long)nskipped);
+        return 1;
+    }
+    if (!json)
+        printf("verify: all %llu samples decode\n", (unsigned long long)s->n);
+    return 0;
+}
+
+/* Read every sample on `threads` threads into s; *el: the seconds taken.
+ * 0, or 1 after printing why the run is incomplete. */
+static int insp_run(insp *s, uint32_t threads, double *el)
+{
+    double t0 = cli_now_s();
+    pthread_t *th = s->per_class ? calloc(threads, sizeof *th) : NULL;
+    uint32_t started = 0;
+    for (uint32_t i = 0; th && i < threads; i++)
+        if (pthread_create(&th[i], NULL, insp_thread, s) == 0)
+            started++;
+    for (uint32_t i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    free(th);
+    *el = cli_now_s() - t0;
+    if (started == 0 || s->oom) {
+        fprintf(stderr, "chute inspect: %s\n",
+                started == 0 ? "cannot start threads (out of memory?)"
+                             : "out of memory while reading samples; results would be incomplete");
+        return 1;
+    }
+    return 0;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     int json = 0, verify = 0;
@@ -396,193 +612,23 @@ int cmd_inspect(int argc, char **argv)
     pthread_mutex_init(&s.mu, NULL);
     if (!threads) /* the CPUs this process may use, as the loader's workers */
         threads = chute_default_workers(NULL, 0);
-    double t0 = cli_now_s();
-    pthread_t *th = s.per_class ? calloc(threads, sizeof *th) : NULL;
-    uint32_t started = 0;
-    for (uint32_t i = 0; th && i < threads; i++)
-        if (pthread_create(&th[i], NULL, insp_thread, &s) == 0)
-            started++;
-    for (uint32_t i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
-    free(th);
-    double el = cli_now_s() - t0;
-    if (started == 0 || s.oom) {
-        fprintf(stderr, "chute inspect: %s\n",
-                started == 0 ? "cannot start threads (out of memory?)"
-                             : "out of memory while reading samples; results would be incomplete");
+    double el = 0;
+    if (insp_run(&s, threads, &el) != 0) {
         insp_free(&s);
         return 1;
     }
     if (s.ndims > 1) /* s.dims is NULL when no sample decoded: no qsort(NULL, 0) */
         qsort(s.dims, s.ndims, sizeof *s.dims, cmp_dims);
     uint64_t nskipped = chute_dataset_skipped(ds, 0, NULL, 0);
-    uint64_t good = s.n - s.bad;
-    static const char *side_names[] = {"<64", "64-127", "128-255", "256-511", "512-1023",
-                                       "1024-2047", "2048-4095", ">=4096"};
-    static const char *cs_names[] = {"grey", "grey+alpha", "rgb", "4-channel (rgba/cmyk)", "other"};
-    const char *kind = chute_dataset_format_name(ds);
     /* How pack transformed a shard directory's images (manifest v2). */
     chute_pack_info pinfo = {0};
     chute_error perr = {0};
     int have_pinfo = chute_pack_info_read(pos[0], &pinfo, &perr) == CHUTE_OK;
-    if (json) {
-        printf("{\"source\":");
-        cli_json_str(stdout, pos[0]);
-        printf(",\"kind\":\"%s\",\"samples\":%llu,\"classes\":%u,\"bytes\":%llu,"
-               "\"mean_bytes\":%.1f,\"undecodable\":%llu,\"seconds\":%.3f,",
-               kind, (unsigned long long)s.n, nc, (unsigned long long)s.bytes,
-               s.n ? (double)s.bytes / s.n : 0, (unsigned long long)s.bad, el);
-        printf("\"size_histogram\":{");
-        int first = 1;
-        for (unsigned b = 0; b < SIZE_BINS; b++)
-            if (s.size_bins[b]) {
-                char lb[32], hb[32];
-                printf("%s\"%s-%s\":%llu", first ? "" : ",", bin_label(b, lb, sizeof lb),
-                       bin_label(b + 1, hb, sizeof hb), (unsigned long long)s.size_bins[b]);
-                first = 0;
-            }
-        printf("},\"shorter_side_histogram\":{");
-        for (unsigned b = 0; b < 8; b++)
-            printf("%s\"%s\":%llu", b ? "," : "", side_names[b], (unsigned long long)s.side_bins[b]);
-        printf("},\"top_dimensions\":[");
-        for (size_t k = 0; k < s.ndims && k < 10; k++)
-            printf("%s{\"width\":%u,\"height\":%u,\"count\":%llu}", k ? "," : "", s.dims[k].w,
-                   s.dims[k].h, (unsigned long long)s.dims[k].n);
-        printf("],\"mean_width\":%.1f,\"mean_height\":%.1f,", good ? s.sum_w / good : 0,
-               good ? s.sum_h / good : 0);
-        printf("\"formats\":{\"jpeg\":%llu,\"png\":%llu,\"bmp\":%llu,\"raw\":%llu,"
-               "\"undecodable\":%llu},\"refused\":%llu,",
-               (unsigned long long)s.fmt[1], (unsigned long long)s.fmt[2],
-               (unsigned long long)s.fmt[3], (unsigned long long)s.fmt[4],
-               (unsigned long long)s.fmt[0], (unsigned long long)s.refused);
-        printf("\"color_spaces\":{");
-        for (unsigned b = 0; b < 5; b++)
-            printf("%s\"%s\":%llu", b ? "," : "", cs_names[b], (unsigned long long)s.cs[b]);
-        printf("},\"class_counts\":{");
-        for (uint32_t c = 0; c < nc; c++) {
-            printf("%s", c ? "," : "");
-            cli_json_str(stdout, chute_dataset_class_name(ds, c));
-            printf(":%llu", (unsigned long long)s.per_class[c]);
-        }
-        printf("},\"undecodable_samples\":[");
-        for (uint64_t k = 0; k < s.bad && k < MAX_BAD; k++) {
-            const char *w = s.bad_where[k] ? s.bad_where[k] : "";
-            const char *m = s.bad_msg[k] ? s.bad_msg[k] : "";
-            /* reason = the message without "where: " in front */
-            size_t wl = strlen(w);
-            const char *why = wl && strncmp(m, w, wl) == 0 && m[wl] == ':' && m[wl + 1] == ' '
-                                  ? m + wl + 2 : m;
-            printf("%s{\"where\":", k ? "," : "");
-            cli_json_str(stdout, w);
-            printf(",\"reason\":");
-            cli_json_str(stdout, why);
-            printf("}");
-        }
-        printf("],\"skipped_at_listing\":%llu,\"skipped_entries\":[",
-               (unsigned long long)nskipped);
-        for (uint64_t k = 0; k < nskipped && k < MAX_BAD; k++) {
-            char note[1024];
-            chute_dataset_skipped(ds, k, note, sizeof note);
-            printf("%s", k ? "," : "");
-            cli_json_str(stdout, note);
-        }
-        printf("]");
-        if (verify)
-            printf(",\"verify_ok\":%s", s.bad || nskipped ? "false" : "true");
-        if (have_pinfo)
-            printf(",\"pack\":{\"manifest_version\":%u,\"max_side\":%u,\"quality\":%u,"
-                   "\"raw\":%s}",
-                   pinfo.manifest_version, pinfo.max_side, pinfo.quality,
-                   pinfo.raw ? "true" : "false");
-        insp_targets(ds, json);
-        printf("}\n");
-    } else {
-        printf("%s: %s, %llu samples in %u classes, %.1f MB (mean %.1f KB)\n", pos[0], kind,
-               (unsigned long long)s.n, nc, s.bytes / 1e6, s.n ? s.bytes / 1e3 / s.n : 0);
-        printf("formats: %llu JPEG, %llu PNG, ", (unsigned long long)s.fmt[1],
-               (unsigned long long)s.fmt[2]);
-        if (s.fmt[3] || s.fmt[4])
-            printf("%llu BMP, %llu CHRAW, ", (unsigned long long)s.fmt[3],
-                   (unsigned long long)s.fmt[4]);
-        printf("%llu undecodable", (unsigned long long)s.fmt[0]);
-        if (s.refused)
-            printf(", %llu samples the format could not give (no label, a damaged record: "
-                   "listed below)", (unsigned long long)s.refused);
-        printf("\n");
-        if (have_pinfo && (pinfo.max_side || pinfo.raw)) {
-            printf("packed: ");
-            if (pinfo.max_side)
-                printf("shorter side capped at %u px (Lanczos)%s", pinfo.max_side,
-                       pinfo.raw ? ", " : "");
-            if (pinfo.raw)
-                printf("raw RGB pixels (CHRAW)");
-            else
-                printf(", re-encoded as JPEG quality %u", pinfo.quality);
-            printf("\n");
-        }
-        printf("colour: ");
-        for (unsigned b = 0; b < 5; b++)
-            if (s.cs[b])
-                printf("%s %llu  ", cs_names[b], (unsigned long long)s.cs[b]);
-        printf("\nfile sizes:\n");
-        uint64_t maxbin = 1;
-        for (unsigned b = 0; b < SIZE_BINS; b++)
-            if (s.size_bins[b] > maxbin)
-                maxbin = s.size_bins[b];
-        for (unsigned b = 0; b < SIZE_BINS; b++) {
-            if (!s.size_bins[b])
-                continue;
-            char lo[32], hi[32];
-            int bar = (int)(40.0 * s.size_bins[b] / maxbin);
-            printf("  %6s-%-6s %8llu %5.1f%% ", bin_label(b, lo, sizeof lo),
-                   bin_label(b + 1, hi, sizeof hi), (unsigned long long)s.size_bins[b],
-                   100.0 * s.size_bins[b] / (s.n ? s.n : 1));
-            for (int k = 0; k < bar; k++)
-                putchar('#');
-            putchar('\n');
-        }
-        printf("shorter side (px):\n");
-        for (unsigned b = 0; b < 8; b++)
-            if (s.side_bins[b])
-                printf("  %-10s %8llu %5.1f%%\n", side_names[b], (unsigned long long)s.side_bins[b],
-                       100.0 * s.side_bins[b] / (good ? good : 1));
-        printf("most common dimensions:");
-        for (size_t k = 0; k < s.ndims && k < 5; k++)
-            printf("  %ux%u (%.1f%%)", s.dims[k].w, s.dims[k].h, 100.0 * s.dims[k].n / good);
-        printf("\nclasses:");
-        for (uint32_t c = 0; c < nc && c < 10; c++)
-            printf(" %s=%llu", chute_dataset_class_name(ds, c), (unsigned long long)s.per_class[c]);
-        printf("%s\n", nc > 10 ? " ..." : "");
-        if (s.bad) {
-            printf("%s (%llu):\n", s.refused ? "samples that failed" : "undecodable",
-                   (unsigned long long)s.bad);
-            for (uint64_t k = 0; k < s.bad && k < MAX_BAD; k++)
-                printf("  %s\n", s.bad_msg[k] ? s.bad_msg[k] : "?");
-            if (s.bad > MAX_BAD)
-                printf("  ... and %llu more\n", (unsigned long long)(s.bad - MAX_BAD));
-        }
-        if (nskipped) {
-            printf("left out of the listing, not regular files (%llu):\n",
-                   (unsigned long long)nskipped);
-            for (uint64_t k = 0; k < nskipped && k < MAX_BAD; k++) {
-                char note[1024];
-                printf("  %s\n", (chute_dataset_skipped(ds, k, note, sizeof note), note));
-            }
-            if (nskipped > MAX_BAD)
-                printf("  ... and %llu more\n", (unsigned long long)(nskipped - MAX_BAD));
-        }
-        insp_targets(ds, json);
-    }
-    if (verify) {
-        if (s.bad || nskipped)
-            fprintf(stderr,
-                    "chute inspect: verify FAILED: %llu of %llu samples could not be read or "
-                    "decoded, %llu entries left out of the listing\n",
-                    (unsigned long long)s.bad, (unsigned long long)s.n,
-                    (unsigned long long)nskipped);
-        else if (!json)
-            printf("verify: all %llu samples decode\n", (unsigned long long)s.n);
-    }
+    if (json)
+        insp_report_json(&s, ds, pos[0], el, verify, &pinfo, have_pinfo, nskipped);
+    else
+        insp_report_text(&s, ds, pos[0], &pinfo, have_pinfo, nskipped);
+    int rc2 = verify ? insp_verdict(&s, nskipped, json) : 0;
     insp_free(&s);
-    return verify && (s.bad || nskipped) ? 1 : 0;
+    return rc2;
 }

@@ -517,7 +517,7 @@ int cmd_bench_latency(int argc, char **argv)
         {"--probes", CLI_U32, &probes, NULL, 1, 100, "--find-max: bisection steps (default 10)"},
         {"--seed", CLI_U64, &seed, NULL, 0, UINT64_MAX, "arrival-time seed (default 1)"},
         {"--images", CLI_U32, &nimg, NULL, 1, 100000, "images of SOURCE cycled through (default 256)"},
-        {"--format", CLI_STR, &format, NULL, 0, 0, CLI_FORMAT_HELP},
+        {"--format", CLI_STR, &format, NULL, 0, 0, cli_format_help()},
         {"--json", CLI_FLAG, &json, NULL, 0, 0, "print one JSON object"},
         {"--preset", CLI_CHOICE, &preset, "batch|latency", 0, 0,
          "batch: the session's defaults (--max-batch, --max-delay-us, ordered); latency: "

@@ -28,7 +28,8 @@ int cmd_pack(int argc, char **argv)
     const cli_opt opts[] = {
         {"--shard-size", CLI_SIZE, &o.shard_size, NULL, 1 << 16, 1ull << 40,
          "target bytes per shard (default 256M)"},
-        {"--threads", CLI_U32, &o.threads, NULL, 1, 256, "reading/checking threads (default: cores)"},
+        {"--threads", CLI_U32, &o.threads, NULL, 1, CHUTE_PACK_MAX_THREADS,
+         "reading/checking threads (default: cores)"},
         {"--align", CLI_U32, &o.align, NULL, 64, 1 << 20, "record alignment in bytes (default 4096)"},
         {"--strict", CLI_FLAG, &strict, NULL, 0, 0,
          "fail on the first undecodable or over-limit file"},
@@ -41,7 +42,7 @@ int cmd_pack(int argc, char **argv)
         {"--no-wait", CLI_FLAG, &no_wait, NULL, 0, 0,
          "fail at once if another process is packing into OUT_DIR (default: wait)"},
         {"--format", CLI_STR, &format, NULL, 0, 0,
-         "output format: chute (default), tfrecord or wds (see chute convert)"},
+         cli_writer_help("output format: {writers} (default chute; see chute convert)")},
         {"--max-side", CLI_U32, &o.max_side, NULL, 1, 65500,
          "resize images whose shorter side is over N to N (Lanczos) and store them as JPEG"},
         {"--quality", CLI_U32, &o.quality, NULL, 1, 100,

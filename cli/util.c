@@ -201,6 +201,20 @@ void cli_note_skipped(const char *cmd, const chute_dataset *ds)
                 (unsigned long long)(n - 20));
 }
 
+/* A row's flag: its own spelling, else --name (--no-name for a negated
+ * flag) with '_' spelled '-'. */
+static void row_flag_name(const ch_opt_row *d, char *out, size_t cap)
+{
+    if (d->cli) {
+        snprintf(out, cap, "%s", d->cli);
+        return;
+    }
+    snprintf(out, cap, "--%s%s", d->kind == CH_OPT_NEG ? "no-" : "", d->name);
+    for (char *c = out; *c; c++)
+        if (*c == '_')
+            *c = '-';
+}
+
 /* CLI rows for the table rows d[0..nd) of the struct at base. */
 static int cli_rows(void *base, const ch_opt_row *d, int nd, cli_opt *out, cli_opt_text *text,
                     int cap)
@@ -210,15 +224,9 @@ static int cli_rows(void *base, const ch_opt_row *d, int nd, cli_opt *out, cli_o
         if (!(d->layers & CH_OPT_CLI))
             continue;
         cli_opt_text *tx = &text[n];
-        if (d->cli) {
-            snprintf(tx->name, sizeof tx->name, "%s", d->cli);
-        } else {
-            snprintf(tx->name, sizeof tx->name, "--%s%s", d->kind == CH_OPT_NEG ? "no-" : "",
-                     d->name);
-            for (char *c = tx->name; *c; c++)
-                if (*c == '_')
-                    *c = '-';
-        }
+        char hb[sizeof tx->help];
+        const char *help = ch_opt_help(d->help, hb, sizeof hb); /* {formats}: the registry's */
+        row_flag_name(d, tx->name, sizeof tx->name);
         cli_opt *r = &out[n++];
         memset(r, 0, sizeof *r);
         r->name = tx->name;
@@ -231,38 +239,38 @@ static int cli_rows(void *base, const ch_opt_row *d, int nd, cli_opt *out, cli_o
             r->type = CLI_CHOICE;
             r->choices = d->choices;
             ch_opt_choice(d, 0, b, sizeof b);
-            snprintf(tx->help, sizeof tx->help, "%s (default %s)", d->help, b);
+            snprintf(tx->help, sizeof tx->help, "%s (default %s)", help, b);
             break;
         case CH_OPT_F32:
             r->type = CLI_F32;
             r->min = d->n;
             if (d->layers & CH_OPT_AUTO) {
-                snprintf(tx->help, sizeof tx->help, "%s", d->help);
+                snprintf(tx->help, sizeof tx->help, "%s", help);
             } else {
                 size_t l = 0;
                 for (unsigned c = 0; c < d->n; c++)
                     l += (size_t)snprintf(b + l, sizeof b - l, "%s%g", c ? "," : "",
                                           (double)d->fdef[c]);
-                snprintf(tx->help, sizeof tx->help, "%s (default %s)", d->help, b);
+                snprintf(tx->help, sizeof tx->help, "%s (default %s)", help, b);
             }
             break;
         case CH_OPT_NEG:
             r->type = CLI_FLAG;
-            snprintf(tx->help, sizeof tx->help, "turn off: %s", d->help);
+            snprintf(tx->help, sizeof tx->help, "turn off: %s", help);
             break;
         case CH_OPT_STR:
             r->type = CLI_STR;
-            snprintf(tx->help, sizeof tx->help, "%s", d->help);
+            snprintf(tx->help, sizeof tx->help, "%s", help);
             break;
         case CH_OPT_BOOL: /* a flag, off by default */
             r->type = CLI_FLAG;
-            snprintf(tx->help, sizeof tx->help, "%s", d->help);
+            snprintf(tx->help, sizeof tx->help, "%s", help);
             break;
         case CH_OPT_I32:
             r->type = CLI_I32;
             r->min = d->min;
             r->max = d->max;
-            snprintf(tx->help, sizeof tx->help, "%s (default %lld)", d->help,
+            snprintf(tx->help, sizeof tx->help, "%s (default %lld)", help,
                      (long long)(int64_t)d->def);
             break;
         default:
@@ -273,14 +281,30 @@ static int cli_rows(void *base, const ch_opt_row *d, int nd, cli_opt *out, cli_o
             /* Computed defaults, and a 0 below the bounds, are told in the
              * help itself. */
             if ((d->layers & CH_OPT_AUTO) || (d->def == 0 && d->min > 0))
-                snprintf(tx->help, sizeof tx->help, "%s", d->help);
+                snprintf(tx->help, sizeof tx->help, "%s", help);
             else
-                snprintf(tx->help, sizeof tx->help, "%s (default %llu)", d->help,
+                snprintf(tx->help, sizeof tx->help, "%s (default %llu)", help,
                          (unsigned long long)d->def);
             break;
         }
     }
     return n;
+}
+
+const char *cli_format_help(void)
+{
+    static char buf[400];
+    const ch_opt_row *d = ch_dataset_opts();
+    for (int i = 0; i < ch_dataset_opt_count(); i++, d++)
+        if (strcmp(d->name, "format") == 0)
+            return ch_opt_help(d->help, buf, sizeof buf);
+    return "the dataset's format";
+}
+
+const char *cli_writer_help(const char *help)
+{
+    static char buf[400];
+    return ch_opt_help(help, buf, sizeof buf);
 }
 
 int cli_dataset_opts(chute_dataset_options *o, cli_opt *out, cli_opt_text *text, int cap)

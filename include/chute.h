@@ -1002,7 +1002,8 @@ typedef int (*chute_pack_wait_fn)(const char *out_dir, const char *holder, doubl
 
 typedef struct chute_pack_options {
     uint64_t shard_size;       /* target bytes per shard; default 256 MiB */
-    uint32_t threads;          /* validating threads; default chute_default_workers() */
+    uint32_t threads;          /* validating threads, at most CHUTE_PACK_MAX_THREADS (more is
+                                  refused); default chute_default_workers() */
     uint32_t align;            /* record alignment, power of two; default 4096 */
     int strict;                /* nonzero: an undecodable or over-limit file fails the pack */
     int no_validate;           /* nonzero: don't decode files, only sniff type */
@@ -1040,6 +1041,9 @@ typedef struct chute_pack_options {
 /* Default JPEG quality of pack --max-side (chosen by measurement:
  * docs/DESIGN.md, "Pre-resized shards"). */
 #define CHUTE_PACK_DEFAULT_QUALITY 90
+/* The most validating threads chute_pack takes: the one bound of
+ * threads in C, `chute pack --threads` and chute.pack(threads=). */
+#define CHUTE_PACK_MAX_THREADS 256
 
 typedef struct chute_pack_result {
     uint64_t files;            /* samples written */

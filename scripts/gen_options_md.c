@@ -13,6 +13,7 @@
  *     build/tests/gen_options_md > docs/OPTIONS.md
  */
 #include "common/loader_options.h"
+#include "common/remote_options.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -148,7 +149,7 @@ static void rows_md(const ch_opt_row *d, int nd)
     printf("| option | C field | C type | default | values | CLI | Python | meaning |\n"
            "|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < nd; i++, d++) {
-        char def[64], val[96], f[64], py[64];
+        char def[64], val[96], f[64], py[64], hb[512];
         row_default(d, def, sizeof def);
         row_values(d, val, sizeof val);
         for (char *c = val; *c; c++) /* a '|' would end the markdown cell */
@@ -160,7 +161,7 @@ static void rows_md(const ch_opt_row *d, int nd)
                row_ctype(d), def, val, (d->layers & CH_OPT_CLI) ? "`" : "",
                (d->layers & CH_OPT_CLI) ? f : "-", (d->layers & CH_OPT_CLI) ? "`" : "",
                (d->layers & CH_OPT_PY) ? "`" : "", (d->layers & CH_OPT_PY) ? py : "-",
-               (d->layers & CH_OPT_PY) ? "`" : "", d->help,
+               (d->layers & CH_OPT_PY) ? "`" : "", ch_opt_help(d->help, hb, sizeof hb),
                d->from_loader ? " (the loader's row)" : "");
     }
 }
@@ -202,6 +203,11 @@ int main(int argc, char **argv)
         rows_tsv("loader", ch_loader_xopts(), ch_loader_xopt_count());
         rows_tsv("dataset", ch_dataset_opts(), ch_dataset_opt_count());
         rows_tsv("infer", ch_infer_opts(), ch_infer_opt_count());
+        for (int i = 0; i < CH_RENV_COUNT; i++) /* no C field, no flag: the environment */
+            printf("remote\t%s\t-\tu64\t%llu\t%llu..%llu\t-\t-\n", ch_remote_opts()[i].env,
+                   (unsigned long long)ch_remote_opts()[i].def,
+                   (unsigned long long)ch_remote_opts()[i].floor,
+                   (unsigned long long)ch_remote_opts()[i].max);
         return 0;
     }
     if (tsv) {
@@ -297,5 +303,18 @@ int main(int argc, char **argv)
            "- Python: every keyword also takes `None` for its default; `workers`,\n"
            "  `queue_capacity`, `resize_size`, `crop_pct`, `mean` and `std` default to\n"
            "  `None` (computed in C); enum names are matched in any case.\n");
+    printf("\n## Remote settings\n\n"
+           "The S3 and HTTP sources (docs/REMOTE.md) take these from the environment,\n"
+           "read each time an object is opened, so a job sets them without code.  From\n"
+           "src/common/remote_options.def.  A value that is not a decimal number, or is\n"
+           "above the maximum, is ignored (the default applies); one below the minimum\n"
+           "is raised to it.\n\n"
+           "| variable | default | min | max | meaning |\n"
+           "|---|---|---|---|---|\n");
+    for (int i = 0; i < CH_RENV_COUNT; i++) {
+        const ch_remote_opt *d = &ch_remote_opts()[i];
+        printf("| `%s` | %llu | %llu | %llu | %s |\n", d->env, (unsigned long long)d->def,
+               (unsigned long long)d->floor, (unsigned long long)d->max, d->help);
+    }
     return 0;
 }

@@ -12,6 +12,9 @@
 
 #include "common/common.h"
 #include "common/loader_options.h"
+#include "common/remote_options.h"
+
+#include <stdlib.h>
 
 #include <math.h>
 #include <stdint.h>
@@ -65,7 +68,7 @@ TEST(given_values_kept)
 
 /* readahead: 0 is the default (64), CHUTE_READAHEAD_OFF is off, and the
  * CLI's and Python's 0 arrive as CHUTE_READAHEAD_OFF (tests/test_cli.py,
- * tests/python/test_options.py). */
+ * tests/python/test_loader_options.py). */
 TEST(readahead_off_is_all_ones)
 {
     chute_loader_options in = {0}, o;
@@ -459,3 +462,65 @@ TEST(infer_bounds_name_the_option)
 }
 
 UNIT_MAIN
+
+/* The S3/HTTP settings' table (remote_options.def) gives what the
+ * sources read before it existed: the defaults docs/REMOTE.md listed
+ * (10, 60000, 100, 5000, 5000, 30, 512 KiB, 16 MiB), a value over the old
+ * maximum or not a number is the default, and the two floors (a 16 KiB
+ * receive buffer, S3's 5 MiB part) still apply. */
+TEST(remote_settings_defaults_and_bounds)
+{
+    static const struct {
+        ch_remote_opt_id k;
+        const char *env;
+        uint64_t def, max, floor;
+    } want[] = {
+        {CH_RENV_RETRIES, "CHUTE_REMOTE_RETRIES", 10, 1000, 0},
+        {CH_RENV_RETRY_TOTAL_MS, "CHUTE_REMOTE_RETRY_TOTAL_MS", 60000, 86400000, 0},
+        {CH_RENV_BACKOFF_MS, "CHUTE_REMOTE_BACKOFF_MS", 100, 60000, 0},
+        {CH_RENV_BACKOFF_CAP_MS, "CHUTE_REMOTE_BACKOFF_CAP_MS", 5000, 600000, 0},
+        {CH_RENV_CONNECT_TIMEOUT_MS, "CHUTE_REMOTE_CONNECT_TIMEOUT_MS", 5000, 600000, 0},
+        {CH_RENV_STALL_S, "CHUTE_REMOTE_STALL_S", 30, 3600, 0},
+        {CH_RENV_RECV_BUFFER_KB, "CHUTE_REMOTE_RECV_BUFFER_KB", 512, 10240, 16},
+        {CH_RENV_PART_MB, "CHUTE_REMOTE_PART_MB", 16, 5120, 5},
+    };
+    CHECK(sizeof want / sizeof *want == CH_RENV_COUNT, "%d rows", (int)CH_RENV_COUNT);
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        const ch_remote_opt *d = &ch_remote_opts()[want[i].k];
+        char v[32];
+        CHECK(strcmp(d->env, want[i].env) == 0, "row %zu is %s", i, d->env);
+        unsetenv(want[i].env);
+        CHECK(ch_remote_opt_value(want[i].k) == want[i].def, "%s unset", want[i].env);
+        setenv(want[i].env, "", 1);
+        CHECK(ch_remote_opt_value(want[i].k) == want[i].def, "%s empty", want[i].env);
+        setenv(want[i].env, "12x", 1);
+        CHECK(ch_remote_opt_value(want[i].k) == want[i].def, "%s=12x", want[i].env);
+        snprintf(v, sizeof v, "%llu", (unsigned long long)want[i].max);
+        setenv(want[i].env, v, 1);
+        CHECK(ch_remote_opt_value(want[i].k) == want[i].max, "%s=max", want[i].env);
+        snprintf(v, sizeof v, "%llu", (unsigned long long)want[i].max + 1);
+        setenv(want[i].env, v, 1);
+        CHECK(ch_remote_opt_value(want[i].k) == want[i].def, "%s=max+1", want[i].env);
+        setenv(want[i].env, "0", 1);
+        CHECK(ch_remote_opt_value(want[i].k) == want[i].floor, "%s=0", want[i].env);
+        unsetenv(want[i].env);
+    }
+    return 0;
+}
+
+/* chute_pack refuses more validating threads than `chute pack --threads`
+ * takes (1..256), naming the option, before it touches any path (before:
+ * it clamped 300 to 256 and went on). */
+TEST(pack_threads_over_the_bound_refused)
+{
+    chute_pack_options o;
+    memset(&o, 0, sizeof o);
+    o.threads = 257;
+    chute_error err;
+    memset(&err, 0, sizeof err);
+    int rc = chute_pack("/nonexistent/chute-pack-root", "/nonexistent/chute-pack-out", &o, NULL,
+                        &err);
+    CHECK(rc == CHUTE_EINVAL, "rc %d: %s", rc, err.message);
+    CHECK(strstr(err.message, "threads 257") && strstr(err.message, "1..256"), "%s", err.message);
+    return 0;
+}

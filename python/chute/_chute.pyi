@@ -4,6 +4,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 VERSION_NUMBER: int
 WAIT_SLICE_MS: int
+PACK_MAX_THREADS: int
 
 class ChuteError(Exception):
     code: int

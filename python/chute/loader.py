@@ -1431,7 +1431,7 @@ def pack(
     return _chute.pack(
         os.fspath(root), os.fspath(out_dir),
         shard_size=0 if shard_size is None else _uint("shard_size", shard_size, 1, 2 ** 63),
-        threads=0 if threads is None else _uint("threads", threads, 1, 4096),
+        threads=0 if threads is None else _uint("threads", threads, 1, _chute.PACK_MAX_THREADS),
         strict=bool(strict), validate=bool(validate),
         align=0 if align is None else _uint("align", align, 1, 1 << 30),
         max_pixels=0 if max_pixels is None else _uint("max_pixels", max_pixels, 1, 2 ** 63),

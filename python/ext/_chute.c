@@ -2589,8 +2589,9 @@ static PyObject *opt_row_py(const char *table, const ch_opt_row *d)
         Py_DECREF(choices);
         return NULL;
     }
+    char hb[512]; /* "{formats}" in a help line: the registry's names */
     return Py_BuildValue("(ssssNNNsNN)", table, d->name, d->field, kinds[d->kind], def, choices,
-                         layers, d->help, lo, hi);
+                         layers, ch_opt_help(d->help, hb, sizeof hb), lo, hi);
 }
 
 static PyObject *mod_option_rows(PyObject *m, PyObject *unused)
@@ -3920,7 +3921,8 @@ PyMODINIT_FUNC PyInit__chute(void)
         }
     }
     if (PyModule_AddIntConstant(m, "VERSION_NUMBER", CHUTE_VERSION_NUMBER) < 0 ||
-        PyModule_AddIntConstant(m, "WAIT_SLICE_MS", WAIT_SLICE_MS) < 0)
+        PyModule_AddIntConstant(m, "WAIT_SLICE_MS", WAIT_SLICE_MS) < 0 ||
+        PyModule_AddIntConstant(m, "PACK_MAX_THREADS", CHUTE_PACK_MAX_THREADS) < 0)
         goto fail;
     return m;
 fail:

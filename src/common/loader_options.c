@@ -307,3 +307,43 @@ int ch_dataset_options_check(const chute_dataset_options *o, chute_error *err)
 {
     return ch_opt_rows_check(o, drows, ch_dataset_opt_count(), err);
 }
+
+/* ---- help lines that name a registry --------------------------------------- */
+
+/* "a, b or c" from a registry's public name call (name(k), NULL past the last). */
+static size_t registry_names(const char *(*name)(uint32_t), char *out, size_t cap)
+{
+    size_t l = 0, n = 0;
+    while (name((uint32_t)n))
+        n++;
+    for (size_t k = 0; k < n && l < cap; k++)
+        l += (size_t)snprintf(out + l, cap - l, "%s%s", k == 0 ? "" : k + 1 < n ? ", " : " or ",
+                              name((uint32_t)k));
+    return CH_MIN(l, cap - 1);
+}
+
+const char *ch_opt_help(const char *help, char *buf, size_t cap)
+{
+    static const struct {
+        const char *token;
+        const char *(*name)(uint32_t);
+    } lists[] = {{"{formats}", chute_format_name}, {"{writers}", chute_writer_name}};
+    const size_t nlists = sizeof lists / sizeof *lists;
+    if (!help || !strchr(help, '{') || cap == 0)
+        return help;
+    size_t l = 0;
+    buf[0] = '\0';
+    for (const char *p = help; *p && l + 1 < cap;) {
+        size_t k = 0;
+        while (k < nlists && strncmp(p, lists[k].token, strlen(lists[k].token)) != 0)
+            k++;
+        if (k < nlists) {
+            l += registry_names(lists[k].name, buf + l, cap - l);
+            p += strlen(lists[k].token);
+        } else {
+            buf[l++] = *p++;
+            buf[l] = '\0';
+        }
+    }
+    return buf;
+}

@@ -89,6 +89,14 @@ const ch_opt_row *ch_dataset_opts(void);
  * the last.  ch_opt_choice_find: the value named s, or -1. */
 int ch_opt_choice(const ch_opt_row *d, int k, char *buf, size_t cap);
 int ch_opt_choice_find(const ch_opt_row *d, const char *s);
+/* A row's help (or any help line) with "{formats}" replaced by the
+ * registered formats' names ("tree, shards, ... or wav", chute_format_name)
+ * and "{writers}" by the writers' ("chute, tfrecord or wds",
+ * chute_writer_name): no help line, doc or message lists them by hand, so
+ * a format added to the registry shows up in the CLI's --help, Python's
+ * option rows and docs/OPTIONS.md with no other edit.  Returns buf (cap
+ * bytes, truncated to fit), or help itself when it names neither list. */
+const char *ch_opt_help(const char *help, char *buf, size_t cap);
 /* Check the rows' enums, floats and integers of one struct (o is a
  * chute_loader_options or a chute_dataset_options, matching rows): zero
  * floats are taken as their default; CHUTE_EINVAL naming the option

@@ -26,7 +26,7 @@ int chute_version_number(void) { return CHUTE_VERSION_NUMBER; }
 #else
 #define CH_FEATURE_PNG ""
 #endif
-/* "s3 http": built with libcurl (src/io/s3.c). */
+/* "s3 http": built with libcurl (src/io/remote/). */
 #ifdef CHUTE_HAVE_CURL
 #define CH_FEATURE_CURL " s3 http"
 #else

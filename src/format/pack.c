@@ -988,13 +988,14 @@ int ch_pack_to_sink(const char *root, const char *out_dir, const chute_pack_opti
     chute_pack_options o = opt ? *opt : (chute_pack_options){0};
     if (!o.shard_size)
         o.shard_size = 256ull << 20;
+    if (o.threads > CHUTE_PACK_MAX_THREADS) /* refused, as the CLI and Python refuse it */
+        return ch_err(err, CHUTE_EINVAL, "threads %u is out of range (1..%u)", o.threads,
+                      CHUTE_PACK_MAX_THREADS);
     if (!o.threads) {
         ch_cpu_budget cpu; /* what this process may use, not the host's cores */
         ch_cpu_budget_get(&cpu);
-        o.threads = cpu.cpus;
+        o.threads = CH_MIN(cpu.cpus, CHUTE_PACK_MAX_THREADS); /* a default is never refused */
     }
-    if (o.threads > 256)
-        o.threads = 256;
     if (!o.align)
         o.align = 4096;
     if (!o.max_pixels)

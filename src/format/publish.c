@@ -15,7 +15,7 @@
  *      its manifest is deleted first (it stops opening at once), then the
  *      objects of any writer that the new dataset does not have;
  *   3. every data file is uploaded (one PUT, or a multipart upload above
- *      the part size: src/io/s3.c), and only then the manifest;
+ *      the part size: src/io/remote/s3_write.c), and only then the manifest;
  *   4. the result is opened from s3:// through its reader and counted.
  *
  * pack (the chute format) streams: each shard is handed over by pack.c

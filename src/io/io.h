@@ -196,7 +196,7 @@ void ch_local_aio_direct(void *engine, int on);
 uint64_t ch_local_aio_direct_reads(void *engine);
 
 /* S3 (s3://bucket/key) and HTTP (http://, https://) through libcurl
- * (src/io/s3.c); present when built with CHUTE_HAVE_CURL. */
+ * (src/io/remote/); present when built with CHUTE_HAVE_CURL. */
 extern const ch_source_ops ch_source_s3;
 extern const ch_source_ops ch_source_http;
 

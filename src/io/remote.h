@@ -1,7 +1,7 @@
 /*
  * remote.h — the parts of the S3/HTTP sources that do not need libcurl:
  * the ListObjectsV2 / error-document parser and the key encoder.  They
- * live apart from s3.c so that the fuzz target and the unit tests build
+ * live apart from src/io/remote/ so that the fuzz target and the unit tests build
  * even when libcurl is absent, and so that the one piece of remote input
  * we parse ourselves (XML written by a server we do not control) has one
  * small, strict entry point.
@@ -42,7 +42,7 @@ void ch_s3_error_code(const char *doc, size_t n, char *code, size_t cap);
 size_t ch_s3_encode(const char *src, int keep_slash, char *dst, size_t cap);
 
 /* The CA bundle file and/or directory https requests trust
- * (src/io/tls_ca.c): AWS_CA_BUNDLE, else CURL_CA_BUNDLE, else
+ * (src/io/remote/tls_ca.c): AWS_CA_BUNDLE, else CURL_CA_BUNDLE, else
  * SSL_CERT_FILE/SSL_CERT_DIR, else the usual system locations found at
  * run time.  Empty strings: none found, libcurl's built-in default stays.
  * A variable naming an unreadable path is CHUTE_EINVAL naming both. */
@@ -61,7 +61,7 @@ int ch_tls_ca_fail(const ch_tls_ca *ca, int bad_bundle, const char *path, const 
 
 #endif
 
-/* ---- a session over many objects (src/io/s3.c; only with CHUTE_HAVE_CURL) ----
+/* ---- a session over many objects (src/io/remote/session.c; only with CHUTE_HAVE_CURL) ----
  * For tools (chute iobench) that read many objects whose sizes they know
  * from a listing: one connection pool for all of them, no HEAD per read.
  * `path` of the calls below is an s3:// path in the bucket of the path the
@@ -86,7 +86,7 @@ int ch_remote_delete(ch_remote *s, const char *path, chute_error *err);
 /* ---- the read-ahead engine (aio_* of ch_source_s3 / ch_source_http) ----
  * Reads of one opened object submitted before the same reap whose byte
  * ranges touch or lie at most coalesce_gap_bytes apart are fetched by one
- * ranged GET of at most coalesce_max_bytes (see s3.c).  The static
+ * ranged GET of at most coalesce_max_bytes (see remote/http_multi.c).  The static
  * sources use the defaults; a copy of their table whose `self` points at
  * a ch_remote_aio_opts (which must outlive every engine opened through
  * it) uses those values instead: ch_remote_tuned() makes one. */
@@ -117,7 +117,7 @@ void ch_remote_tuned(const ch_source_ops *base, const ch_remote_aio_opts *opts,
  * missing, empty or too long). */
 int ch_s3_upload_id(const char *doc, size_t n, char *out, size_t cap);
 
-/* ---- writing datasets (pack/convert to s3://; src/io/s3.c) ----
+/* ---- writing datasets (pack/convert to s3://; src/io/remote/s3_write.c) ----
  * Upload the local file `file` as the object `path` (s3:// in the
  * session's bucket), replacing an object of that name: one PUT when it
  * has at most part_bytes bytes, else a multipart upload (Create, parts of

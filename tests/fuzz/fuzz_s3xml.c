@@ -1,6 +1,6 @@
 /*
  * fuzz_s3xml.c — fuzz target: the XML an S3 server sends back
- * (src/io/s3_xml.c).  Every input is parsed as a ListObjectsV2 page under
+ * (src/io/remote/s3_xml.c).  Every input is parsed as a ListObjectsV2 page under
  * two prefixes, as an error document and as a multipart upload's
  * InitiateMultipartUploadResult; every name handed out must be
  * non-empty, free of '/' and NUL, and a truncated page must carry a

@@ -97,3 +97,14 @@ def test_pack_max_side_and_raw_kwargs(tree, tmp_path):
     for bad in ({"quality": 0}, {"quality": 101}, {"max_side": 0}, {"max_side": 70000}):
         with pytest.raises(ValueError):
             chute.pack(tree, str(tmp_path / "bad"), **{"max_side": 64, **bad})
+
+
+def test_pack_threads_bound_is_the_clis(tree, tmp_path):
+    """threads has one bound in every layer: `chute pack --threads` takes
+    1..256, so chute.pack takes 256 and refuses 257 naming the option
+    (before: Python took up to 4096 and C quietly used 256)."""
+    res = chute.pack(tree, str(tmp_path / "ok"), threads=256)
+    assert res["files"] == TREE_IMAGES
+    with pytest.raises(ValueError, match=r"threads must be in 1\.\.256, got 257"):
+        chute.pack(tree, str(tmp_path / "no"), threads=257)
+    assert not (tmp_path / "no").exists()

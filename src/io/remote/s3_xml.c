@@ -15,7 +15,7 @@
  * a leaf's text stays valid until the parse ends and no allocation
  * happens per element.
  */
-#include "remote.h"
+#include "../remote.h"
 
 #include <stdio.h>
 #include <string.h>

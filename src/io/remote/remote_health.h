@@ -30,7 +30,7 @@
 #ifndef CHUTE_IO_REMOTE_HEALTH_H
 #define CHUTE_IO_REMOTE_HEALTH_H
 
-#include "../common/common.h"
+#include "../../common/common.h"
 
 /* CHUTE_OK when a request to url may be tried; else CHUTE_EIO, err
  * naming `path`, `what` and the message the server was given up with. */

@@ -25,7 +25,7 @@
  * remote settings), never per request and never cached process-wide.
  */
 #define _GNU_SOURCE
-#include "remote.h"
+#include "../remote.h"
 
 #include <errno.h>
 #include <stdio.h>
