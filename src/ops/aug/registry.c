@@ -20,7 +20,8 @@
 extern const ch_aug_op ch_aug_invert, ch_aug_posterize, ch_aug_solarize, ch_aug_equalize,
     ch_aug_autocontrast, ch_aug_grayscale, ch_aug_brightness_op, ch_aug_contrast_op,
     ch_aug_saturation_op, ch_aug_hue_op, ch_aug_colorjitter, ch_aug_sharpness, ch_aug_blur,
-    ch_aug_erasing;
+    ch_aug_erasing, ch_aug_rotate, ch_aug_shear_x, ch_aug_shear_y, ch_aug_translate_x,
+    ch_aug_translate_y, ch_aug_trivialaugment, ch_aug_randaugment, ch_aug_autoaugment;
 
 /* One line per op. */
 const ch_aug_op *const ch_aug_ops[] = {
@@ -38,6 +39,14 @@ const ch_aug_op *const ch_aug_ops[] = {
     &ch_aug_sharpness,
     &ch_aug_blur,
     &ch_aug_erasing,
+    &ch_aug_rotate,
+    &ch_aug_shear_x,
+    &ch_aug_shear_y,
+    &ch_aug_translate_x,
+    &ch_aug_translate_y,
+    &ch_aug_trivialaugment,
+    &ch_aug_randaugment,
+    &ch_aug_autoaugment,
     NULL,
 };
 
