@@ -427,6 +427,56 @@ def loader(ctx):
         ctx.check(msg in p.out + p.err, "chute bench %r: %r lacks %r" % (flags, p.err, msg))
 
 
+def policy_loader(ctx):
+    """The policies through the loader: the same seed gives byte-identical
+    epochs with 1, 2 and 3 workers (uint8 and float32), resuming from a
+    batch gives the epoch's tail, and the recipe changes the pixels;
+    rotate=180:1 on uint8 is the plain epoch turned by 180 degrees
+    (numpy)."""
+    ctx.need_data()
+    ctx.need_modules("numpy")
+    import numpy as np
+    work = ctx.scratch("policy_loader")
+    S = 40
+    common = ["--transform", "train", "--size", S, "--batch-size", 16, "--epoch", 2, "--seed", 9]
+    for spec, dtype in (("trivialaugment,erasing=0.1", "float32"), ("randaugment=2:9", "uint8"),
+                        ("autoaugment", "uint8")):
+        outs = []
+        for w in (1, 2, 3):
+            outs.append(os.path.join(work, "w%d.bin" % w))
+            p = ctx.dump_run(ctx.tree, outs[-1], *common, "--dtype", dtype, "--workers", w,
+                             "--augment", spec)
+            ctx.check(T.parse_counts(p.out).get("samples") == 200, "%s workers %d: %r"
+                      % (spec, w, p.out))
+        ctx.check(same_file(outs[0], outs[1]) and same_file(outs[0], outs[2]),
+                  "%s: workers 1, 2, 3 give different bytes" % spec)
+        plain = os.path.join(work, "plain.bin")
+        ctx.dump_run(ctx.tree, plain, *common, "--dtype", dtype, "--workers", 2,
+                     "--augment", "invert=0")
+        _, _, a = ctx.read_dump(plain, S, dtype)
+        _, _, b = ctx.read_dump(outs[0], S, dtype)
+        changed = sum(not np.array_equal(a[k], b[k]) for k in range(a.shape[0]))
+        # TrivialAugment leaves a sample alone when it draws Identity (1/14),
+        # or an op that changes nothing there
+        ctx.check(changed >= 150, "%s changed only %d of %d samples" % (spec, changed, a.shape[0]))
+        rec = 8 + 8 + S * S * 3 * (4 if dtype == "float32" else 1)
+        with open(outs[0], "rb") as f:
+            whole = f.read()
+        part = os.path.join(work, "from5.bin")
+        ctx.dump_run(ctx.tree, part, *common, "--dtype", dtype, "--workers", 3, "--augment", spec,
+                     "--start-batch", 5)
+        with open(part, "rb") as f:
+            ctx.check(f.read() == whole[5 * 16 * rec:], "%s: resume from batch 5 differs" % spec)
+    u8p, u8r = os.path.join(work, "u8.bin"), os.path.join(work, "u8rot.bin")
+    ctx.dump_run(ctx.tree, u8p, *common, "--dtype", "uint8", "--workers", 2)
+    ctx.dump_run(ctx.tree, u8r, *common, "--dtype", "uint8", "--workers", 2,
+                 "--augment", "rotate=180:1")
+    _, _, a = ctx.read_dump(u8p, S, "uint8")
+    _, _, b = ctx.read_dump(u8r, S, "uint8")
+    want = a.reshape(-1, S, S, 3)[:, ::-1, ::-1, :].reshape(a.shape)
+    ctx.check(np.array_equal(b, want), "rotate=180:1 is not the plain epoch turned by 180")
+
+
 if __name__ == "__main__":
     T.main({"golden": golden, "parse": parse, "draws": draws, "loader": loader,
-            "policy_draws": policy_draws})
+            "policy_draws": policy_draws, "policy_loader": policy_loader})
