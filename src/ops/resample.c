@@ -179,13 +179,20 @@ static void write_row(const float *row, uint32_t y, int flip, const ch_out_spec 
 {
     const uint32_t W = o->size;
     const size_t plane = (size_t)o->size * o->size;
-    if (o->dtype == CHUTE_DTYPE_UINT8 && o->layout == CHUTE_LAYOUT_NHWC && !flip) {
-        /* the augmented pass's intermediate (aug.h): one contiguous row */
+    if (o->dtype == CHUTE_DTYPE_UINT8 && o->layout == CHUTE_LAYOUT_NHWC) {
+        /* the augmented pass's intermediate (aug.h): one contiguous row,
+         * its pixels reversed in place when flipped */
         uint8_t *d = (uint8_t *)dst + (size_t)y * W * 3;
         for (size_t i = 0; i < (size_t)W * 3; i++) {
             float v = row[i] + 0.5f;
             d[i] = !(v > 0.0f) ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
         }
+        for (uint32_t a = 0, b = W - 1; flip && a < b; a++, b--)
+            for (int c = 0; c < 3; c++) {
+                uint8_t t = d[a * 3 + c];
+                d[a * 3 + c] = d[b * 3 + c];
+                d[b * 3 + c] = t;
+            }
         return;
     }
     if (o->dtype == CHUTE_DTYPE_UINT8) {
@@ -478,11 +485,92 @@ CH_AVX512 static inline __m512 htaps16(const float *pl, const int32_t *start, in
     return acc;
 }
 
-/* The whole resample for float32 NCHW; W >= 16 (the last block of a row
- * is the one ending at W, overlapping its neighbour: same values). */
+/* htaps16 with each tap's product rounded before the add (acc + k * v),
+ * as hpass_rgb computes it: the uint8 output below then holds the same
+ * values as the generic path's.  GCC's intrinsics are vector arithmetic,
+ * which it would contract into FMAs: not here. */
+#if defined(__clang__)
+#define CH_NO_CONTRACT
+#else
+#define CH_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#endif
+CH_AVX512 CH_NO_CONTRACT static inline __m512 htaps16_unfused(const float *pl, const int32_t *start, int32_t lo,
+                                               const float *kt, uint32_t W, int32_t K, uint32_t x0)
+{
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+    __m512i s = _mm512_sub_epi32(_mm512_loadu_si512(start + x0), _mm512_set1_epi32(lo));
+    const int32_t base = start[x0] - lo;
+    __m512 acc;
+    if (start[x0 + 15] - start[x0] + K - 1 < 32) {
+        const __m512 v0 = _mm512_loadu_ps(pl + base), v1 = _mm512_loadu_ps(pl + base + 16);
+        __m512i rel = _mm512_sub_epi32(s, _mm512_set1_epi32(base));
+        acc = _mm512_mul_ps(_mm512_loadu_ps(kt + x0), _mm512_permutex2var_ps(v0, rel, v1));
+        for (int32_t j = 1; j < K; j++) {
+            rel = _mm512_add_epi32(rel, _mm512_set1_epi32(1));
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(kt + (size_t)j * W + x0),
+                                                   _mm512_permutex2var_ps(v0, rel, v1)));
+        }
+    } else {
+        acc = _mm512_mul_ps(_mm512_loadu_ps(kt + x0), _mm512_i32gather_ps(s, pl, 4));
+        for (int32_t j = 1; j < K; j++) {
+            s = _mm512_add_epi32(s, _mm512_set1_epi32(1));
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(kt + (size_t)j * W + x0),
+                                                   _mm512_i32gather_ps(s, pl, 4)));
+        }
+    }
+    return acc;
+}
+
+/* One row of 16-pixel blocks as uint8 RGB (HWC): each channel's taps,
+ * + 0.5 clamped to [0, 255] and truncated (write_row's rounding), then
+ * interleaved (two permutes per output vector) and narrowed to bytes. */
+CH_AVX512 CH_NO_CONTRACT static void row_u8_avx512(const ch_resize_plan *p, const float *pl, size_t pl_len,
+                                    const float *kt, int flip, uint8_t *d)
+{
+    const uint32_t W = p->out_w;
+    const int32_t K = p->x.kmax;
+    int32_t ia[3][16], ib[3][16];
+    for (int k = 0; k < 3; k++)
+        for (int e = 0; e < 16; e++) {
+            const int q = 16 * k + e, px = q / 3, c = q % 3;
+            ia[k][e] = c == 0 ? px : c == 1 ? 16 + px : 0;
+            ib[k][e] = c == 2 ? 16 + px : e;
+        }
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+    const __m512i rev = _mm512_setr_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512 half = _mm512_set1_ps(0.5f), zero = _mm512_setzero_ps(),
+                 top = _mm512_set1_ps(255.0f);
+    for (uint32_t x0 = 0; x0 < W; x0 += 16) {
+        if (x0 + 16 > W)
+            x0 = W - 16;
+        __m512i v[3];
+        for (int c = 0; c < 3; c++) {
+            __m512 f = _mm512_add_ps(
+                htaps16_unfused(pl + (size_t)c * pl_len, p->x.start, p->x.lo, kt, W, K, x0), half);
+            f = _mm512_min_ps(_mm512_max_ps(f, zero), top); /* NaN: max gives 0 */
+            v[c] = _mm512_cvttps_epi32(f);
+            if (flip)
+                v[c] = _mm512_permutexvar_epi32(rev, v[c]);
+        }
+        uint8_t *at = d + (size_t)(flip ? W - 16 - x0 : x0) * 3;
+        for (int k = 0; k < 3; k++) {
+            __m512i t = _mm512_permutex2var_epi32(v[0], _mm512_loadu_si512(ia[k]), v[1]);
+            t = _mm512_permutex2var_epi32(t, _mm512_loadu_si512(ib[k]), v[2]);
+            _mm_storeu_si128((__m128i *)(at + 16 * k), _mm512_cvtepi32_epi8(t));
+        }
+    }
+}
+
+/* The whole resample for float32 NCHW, or (u8 set) uint8 NHWC, the
+ * augmented pass's intermediate; W >= 16 (the last block of a row is the
+ * one ending at W, overlapping its neighbour: same values). */
 CH_AVX512 static int run_planar_avx512(const ch_resize_plan *p, const uint8_t *colbase,
                                        size_t stride, int32_t py, int flip, const ch_out_spec *o,
-                                       float *dst, ch_resize_scratch *s)
+                                       float *dst, uint8_t *u8, ch_resize_scratch *s)
 {
     const uint32_t W = p->out_w, H = p->out_h;
     const int32_t K = p->x.kmax;
@@ -513,6 +601,10 @@ CH_AVX512 static int run_planar_avx512(const ch_resize_plan *p, const uint8_t *c
             rows[j] = colbase + (size_t)(p->y.start[y] + j - py) * stride;
         vertical_planar(rows, p->y.k + (size_t)y * p->y.ksize, n, cols, pl, pl + pl_len,
                         pl + 2 * pl_len, ix);
+        if (u8) {
+            row_u8_avx512(p, pl, pl_len, kt, flip, u8 + (size_t)y * W * 3);
+            continue;
+        }
         for (int c = 0; c < 3; c++) {
             const float *src = pl + (size_t)c * pl_len;
             float *d = dst + (size_t)c * plane + (size_t)y * W;
@@ -553,7 +645,13 @@ int ch_resize_run(const ch_resize_plan *p, const uint8_t *pix, size_t stride, in
     if (o->dtype == CHUTE_DTYPE_FLOAT32 && o->layout == CHUTE_LAYOUT_NCHW && W >= 16 &&
         avx512_ok())
         return run_planar_avx512(p, pix + (size_t)(p->x.lo - px) * 3, stride, py, flip, o,
-                                 (float *)dst, s);
+                                 (float *)dst, NULL, s);
+    /* uint8 NHWC (the augmented pass's intermediate, and plain uint8
+     * outputs): the same values as the generic path below */
+    if (o->dtype == CHUTE_DTYPE_UINT8 && o->layout == CHUTE_LAYOUT_NHWC && W >= 16 &&
+        avx512_ok())
+        return run_planar_avx512(p, pix + (size_t)(p->x.lo - px) * 3, stride, py, flip, o, NULL,
+                                 (uint8_t *)dst, s);
 #endif
     const int32_t cols = p->x.hi - p->x.lo;
     const size_t len = (size_t)cols * 3;
