@@ -531,13 +531,20 @@ CH_AVX512 CH_NO_CONTRACT static void row_u8_avx512(const ch_resize_plan *p, cons
 {
     const uint32_t W = p->out_w;
     const int32_t K = p->x.kmax;
-    int32_t ia[3][16], ib[3][16];
-    for (int k = 0; k < 3; k++)
-        for (int e = 0; e < 16; e++) {
-            const int q = 16 * k + e, px = q / 3, c = q % 3;
-            ia[k][e] = c == 0 ? px : c == 1 ? 16 + px : 0;
-            ib[k][e] = c == 2 ? 16 + px : e;
-        }
+    /* output vector k, lane e holds value q = 16k + e: pixel q / 3 of
+     * channel q % 3; ia picks R (< 16) or G (16 +), ib keeps that or B */
+    static const int32_t ia[3][16] = {
+        {0, 16, 0, 1, 17, 0, 2, 18, 0, 3, 19, 0, 4, 20, 0, 5},
+        {21, 0, 6, 22, 0, 7, 23, 0, 8, 24, 0, 9, 25, 0, 10, 26},
+        {0, 11, 27, 0, 12, 28, 0, 13, 29, 0, 14, 30, 0, 15, 31, 0}};
+    static const int32_t ib[3][16] = {
+        {0, 1, 16, 3, 4, 17, 6, 7, 18, 9, 10, 19, 12, 13, 20, 15},
+        {0, 21, 2, 3, 22, 5, 6, 23, 8, 9, 24, 11, 12, 25, 14, 15},
+        {26, 1, 2, 27, 4, 5, 28, 7, 8, 29, 10, 11, 30, 13, 14, 31}};
+    const __m512i a0 = _mm512_loadu_si512(ia[0]), a1 = _mm512_loadu_si512(ia[1]),
+                  a2 = _mm512_loadu_si512(ia[2]), b0 = _mm512_loadu_si512(ib[0]),
+                  b1 = _mm512_loadu_si512(ib[1]), b2 = _mm512_loadu_si512(ib[2]);
+    const __m512i ai[3] = {a0, a1, a2}, bi[3] = {b0, b1, b2};
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #endif
@@ -558,8 +565,8 @@ CH_AVX512 CH_NO_CONTRACT static void row_u8_avx512(const ch_resize_plan *p, cons
         }
         uint8_t *at = d + (size_t)(flip ? W - 16 - x0 : x0) * 3;
         for (int k = 0; k < 3; k++) {
-            __m512i t = _mm512_permutex2var_epi32(v[0], _mm512_loadu_si512(ia[k]), v[1]);
-            t = _mm512_permutex2var_epi32(t, _mm512_loadu_si512(ib[k]), v[2]);
+            __m512i t = _mm512_permutex2var_epi32(v[0], ai[k], v[1]);
+            t = _mm512_permutex2var_epi32(t, bi[k], v[2]);
             _mm_storeu_si128((__m128i *)(at + 16 * k), _mm512_cvtepi32_epi8(t));
         }
     }
