@@ -478,5 +478,5 @@ def policy_loader(ctx):
 
 
 if __name__ == "__main__":
-    T.main({"golden": golden, "parse": parse, "draws": draws, "loader": loader,
-            "policy_draws": policy_draws, "policy_loader": policy_loader})
+    sys.exit(T.main({"golden": golden, "parse": parse, "draws": draws, "loader": loader,
+            "policy_draws": policy_draws, "policy_loader": policy_loader}))
