@@ -458,6 +458,25 @@ CH_AVX512 static void vertical_planar(const uint8_t *const *rows, const float *k
     }
 }
 
+/* cols RGB floats into three planes. */
+CH_AVX512 static void deinterleave(const float *v, size_t cols, float *pr, float *pg, float *pb,
+                                   const __m512i ix[3][2])
+{
+    const size_t nb = cols / 16;
+    float *dst[3] = {pr, pg, pb};
+    for (size_t b = 0; b < nb; b++) {
+        const __m512 a0 = _mm512_loadu_ps(v + b * 48), a1 = _mm512_loadu_ps(v + b * 48 + 16),
+                     a2 = _mm512_loadu_ps(v + b * 48 + 32);
+        for (int c = 0; c < 3; c++) {
+            __m512 t = _mm512_permutex2var_ps(a0, ix[c][0], a1);
+            _mm512_storeu_ps(dst[c] + b * 16, _mm512_permutex2var_ps(t, ix[c][1], a2));
+        }
+    }
+    for (size_t x = nb * 16; x < cols; x++)
+        for (int c = 0; c < 3; c++)
+            dst[c][x] = v[x * 3 + c];
+}
+
 /* Horizontal taps of 16 outputs [x0, x0 + 16) of one plane. */
 CH_AVX512 static inline __m512 htaps16(const float *pl, const int32_t *start, int32_t lo,
                                        const float *kt, uint32_t W, int32_t K, uint32_t x0)
@@ -587,12 +606,16 @@ CH_AVX512 static int run_planar_avx512(const ch_resize_plan *p, const uint8_t *c
     if (pl_len > SIZE_MAX / 64 / sizeof(float) || (size_t)K > SIZE_MAX / 64 / W)
         return CHUTE_ENOMEM;
     const size_t rows_b = ((size_t)p->y.ksize * sizeof(uint8_t *) + 63) & ~(size_t)63;
-    const size_t need = rows_b + (3 * pl_len + (size_t)K * W + 16) * sizeof(float);
+    /* uint8: one more row of cols RGB floats, the generic vertical pass's */
+    const size_t vrow_len = u8 ? cols * 3 : 0;
+    const size_t need =
+        rows_b + (3 * pl_len + (size_t)K * W + 16 + vrow_len) * sizeof(float);
     if (ch_buf_reserve(&s->tmp, need) != CHUTE_OK)
         return CHUTE_ENOMEM;
     const uint8_t **rows = (const uint8_t **)s->tmp.data;
     float *pl = (float *)(s->tmp.data + rows_b);
     float *kt = pl + 3 * pl_len;
+    float *vrow = kt + (size_t)K * W + 16;
     memset(pl, 0, 3 * pl_len * sizeof(float));
     for (int32_t j = 0; j < K; j++)
         for (uint32_t x = 0; x < W; x++)
@@ -606,12 +629,16 @@ CH_AVX512 static int run_planar_avx512(const ch_resize_plan *p, const uint8_t *c
         const int32_t n = p->y.count[y];
         for (int32_t j = 0; j < n; j++)
             rows[j] = colbase + (size_t)(p->y.start[y] + j - py) * stride;
-        vertical_planar(rows, p->y.k + (size_t)y * p->y.ksize, n, cols, pl, pl + pl_len,
-                        pl + 2 * pl_len, ix);
         if (u8) {
+            /* the generic path's own vertical pass (whatever contraction
+             * the compiler gave it), deinterleaved into the planes */
+            vertical(rows, p->y.k + (size_t)y * p->y.ksize, n, cols * 3, vrow);
+            deinterleave(vrow, cols, pl, pl + pl_len, pl + 2 * pl_len, ix);
             row_u8_avx512(p, pl, pl_len, kt, flip, u8 + (size_t)y * W * 3);
             continue;
         }
+        vertical_planar(rows, p->y.k + (size_t)y * p->y.ksize, n, cols, pl, pl + pl_len,
+                        pl + 2 * pl_len, ix);
         for (int c = 0; c < 3; c++) {
             const float *src = pl + (size_t)c * pl_len;
             float *d = dst + (size_t)c * plane + (size_t)y * W;
@@ -654,7 +681,8 @@ int ch_resize_run(const ch_resize_plan *p, const uint8_t *pix, size_t stride, in
         return run_planar_avx512(p, pix + (size_t)(p->x.lo - px) * 3, stride, py, flip, o,
                                  (float *)dst, NULL, s);
     /* uint8 NHWC (the augmented pass's intermediate, and plain uint8
-     * outputs): the same values as the generic path below */
+     * outputs): the same values as the generic path below (its vertical
+     * pass itself, a horizontal pass rounded as hpass_rgb's) */
     if (o->dtype == CHUTE_DTYPE_UINT8 && o->layout == CHUTE_LAYOUT_NHWC && W >= 16 &&
         avx512_ok())
         return run_planar_avx512(p, pix + (size_t)(p->x.lo - px) * 3, stride, py, flip, o, NULL,
