@@ -116,8 +116,9 @@ int ch_aug_warp(uint8_t *px, uint32_t w, uint32_t h, const double m[6], ch_buf *
     const float sfx = (float)w / 2.0f, sfy = (float)h / 2.0f;
     const float fw = (float)w, fh = (float)h;
     for (uint32_t i = 0; i < h; i++) {
-        /* the source offset of every pixel of the row (-1: outside, 0),
-         * branch-free so it vectorises, then the copy */
+        /* the source offset of every pixel of the row (-1: outside the
+         * image, which reads 0), branch-free so it vectorises, then the
+         * copy */
         const float bxi = bx[i], byi = by[i];
         for (uint32_t j = 0; j < w; j++) {
             const float gx = (ax[j] + bxi) + r20, gy = (ay[j] + byi) + r21;
@@ -167,7 +168,7 @@ static int rot90(uint8_t *px, uint32_t w, int k, ch_buf *s)
 static int rotate(uint8_t *px, uint32_t w, uint32_t h, double angle, ch_buf *s)
 {
     double a = fmod(angle, 360.0); /* Python's angle % 360 */
-    if (a != 0.0 && a < 0.0)
+    if (a < 0.0) /* -0.0 stays: Python gives 0.0, both take the angle-0 path */
         a += 360.0;
     if (a == 0.0)
         return CHUTE_OK;
