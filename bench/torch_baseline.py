@@ -16,6 +16,14 @@ prefetch_factor.  The consumer only touches each batch (reads its size), as
   eval:  Resize(size * 256 / 224) + CenterCrop(size) + ToTensor + Normalize
   (Normalize with the ImageNet mean/std; output float32 NCHW batches.)
 
+--v2 (or --policy / --erasing, which imply it): torchvision's current
+reference recipe with transforms.v2, as references/classification/presets.py
+builds it with the default PIL backend: RandomResizedCrop(size,
+antialias=True) + RandomHorizontalFlip + [TrivialAugmentWide() |
+RandAugment(2, 9) | AutoAugment()] on the PIL image + PILToTensor +
+ToDtype(float32, scale=True) + Normalize + [RandomErasing(p)]
+(bench/augment_recipe.py runs it against chute).
+
 Timing: --epochs epochs (default 2) are run, each a new shuffled pass over
 the same persistent workers.  The first --warmup-batches batches (default:
 one per worker, i.e. the first round, which every worker starts at once)
@@ -68,7 +76,12 @@ def main():
                     help="untimed first batches; default: one per worker")
     ap.add_argument("--max-batches", type=int, default=0, help="0 = no limit")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--v2", action="store_true", help="transforms.v2 reference recipe (train)")
+    ap.add_argument("--policy", choices=("none", "trivialaugment", "randaugment", "autoaugment"),
+                    default="none")
+    ap.add_argument("--erasing", type=float, default=0.0, help="RandomErasing p (v2)")
     a = ap.parse_args()
+    a.v2 = a.v2 or a.policy != "none" or a.erasing > 0
     if a.workers < 1:
         ap.error("--workers must be >= 1 (persistent workers need at least one)")
     if a.warmup_batches == 0:
@@ -82,7 +95,17 @@ def main():
 
     torch.manual_seed(a.seed)
     norm = transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
-    if a.transform == "train":
+    if a.transform == "train" and a.v2:
+        from torchvision.transforms import v2
+        steps = [v2.RandomResizedCrop(a.size, antialias=True), v2.RandomHorizontalFlip()]
+        steps += {"none": [], "trivialaugment": [v2.TrivialAugmentWide()],
+                  "randaugment": [v2.RandAugment(2, 9)], "autoaugment": [v2.AutoAugment()]}[a.policy]
+        steps += [v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
+                  v2.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])]
+        if a.erasing > 0:
+            steps.append(v2.RandomErasing(a.erasing))
+        tf = v2.Compose(steps)
+    elif a.transform == "train":
         tf = transforms.Compose([
             transforms.RandomResizedCrop(a.size),
             transforms.RandomHorizontalFlip(),
@@ -145,6 +168,7 @@ def main():
     print(json.dumps({
         "system": "torch-dataloader",
         "transform": a.transform,
+        "v2": a.v2, "policy": a.policy, "erasing": a.erasing,
         "images_per_sec": round(images / seconds, 1),
         "images": images,
         "batches": batches,

@@ -36,7 +36,11 @@ GOLDEN = os.path.join(HERE, "fixtures", "augment", "golden.npz")
 # Non-exact ops: 1 level (float sums in another order, vectorised exp, fused
 # multiply-adds where PyTorch's scalar tail does not fuse).
 BOUND = {"grayscale": 1, "brightness": 1, "contrast": 1, "saturation": 1, "hue": 1,
-         "sharpness": 1, "blur": 1, "colorjitter": 1}
+         "sharpness": 1, "blur": 1, "colorjitter": 1,
+         # the policies' Brightness, Color, Contrast and Sharpness (their
+         # geometric and the other ops are exact)
+         "trivialaugment": 1, "randaugment": 1}
+POLICIES = ("trivialaugment", "randaugment", "autoaugment")
 # and on average: an op that is off by one level on a share of its pixels is
 # wrong, however small each difference (dropping saturation's floor() gives
 # max 1, mean 0.18)
@@ -70,7 +74,11 @@ def golden(ctx):
         got = np.fromfile(out, dtype=np.uint8).reshape(src.shape)
         d = np.abs(got.astype(np.int32) - want.astype(np.int32))
         mx, mean = int(d.max()), float(d.mean())
-        r = per_op.setdefault(c["op"], [0, 0.0, 0, c["exact"]])
+        key = c["op"]
+        if key in POLICIES:  # per policy op
+            ids = meta["policy"]["ids"]
+            key += " " + "+".join(ids[int(c["args"][1 + 2 * k])] for k in range(int(c["args"][0])))
+        r = per_op.setdefault(key, [0, 0.0, 0, c["exact"]])
         r[0] = max(r[0], mx)
         r[1] += float(d.sum())
         r[2] += d.size
@@ -81,7 +89,7 @@ def golden(ctx):
                   % (c["case"], c["input"], mean, MEAN_BOUND))
     ctx.check(len(per_op) >= 14, "only %d ops in the golden file" % len(per_op))
     for op, (mx, s, n, exact) in sorted(per_op.items()):
-        print("%-13s %-6s max abs diff %d  mean %.5f" % (op, "exact" if exact else "bound",
+        print("%-30s %-6s max abs diff %d  mean %.5f" % (op, "exact" if exact else "bound",
                                                          mx, s / n))
 
 
@@ -160,6 +168,133 @@ def draws(ctx):
         # rounding h and w moves the area by at most (h + w) / 2 + 1/4 pixels
         ctx.check(0.02 * 3072 - (h + w) / 2 - 1 <= h * w <= 0.33 * 3072 + (h + w) / 2 + 1,
                   "erasing area %g outside scale (0.02, 0.33)" % (h * w))
+
+
+def chi2_crit(df, z=3.0902):
+    """The chi-square distribution's upper 0.1% point (Wilson-Hilferty)."""
+    return df * (1 - 2 / (9 * df) + z * (2 / (9 * df)) ** 0.5) ** 3
+
+
+def chi2_test(ctx, what, observed, expected, n):
+    """observed: cell -> count; expected: cell -> probability (torchvision's).
+    Cells expected below 5 draws are pooled; a drawn cell torchvision
+    cannot draw fails outright."""
+    for cell in observed:
+        ctx.check(expected.get(cell, 0) > 0, "%s: drew %r, which torchvision never draws" % (what, cell))
+    chi2, df, pool_o, pool_e = 0.0, -1, 0, 0.0
+    for cell, pr in expected.items():
+        e, o = pr * n, observed.get(cell, 0)
+        if e < 5:
+            pool_o, pool_e = pool_o + o, pool_e + e
+            continue
+        chi2 += (o - e) ** 2 / e
+        df += 1
+    if pool_e > 0:
+        chi2 += (pool_o - pool_e) ** 2 / pool_e
+        df += 1
+    crit = chi2_crit(df)
+    print("%-44s chi-square %7.1f  df %3d  (0.1%% level %.1f)" % (what, chi2, df, crit))
+    ctx.check(chi2 < crit, "%s: chi-square %.1f >= %.1f (df %d)" % (what, chi2, crit, df))
+
+
+def policy_draws(ctx):
+    """The policies' draws against the distributions torchvision's code
+    defines (its _AUGMENTATION_SPACE tables, op keys and AutoAugment's
+    sub-policies, stored in the golden fixture by the generator): chute's
+    magnitude tables equal torchvision's bit for bit; over 20,000 samples
+    the op frequencies and the (op, magnitude, sign) frequencies pass a
+    chi-square test at the 0.1% level."""
+    ctx.need_modules("numpy")
+    import numpy as np
+    tool = augtool(ctx)
+    meta = json.loads(bytes(np.load(GOLDEN)["meta"]).decode())["policy"]
+    ids, tables = meta["ids"], meta["tables"]
+    f32 = lambda v: float(np.float32(v))  # noqa: E731
+    # the tables, bit for bit, for every bin count and size the fixture has
+    for key, table in sorted(tables.items()):
+        pol, nb, size = key.split("/")
+        space = "wide" if pol == "trivialaugment" else "rand"
+        got = {}
+        for line in ctx.run([tool, "table", space, nb, size, size]).out.strip().split("\n"):
+            t = line.split()
+            got[t[0]] = (None if t[1] == "none" else [f32(v) for v in t[1:-2]], t[-1] == "1")
+        for name, (mags, signed) in table.items():
+            want = None if mags is None else [f32(v) for v in mags]
+            ctx.check(got[name] == (want, signed), "%s %s: chute %r, torchvision %r"
+                      % (key, name, got[name], (want, signed)))
+    N = 20000
+
+    def draws(spec, size):
+        out = ctx.run([tool, "draw", spec, size, size, 17, 3, N]).out.strip().split("\n")
+        rows = [[float(v) for v in line.split()[3:]] for line in out]
+        ctx.check(len(rows) == N, "%s: %d draws" % (spec, len(rows)))
+        return rows
+
+    def cell(op_id, m):
+        return (ids[op_id], abs(f32(m)), str(m).startswith("-") or np.signbit(np.float32(m)))
+
+    def space_cells(table, name, idx_prob):
+        """(name, |m|, negative) -> probability, for bins drawn with idx_prob."""
+        mags, signed = table[name]
+        if mags is None:
+            return {(name, 0.0, False): 1.0}
+        out = {}
+        for i, pr in idx_prob.items():
+            for neg in ((False, True) if signed else (False,)):
+                c = (name, f32(mags[i]), neg)
+                out[c] = out.get(c, 0) + pr * (0.5 if signed else 1.0)
+        return out
+
+    # TrivialAugmentWide: an op uniformly of its keys, a bin uniformly, a sign
+    table = tables["trivialaugment/31/224"]
+    keys = meta["keys"]["trivialaugment"]
+    rows = draws("trivialaugment", 224)
+    ops, cells = {}, {}
+    for r in rows:
+        ops[ids[int(r[1])]] = ops.get(ids[int(r[1])], 0) + 1
+        c = cell(int(r[1]), r[2])
+        cells[c] = cells.get(c, 0) + 1
+    chi2_test(ctx, "trivialaugment: op frequencies", ops, {k: 1 / len(keys) for k in keys}, N)
+    exp = {}
+    for k in keys:
+        for c, pr in space_cells(table, k, {i: 1 / 31 for i in range(31)}).items():
+            exp[c] = exp.get(c, 0) + pr / len(keys)
+    chi2_test(ctx, "trivialaugment: (op, magnitude, sign)", cells, exp, N)
+
+    # RandAugment(2, 9): per op slot, an op uniformly of its keys at bin 9
+    table = tables["randaugment/31/176"]
+    keys = meta["keys"]["randaugment"]
+    rows = draws("randaugment=2:9", 176)
+    for slot in range(2):
+        cells = {}
+        for r in rows:
+            ctx.check(int(r[0]) == 2, "randaugment=2:9 drew %d ops" % r[0])
+            c = cell(int(r[1 + 2 * slot]), r[2 + 2 * slot])
+            cells[c] = cells.get(c, 0) + 1
+        exp = {}
+        for k in keys:
+            for c, pr in space_cells(table, k, {9: 1.0}).items():
+                exp[c] = exp.get(c, 0) + pr / len(keys)
+        chi2_test(ctx, "randaugment=2:9 op %d: (op, magnitude, sign)" % slot, cells, exp, N)
+
+    # AutoAugment (ImageNet): a sub-policy uniformly; each of its two ops
+    # applied with its probability (a slot not applied is Identity here),
+    # at its bin of 10
+    table = tables["autoaugment/10/224"]
+    pols = meta["autoaugment_imagenet"]
+    rows = draws("autoaugment", 224)
+    for slot in range(2):
+        cells, exp = {}, {}
+        for r in rows:
+            c = cell(int(r[1 + 2 * slot]), r[2 + 2 * slot])
+            cells[c] = cells.get(c, 0) + 1
+        for sub in pols:
+            name, prob, idx = sub[slot]
+            skip = ("Identity", 0.0, False)
+            exp[skip] = exp.get(skip, 0) + (1 - f32(prob)) / len(pols)
+            for c, pr in space_cells(table, name, {idx: 1.0} if idx is not None else {}).items():
+                exp[c] = exp.get(c, 0) + pr * f32(prob) / len(pols)
+        chi2_test(ctx, "autoaugment op %d: (op, magnitude, sign)" % slot, cells, exp, N)
 
 
 SPEC = "colorjitter=0.4:0.4:0.4:0.1,grayscale=0.2,solarize=128:0.3,blur=3:0.1:1.5,erasing=0.25"
@@ -292,5 +427,56 @@ def loader(ctx):
         ctx.check(msg in p.out + p.err, "chute bench %r: %r lacks %r" % (flags, p.err, msg))
 
 
+def policy_loader(ctx):
+    """The policies through the loader: the same seed gives byte-identical
+    epochs with 1, 2 and 3 workers (uint8 and float32), resuming from a
+    batch gives the epoch's tail, and the recipe changes the pixels;
+    rotate=180:1 on uint8 is the plain epoch turned by 180 degrees
+    (numpy)."""
+    ctx.need_data()
+    ctx.need_modules("numpy")
+    import numpy as np
+    work = ctx.scratch("policy_loader")
+    S = 40
+    common = ["--transform", "train", "--size", S, "--batch-size", 16, "--epoch", 2, "--seed", 9]
+    for spec, dtype in (("trivialaugment,erasing=0.1", "float32"), ("randaugment=2:9", "uint8"),
+                        ("autoaugment", "uint8")):
+        outs = []
+        for w in (1, 2, 3):
+            outs.append(os.path.join(work, "w%d.bin" % w))
+            p = ctx.dump_run(ctx.tree, outs[-1], *common, "--dtype", dtype, "--workers", w,
+                             "--augment", spec)
+            ctx.check(T.parse_counts(p.out).get("samples") == 200, "%s workers %d: %r"
+                      % (spec, w, p.out))
+        ctx.check(same_file(outs[0], outs[1]) and same_file(outs[0], outs[2]),
+                  "%s: workers 1, 2, 3 give different bytes" % spec)
+        plain = os.path.join(work, "plain.bin")
+        ctx.dump_run(ctx.tree, plain, *common, "--dtype", dtype, "--workers", 2,
+                     "--augment", "invert=0")
+        _, _, a = ctx.read_dump(plain, S, dtype)
+        _, _, b = ctx.read_dump(outs[0], S, dtype)
+        changed = sum(not np.array_equal(a[k], b[k]) for k in range(a.shape[0]))
+        # TrivialAugment leaves a sample alone when it draws Identity (1/14),
+        # or an op that changes nothing there
+        ctx.check(changed >= 150, "%s changed only %d of %d samples" % (spec, changed, a.shape[0]))
+        rec = 8 + 8 + S * S * 3 * (4 if dtype == "float32" else 1)
+        with open(outs[0], "rb") as f:
+            whole = f.read()
+        part = os.path.join(work, "from5.bin")
+        ctx.dump_run(ctx.tree, part, *common, "--dtype", dtype, "--workers", 3, "--augment", spec,
+                     "--start-batch", 5)
+        with open(part, "rb") as f:
+            ctx.check(f.read() == whole[5 * 16 * rec:], "%s: resume from batch 5 differs" % spec)
+    u8p, u8r = os.path.join(work, "u8.bin"), os.path.join(work, "u8rot.bin")
+    ctx.dump_run(ctx.tree, u8p, *common, "--dtype", "uint8", "--workers", 2)
+    ctx.dump_run(ctx.tree, u8r, *common, "--dtype", "uint8", "--workers", 2,
+                 "--augment", "rotate=180:1")
+    _, _, a = ctx.read_dump(u8p, S, "uint8")
+    _, _, b = ctx.read_dump(u8r, S, "uint8")
+    want = a.reshape(-1, S, S, 3)[:, ::-1, ::-1, :].reshape(a.shape)
+    ctx.check(np.array_equal(b, want), "rotate=180:1 is not the plain epoch turned by 180")
+
+
 if __name__ == "__main__":
-    T.main({"golden": golden, "parse": parse, "draws": draws, "loader": loader})
+    sys.exit(T.main({"golden": golden, "parse": parse, "draws": draws, "loader": loader,
+            "policy_draws": policy_draws, "policy_loader": policy_loader}))

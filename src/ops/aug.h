@@ -32,7 +32,7 @@
 #include <stdio.h>
 
 #define CH_AUG_MAXP 6      /* parameters of one op */
-#define CH_AUG_MAXARGS 8   /* one sample's drawn arguments */
+#define CH_AUG_MAXARGS 16  /* one sample's drawn arguments */
 #define CH_AUG_MAXSTEPS 16 /* ops in one augment string */
 
 enum {
@@ -160,6 +160,61 @@ void ch_aug_brightness(uint8_t *px, size_t n, float f);
 void ch_aug_contrast(uint8_t *px, size_t n, float f);
 void ch_aug_saturation(uint8_t *px, size_t n, float f);
 void ch_aug_hue(uint8_t *px, size_t n, float f);
+/* contrast, saturation and sharpness with _blend's alpha given: torchvision
+ * computes alpha = 1.0 - ratio in double from the double ratio, which a
+ * policy's 1.0 + magnitude is before any float32 rounding. */
+void ch_aug_contrast_blend(uint8_t *px, size_t n, float f, float alpha);
+void ch_aug_saturation_blend(uint8_t *px, size_t n, float f, float alpha);
+int ch_aug_sharpen(uint8_t *px, uint32_t w, uint32_t h, float alpha, ch_buf *s);
+
+/* Geometry (affine.c): torchvision v2's affine / rotate on uint8, NEAREST,
+ * fill 0.  ch_aug_inverse_affine is _get_inverse_affine_matrix (scale 1,
+ * center relative to the image's middle, degrees); ch_aug_warp samples
+ * with it as _affine_grid + grid_sample do; ch_aug_geometric applies one
+ * policy op (_apply_image_or_video_transform's ShearX ... Rotate) of
+ * magnitude mag. */
+enum {
+    CH_AUG_GEO_ROTATE,
+    CH_AUG_GEO_SHEAR_X,
+    CH_AUG_GEO_SHEAR_Y,
+    CH_AUG_GEO_TRANSLATE_X,
+    CH_AUG_GEO_TRANSLATE_Y
+};
+void ch_aug_inverse_affine(double cx, double cy, double angle, double tx, double ty, double shx,
+                           double shy, double m[6]);
+int ch_aug_warp(uint8_t *px, uint32_t w, uint32_t h, const double m[6], ch_buf *s);
+int ch_aug_geometric(uint8_t *px, uint32_t w, uint32_t h, int kind, double mag, ch_buf *s);
+
+/* Policies (policy.c): the ops of torchvision's _AUGMENTATION_SPACE, by id
+ * (CH_AUG_POLICY_OPS names, torchvision's keys). */
+enum {
+    CH_AUG_P_IDENTITY,
+    CH_AUG_P_SHEAR_X,
+    CH_AUG_P_SHEAR_Y,
+    CH_AUG_P_TRANSLATE_X,
+    CH_AUG_P_TRANSLATE_Y,
+    CH_AUG_P_ROTATE,
+    CH_AUG_P_BRIGHTNESS,
+    CH_AUG_P_COLOR,
+    CH_AUG_P_CONTRAST,
+    CH_AUG_P_SHARPNESS,
+    CH_AUG_P_POSTERIZE,
+    CH_AUG_P_SOLARIZE,
+    CH_AUG_P_AUTOCONTRAST,
+    CH_AUG_P_EQUALIZE,
+    CH_AUG_P_INVERT,
+    CH_AUG_P_COUNT
+};
+extern const char *const ch_aug_policy_names[CH_AUG_P_COUNT];
+enum { CH_AUG_SPACE_WIDE, CH_AUG_SPACE_RAND }; /* TrivialAugmentWide's; RandAugment's = AutoAugment's */
+/* torch.linspace(start, end, steps)[idx] in float32 (its scalar loop). */
+float ch_aug_linspace(float start, float end, int64_t steps, int64_t idx);
+/* The magnitude of op at bin idx of nbins in a space (w x h image), and
+ * whether the space signs it. */
+float ch_aug_policy_magnitude(int space, int op, int nbins, int idx, uint32_t w, uint32_t h,
+                              int *has, int *signed_);
+/* args: [0] n, then (op id, signed magnitude) n times: apply them in order. */
+int ch_aug_policy_apply(uint8_t *px, uint32_t w, uint32_t h, const float *args, ch_buf *s);
 float ch_aug_jitter_factor(ch_rng *r, float v);
 void ch_aug_gauss_kernel(int k, float sigma, float *out);
 void ch_aug_erase_out(void *dst, const ch_out_spec *o, const float *args);

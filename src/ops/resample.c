@@ -179,13 +179,20 @@ static void write_row(const float *row, uint32_t y, int flip, const ch_out_spec 
 {
     const uint32_t W = o->size;
     const size_t plane = (size_t)o->size * o->size;
-    if (o->dtype == CHUTE_DTYPE_UINT8 && o->layout == CHUTE_LAYOUT_NHWC && !flip) {
-        /* the augmented pass's intermediate (aug.h): one contiguous row */
+    if (o->dtype == CHUTE_DTYPE_UINT8 && o->layout == CHUTE_LAYOUT_NHWC) {
+        /* the augmented pass's intermediate (aug.h): one contiguous row,
+         * its pixels reversed in place when flipped */
         uint8_t *d = (uint8_t *)dst + (size_t)y * W * 3;
         for (size_t i = 0; i < (size_t)W * 3; i++) {
             float v = row[i] + 0.5f;
             d[i] = !(v > 0.0f) ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
         }
+        for (uint32_t a = 0, b = W - 1; flip && a < b; a++, b--)
+            for (int c = 0; c < 3; c++) {
+                uint8_t t = d[a * 3 + c];
+                d[a * 3 + c] = d[b * 3 + c];
+                d[b * 3 + c] = t;
+            }
         return;
     }
     if (o->dtype == CHUTE_DTYPE_UINT8) {
@@ -451,6 +458,25 @@ CH_AVX512 static void vertical_planar(const uint8_t *const *rows, const float *k
     }
 }
 
+/* cols RGB floats into three planes. */
+CH_AVX512 static void deinterleave(const float *v, size_t cols, float *pr, float *pg, float *pb,
+                                   const __m512i ix[3][2])
+{
+    const size_t nb = cols / 16;
+    float *dst[3] = {pr, pg, pb};
+    for (size_t b = 0; b < nb; b++) {
+        const __m512 a0 = _mm512_loadu_ps(v + b * 48), a1 = _mm512_loadu_ps(v + b * 48 + 16),
+                     a2 = _mm512_loadu_ps(v + b * 48 + 32);
+        for (int c = 0; c < 3; c++) {
+            __m512 t = _mm512_permutex2var_ps(a0, ix[c][0], a1);
+            _mm512_storeu_ps(dst[c] + b * 16, _mm512_permutex2var_ps(t, ix[c][1], a2));
+        }
+    }
+    for (size_t x = nb * 16; x < cols; x++)
+        for (int c = 0; c < 3; c++)
+            dst[c][x] = v[x * 3 + c];
+}
+
 /* Horizontal taps of 16 outputs [x0, x0 + 16) of one plane. */
 CH_AVX512 static inline __m512 htaps16(const float *pl, const int32_t *start, int32_t lo,
                                        const float *kt, uint32_t W, int32_t K, uint32_t x0)
@@ -478,11 +504,99 @@ CH_AVX512 static inline __m512 htaps16(const float *pl, const int32_t *start, in
     return acc;
 }
 
-/* The whole resample for float32 NCHW; W >= 16 (the last block of a row
- * is the one ending at W, overlapping its neighbour: same values). */
+/* htaps16 with each tap's product rounded before the add (acc + k * v),
+ * as hpass_rgb computes it: the uint8 output below then holds the same
+ * values as the generic path's.  GCC's intrinsics are vector arithmetic,
+ * which it would contract into FMAs: not here. */
+#if defined(__clang__)
+#define CH_NO_CONTRACT
+#else
+#define CH_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#endif
+CH_AVX512 CH_NO_CONTRACT static inline __m512 htaps16_unfused(const float *pl, const int32_t *start, int32_t lo,
+                                               const float *kt, uint32_t W, int32_t K, uint32_t x0)
+{
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+    __m512i s = _mm512_sub_epi32(_mm512_loadu_si512(start + x0), _mm512_set1_epi32(lo));
+    const int32_t base = start[x0] - lo;
+    __m512 acc;
+    if (start[x0 + 15] - start[x0] + K - 1 < 32) {
+        const __m512 v0 = _mm512_loadu_ps(pl + base), v1 = _mm512_loadu_ps(pl + base + 16);
+        __m512i rel = _mm512_sub_epi32(s, _mm512_set1_epi32(base));
+        acc = _mm512_mul_ps(_mm512_loadu_ps(kt + x0), _mm512_permutex2var_ps(v0, rel, v1));
+        for (int32_t j = 1; j < K; j++) {
+            rel = _mm512_add_epi32(rel, _mm512_set1_epi32(1));
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(kt + (size_t)j * W + x0),
+                                                   _mm512_permutex2var_ps(v0, rel, v1)));
+        }
+    } else {
+        acc = _mm512_mul_ps(_mm512_loadu_ps(kt + x0), _mm512_i32gather_ps(s, pl, 4));
+        for (int32_t j = 1; j < K; j++) {
+            s = _mm512_add_epi32(s, _mm512_set1_epi32(1));
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(kt + (size_t)j * W + x0),
+                                                   _mm512_i32gather_ps(s, pl, 4)));
+        }
+    }
+    return acc;
+}
+
+/* One row of 16-pixel blocks as uint8 RGB (HWC): each channel's taps,
+ * + 0.5 clamped to [0, 255] and truncated (write_row's rounding), then
+ * interleaved (two permutes per output vector) and narrowed to bytes. */
+CH_AVX512 CH_NO_CONTRACT static void row_u8_avx512(const ch_resize_plan *p, const float *pl, size_t pl_len,
+                                    const float *kt, int flip, uint8_t *d)
+{
+    const uint32_t W = p->out_w;
+    const int32_t K = p->x.kmax;
+    /* output vector k, lane e holds value q = 16k + e: pixel q / 3 of
+     * channel q % 3; ia picks R (< 16) or G (16 +), ib keeps that or B */
+    static const int32_t ia[3][16] = {
+        {0, 16, 0, 1, 17, 0, 2, 18, 0, 3, 19, 0, 4, 20, 0, 5},
+        {21, 0, 6, 22, 0, 7, 23, 0, 8, 24, 0, 9, 25, 0, 10, 26},
+        {0, 11, 27, 0, 12, 28, 0, 13, 29, 0, 14, 30, 0, 15, 31, 0}};
+    static const int32_t ib[3][16] = {
+        {0, 1, 16, 3, 4, 17, 6, 7, 18, 9, 10, 19, 12, 13, 20, 15},
+        {0, 21, 2, 3, 22, 5, 6, 23, 8, 9, 24, 11, 12, 25, 14, 15},
+        {26, 1, 2, 27, 4, 5, 28, 7, 8, 29, 10, 11, 30, 13, 14, 31}};
+    const __m512i a0 = _mm512_loadu_si512(ia[0]), a1 = _mm512_loadu_si512(ia[1]),
+                  a2 = _mm512_loadu_si512(ia[2]), b0 = _mm512_loadu_si512(ib[0]),
+                  b1 = _mm512_loadu_si512(ib[1]), b2 = _mm512_loadu_si512(ib[2]);
+    const __m512i ai[3] = {a0, a1, a2}, bi[3] = {b0, b1, b2};
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+    const __m512i rev = _mm512_setr_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512 half = _mm512_set1_ps(0.5f), zero = _mm512_setzero_ps(),
+                 top = _mm512_set1_ps(255.0f);
+    for (uint32_t x0 = 0; x0 < W; x0 += 16) {
+        if (x0 + 16 > W)
+            x0 = W - 16;
+        __m512i v[3];
+        for (int c = 0; c < 3; c++) {
+            __m512 f = _mm512_add_ps(
+                htaps16_unfused(pl + (size_t)c * pl_len, p->x.start, p->x.lo, kt, W, K, x0), half);
+            f = _mm512_min_ps(_mm512_max_ps(f, zero), top); /* NaN: max gives 0 */
+            v[c] = _mm512_cvttps_epi32(f);
+            if (flip)
+                v[c] = _mm512_permutexvar_epi32(rev, v[c]);
+        }
+        uint8_t *at = d + (size_t)(flip ? W - 16 - x0 : x0) * 3;
+        for (int k = 0; k < 3; k++) {
+            __m512i t = _mm512_permutex2var_epi32(v[0], ai[k], v[1]);
+            t = _mm512_permutex2var_epi32(t, bi[k], v[2]);
+            _mm_storeu_si128((__m128i *)(at + 16 * k), _mm512_cvtepi32_epi8(t));
+        }
+    }
+}
+
+/* The whole resample for float32 NCHW, or (u8 set) uint8 NHWC, the
+ * augmented pass's intermediate; W >= 16 (the last block of a row is the
+ * one ending at W, overlapping its neighbour: same values). */
 CH_AVX512 static int run_planar_avx512(const ch_resize_plan *p, const uint8_t *colbase,
                                        size_t stride, int32_t py, int flip, const ch_out_spec *o,
-                                       float *dst, ch_resize_scratch *s)
+                                       float *dst, uint8_t *u8, ch_resize_scratch *s)
 {
     const uint32_t W = p->out_w, H = p->out_h;
     const int32_t K = p->x.kmax;
@@ -492,12 +606,16 @@ CH_AVX512 static int run_planar_avx512(const ch_resize_plan *p, const uint8_t *c
     if (pl_len > SIZE_MAX / 64 / sizeof(float) || (size_t)K > SIZE_MAX / 64 / W)
         return CHUTE_ENOMEM;
     const size_t rows_b = ((size_t)p->y.ksize * sizeof(uint8_t *) + 63) & ~(size_t)63;
-    const size_t need = rows_b + (3 * pl_len + (size_t)K * W + 16) * sizeof(float);
+    /* uint8: one more row of cols RGB floats, the generic vertical pass's */
+    const size_t vrow_len = u8 ? cols * 3 : 0;
+    const size_t need =
+        rows_b + (3 * pl_len + (size_t)K * W + 16 + vrow_len) * sizeof(float);
     if (ch_buf_reserve(&s->tmp, need) != CHUTE_OK)
         return CHUTE_ENOMEM;
     const uint8_t **rows = (const uint8_t **)s->tmp.data;
     float *pl = (float *)(s->tmp.data + rows_b);
     float *kt = pl + 3 * pl_len;
+    float *vrow = kt + (size_t)K * W + 16;
     memset(pl, 0, 3 * pl_len * sizeof(float));
     for (int32_t j = 0; j < K; j++)
         for (uint32_t x = 0; x < W; x++)
@@ -511,6 +629,14 @@ CH_AVX512 static int run_planar_avx512(const ch_resize_plan *p, const uint8_t *c
         const int32_t n = p->y.count[y];
         for (int32_t j = 0; j < n; j++)
             rows[j] = colbase + (size_t)(p->y.start[y] + j - py) * stride;
+        if (u8) {
+            /* the generic path's own vertical pass (whatever contraction
+             * the compiler gave it), deinterleaved into the planes */
+            vertical(rows, p->y.k + (size_t)y * p->y.ksize, n, cols * 3, vrow);
+            deinterleave(vrow, cols, pl, pl + pl_len, pl + 2 * pl_len, ix);
+            row_u8_avx512(p, pl, pl_len, kt, flip, u8 + (size_t)y * W * 3);
+            continue;
+        }
         vertical_planar(rows, p->y.k + (size_t)y * p->y.ksize, n, cols, pl, pl + pl_len,
                         pl + 2 * pl_len, ix);
         for (int c = 0; c < 3; c++) {
@@ -553,7 +679,14 @@ int ch_resize_run(const ch_resize_plan *p, const uint8_t *pix, size_t stride, in
     if (o->dtype == CHUTE_DTYPE_FLOAT32 && o->layout == CHUTE_LAYOUT_NCHW && W >= 16 &&
         avx512_ok())
         return run_planar_avx512(p, pix + (size_t)(p->x.lo - px) * 3, stride, py, flip, o,
-                                 (float *)dst, s);
+                                 (float *)dst, NULL, s);
+    /* uint8 NHWC (the augmented pass's intermediate, and plain uint8
+     * outputs): the same values as the generic path below (its vertical
+     * pass itself, a horizontal pass rounded as hpass_rgb's) */
+    if (o->dtype == CHUTE_DTYPE_UINT8 && o->layout == CHUTE_LAYOUT_NHWC && W >= 16 &&
+        avx512_ok())
+        return run_planar_avx512(p, pix + (size_t)(p->x.lo - px) * 3, stride, py, flip, o, NULL,
+                                 (uint8_t *)dst, s);
 #endif
     const int32_t cols = p->x.hi - p->x.lo;
     const size_t len = (size_t)cols * 3;

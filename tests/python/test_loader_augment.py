@@ -30,6 +30,15 @@ def test_same_seed_same_batches_for_any_worker_count(tree):
     assert not torch.equal(a, plain)
 
 
+@pytest.mark.parametrize("spec", ["trivialaugment,erasing=0.1", "randaugment=2:9", "autoaugment"])
+def test_policies_same_batches_for_any_worker_count(tree, spec):
+    a, ia = epoch(tree, augment=spec, workers=1, size=40)
+    b, ib = epoch(tree, augment=spec, workers=3, size=40)
+    assert torch.equal(ia, ib) and torch.equal(a, b)
+    plain, _ = epoch(tree, workers=2, size=40, augment="invert=0")
+    assert not torch.equal(a, plain)
+
+
 def test_invert_always_is_255_minus_plain(tree):
     plain, ia = epoch(tree, dtype="uint8", workers=2)
     inv, ib = epoch(tree, dtype="uint8", workers=2, augment="invert=1")
@@ -39,7 +48,10 @@ def test_invert_always_is_255_minus_plain(tree):
 
 @pytest.mark.parametrize("spec,token", [("invert,flipp", "unknown op 'flipp' at offset 7"),
                                         ("solarize=300", "'solarize=300'"),
-                                        ("colorjitter=0.4:x", "'x', not a number")])
+                                        ("colorjitter=0.4:x", "'x', not a number"),
+                                        ("randaugment=2:31",
+                                         "magnitude 31 must be below num_magnitude_bins 31"),
+                                        ("autoaugment=1", "autoaugment takes at most 0 values")])
 def test_bad_string_names_the_token(tree, spec, token):
     with pytest.raises(ValueError, match=token):
         chute.Loader(tree, **dict(KW, augment=spec))

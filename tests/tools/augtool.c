@@ -10,6 +10,8 @@
  *       each step and its parameters, or the error (exit 2)
  *   augtool draw SPEC W H SEED EPOCH N     draw N samples' args: one line
  *       per sample and step, "sample step on arg0 arg1 ..."
+ *   augtool table wide|rand NBINS W H      the policies' magnitude tables:
+ *       one line per op, "Name v0 v1 ..." or "Name none", then "signed 0|1"
  */
 #include "ops/aug.h"
 
@@ -20,7 +22,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: augtool apply OP W H IN OUT [ARG...] | parse SPEC | "
-                    "draw SPEC W H SEED EPOCH N\n");
+                    "draw SPEC W H SEED EPOCH N | table wide|rand NBINS W H\n");
     return 2;
 }
 
@@ -116,6 +118,26 @@ static int cmd_draw(int argc, char **argv)
     return 0;
 }
 
+static int cmd_table(int argc, char **argv)
+{
+    if (argc != 6)
+        return usage();
+    const int space = !strcmp(argv[2], "wide") ? CH_AUG_SPACE_WIDE : CH_AUG_SPACE_RAND;
+    const int nbins = atoi(argv[3]);
+    const uint32_t w = (uint32_t)atoi(argv[4]), h = (uint32_t)atoi(argv[5]);
+    for (int op = 0; op < CH_AUG_P_COUNT; op++) {
+        int has, sgn;
+        printf("%s", ch_aug_policy_names[op]);
+        ch_aug_policy_magnitude(space, op, nbins, 0, w, h, &has, &sgn);
+        if (!has)
+            printf(" none");
+        for (int i = 0; has && i < nbins; i++)
+            printf(" %.9g", ch_aug_policy_magnitude(space, op, nbins, i, w, h, &has, &sgn));
+        printf(" signed %d\n", sgn);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -126,5 +148,7 @@ int main(int argc, char **argv)
         return cmd_parse(argc, argv);
     if (!strcmp(argv[1], "draw"))
         return cmd_draw(argc, argv);
+    if (!strcmp(argv[1], "table"))
+        return cmd_table(argc, argv);
     return usage();
 }

@@ -48,19 +48,28 @@ static double gray_floor_sum(const uint8_t *px, size_t n)
 
 void ch_aug_contrast(uint8_t *px, size_t n, float f)
 {
+    ch_aug_contrast_blend(px, n, f, blend_alpha(f));
+}
+
+void ch_aug_contrast_blend(uint8_t *px, size_t n, float f, float alpha)
+{
     double sum = gray_floor_sum(px, n);
     /* float32 division as torch.mean: sum and n are exact in float below 2^24 */
-    const float mean = (float)sum / (float)n, alpha = blend_alpha(f);
+    const float mean = (float)sum / (float)n;
     uint8_t lut[256];
     for (int v = 0; v < 256; v++)
         lut[v] = ch_aug_blend((uint8_t)v, mean, f, alpha);
     apply_lut(px, n, lut);
 }
 
-CH_AUG_CLONES
 void ch_aug_saturation(uint8_t *px, size_t n, float f)
 {
-    const float alpha = blend_alpha(f);
+    ch_aug_saturation_blend(px, n, f, blend_alpha(f));
+}
+
+CH_AUG_CLONES
+void ch_aug_saturation_blend(uint8_t *px, size_t n, float f, float alpha)
+{
     for (size_t i = 0; i < n; i++) {
         uint8_t *q = px + i * 3;
         float g = (float)(int)ch_aug_gray(q); /* >= 0: truncation is floor */

@@ -20,7 +20,7 @@ static int draw(const float *p, uint32_t w, uint32_t h, ch_rng *r, float *args)
 }
 
 CH_AUG_CLONES
-static int apply(uint8_t *px, uint32_t w, uint32_t h, const float *args, ch_buf *s)
+int ch_aug_sharpen(uint8_t *px, uint32_t w, uint32_t h, float alpha, ch_buf *s)
 {
     if (w <= 2 || h <= 2)
         return CHUTE_OK;
@@ -31,7 +31,6 @@ static int apply(uint8_t *px, uint32_t w, uint32_t h, const float *args, ch_buf 
         return CHUTE_ENOMEM;
     uint8_t *keep = s->data;
     const float a = (float)(1.0 / 13.0), b = (float)(5.0 / 13.0);
-    const float alpha = (float)(1.0 - (double)args[0]);
     memcpy(keep, px, row);
     memcpy(keep + row, px + row, row);
     for (uint32_t y = 1; y + 1 < h; y++) {
@@ -50,6 +49,11 @@ static int apply(uint8_t *px, uint32_t w, uint32_t h, const float *args, ch_buf 
         }
     }
     return CHUTE_OK;
+}
+
+static int apply(uint8_t *px, uint32_t w, uint32_t h, const float *args, ch_buf *s)
+{
+    return ch_aug_sharpen(px, w, h, (float)(1.0 - (double)args[0]), s); /* alpha in double */
 }
 
 const ch_aug_op ch_aug_sharpness = {
