@@ -93,7 +93,9 @@ def features() -> _Dict[str, bool]:
     at build time); ``kafka``: kafka:// stream datasets (librdkafka found at
     build time); ``libdeflate``: gzip HDF5 chunks and PNG checksums go through
     libdeflate (found at build time; without it zlib gives the same bytes for
-    ~1.6x the CPU, which bench/hdf5.py's figures depend on).
+    ~1.6x the CPU, which bench/hdf5.py's figures depend on); ``video``: the
+    video format (FFmpeg's libavformat/libavcodec/libswscale found at build
+    time).
     Never raises: what cannot be determined is reported as False.
     """
     from ._chute import features as _lib_features
@@ -125,6 +127,8 @@ def features() -> _Dict[str, bool]:
     out["cuda"] = "cuda" in have
     # The inflater for gzip HDF5 chunks and PNG checks: libdeflate or zlib.
     out["libdeflate"] = "libdeflate" in have
+    # The video format: FFmpeg's libraries were found when libchute was built.
+    out["video"] = "video" in have
     return out
 
 __all__ = [
