@@ -9,9 +9,9 @@ output frame number N is the 8x8 block at x = 8k, y = 0..7, white (luma
 8x8 at these levels survive every encoder below at its default quality,
 so a test reads back which frame it got (stamp_of) whatever decoded it.
 
-    make(outdir)  writes the set below (skips files already there) and
-                  returns {name: path}; encoders this ffmpeg lacks are left
-                  out (the names say which: the test then skips them).
+    make(outdir, names=None)  writes the set below, or those named (skips
+                  files already there), and returns {name: path}; encoders
+                  this ffmpeg lacks are left out (the test then skips them).
 
   h264_long.mp4     H.264, 300 frames, GOP 250 (one keyframe inside), B-frames
   h264_bf.mkv       H.264, 120 frames, GOP 12, 3 B-frames with b-pyramid
@@ -99,7 +99,7 @@ def make_one(path, photo, frames, args):
     if "-c:a" in args:
         src = ["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=44100"] + src
         args = args + ["-map", "1:v", "-map", "0:a", "-shortest"]
-    tmp = path + ".tmp" + os.path.splitext(path)[1]
+    tmp = "%s.tmp%d%s" % (path, os.getpid(), os.path.splitext(path)[1])
     r = subprocess.run(cmd + src + args + [tmp], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True)
     if r.returncode != 0:  # SVT-AV1 chats on stderr even at -loglevel error: shown on failure only
@@ -107,7 +107,7 @@ def make_one(path, photo, frames, args):
     os.replace(tmp, path)
 
 
-def make(outdir):
+def make(outdir, names=None):
     if not shutil.which("ffmpeg"):
         raise SystemExit("make_videos: no ffmpeg command (Debian: ffmpeg)")
     os.makedirs(outdir, exist_ok=True)
@@ -115,13 +115,15 @@ def make(outdir):
     photos = photo_list()
     out = {}
     for k, (name, enc, frames, args) in enumerate(specs()):
-        if enc not in have:
+        if enc not in have or (names is not None and name not in names):
             continue
         path = os.path.join(outdir, name)
         if not os.path.exists(path):
             make_one(path, photos[k % len(photos)], frames, args)
         out[name] = path
     path = os.path.join(outdir, "audio_only.m4a")
+    if names is not None and "audio_only.m4a" not in names:
+        return out
     if not os.path.exists(path):
         subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
                         "sine=frequency=440:duration=1", "-c:a", "aac", path + ".tmp.m4a"],
