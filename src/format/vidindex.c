@@ -119,9 +119,11 @@ int ch_vix_finish(ch_vix *ix, uint64_t size, const char *name, chute_error *err)
     }
     qsort(s, n, sizeof *s, cmp_pts);
     for (size_t k = 0; k < n; k++) {
-        if (k && s[k].pts == s[k - 1].pts)
-            return free(s), ch_err(err, CHUTE_ECORRUPT, "%s: two frames with pts %lld", name,
-                                   (long long)s[k].pts);
+        if (k && s[k].pts == s[k - 1].pts) {
+            long long dup = (long long)s[k].pts;
+            free(s);
+            return ch_err(err, CHUTE_ECORRUPT, "%s: two frames with pts %lld", name, dup);
+        }
         ix->by_pts[k] = s[k].row;
         ix->rank[s[k].row] = (uint32_t)k;
     }
