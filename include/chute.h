@@ -242,7 +242,7 @@ typedef struct chute_dataset_options {
     uint32_t video_size;      /* 0: native size */
     uint32_t frames_per_clip;
     uint32_t clips_per_video;
-    int clip_sampler;         /* 0 random, 1 regular */
+    int clip_sampler;         /* chute_clip_sampler */
     uint32_t num_indices_between_frames;
     uint32_t ms_between_frames; /* nonzero: clips by presentation time */
     uint32_t sampling_range_start;
@@ -250,6 +250,12 @@ typedef struct chute_dataset_options {
     uint32_t video_max_side;
     uint64_t video_max_decoded_bytes;
 } chute_dataset_options;
+
+/* chute_dataset_options.clip_sampler (the video format). */
+typedef enum chute_clip_sampler {
+    CHUTE_CLIP_RANDOM = 0,    /* starts from (seed, epoch, sample) */
+    CHUTE_CLIP_REGULAR = 1    /* clips_per_video starts evenly spaced */
+} chute_clip_sampler;
 
 /* chute_dataset_open with options. */
 CHUTE_API int chute_dataset_open_ex(const char *path, const chute_dataset_options *opt,

@@ -102,8 +102,10 @@ _VIDEO_KEYS = ("video_size", "frames_per_clip", "clips_per_video", "num_indices_
 
 
 def _video_kwargs(kw: Dict[str, Any]) -> Dict[str, Any]:
-    """The video format's dataset options (dataset_options.def), checked."""
-    out: Dict[str, Any] = {k: _dopt(k, kw[k]) for k in _VIDEO_KEYS}
+    """The video format's dataset options (dataset_options.def), checked;
+    0 is each one's default ("0, or min..max")."""
+    out: Dict[str, Any] = {k: 0 if kw[k] == 0 and type(kw[k]) is int else _dopt(k, kw[k])
+                           for k in _VIDEO_KEYS}
     sampler = kw["clip_sampler"]
     if sampler not in _ROWS[("dataset", "clip_sampler")][5]:
         raise ValueError("clip_sampler must be one of %s, not %r"
@@ -587,7 +589,7 @@ class Loader:
         video_size: int = _xdefault("video_size", "dataset"),
         frames_per_clip: int = _xdefault("frames_per_clip", "dataset"),
         clips_per_video: int = _xdefault("clips_per_video", "dataset"),
-        clip_sampler: str = _ROWS[("dataset", "clip_sampler")][5][0],
+        clip_sampler: str = _xdefault("clip_sampler", "dataset"),
         num_indices_between_frames: int = _xdefault("num_indices_between_frames", "dataset"),
         ms_between_frames: int = _xdefault("ms_between_frames", "dataset"),
         sampling_range_start: int = _xdefault("sampling_range_start", "dataset"),

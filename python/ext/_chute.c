@@ -933,8 +933,10 @@ static int ds_check_int_kwargs(PyObject *kw)
         PyObject *o = opt_uint_from_py(r[i].name, v, &x, &bad);
         if (!o)
             return -1;
-        if (bad || x < r[i].min || x > r[i].max) {
-            PyErr_Format(PyExc_ValueError, "%s must be in %llu..%llu, got %S", r[i].name,
+        int zero_ok = r[i].def == 0 && r[i].min > 0; /* 0 = the default, as in C */
+        if (bad || (x < r[i].min && !(zero_ok && x == 0)) || x > r[i].max) {
+            PyErr_Format(PyExc_ValueError, "%s must be in %s%llu..%llu, got %S", r[i].name,
+                         zero_ok ? "0, or " : "",
                          (unsigned long long)r[i].min, (unsigned long long)r[i].max, o);
             Py_DECREF(o);
             return -1;

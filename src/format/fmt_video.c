@@ -63,7 +63,6 @@
 #include "video.h"
 
 #include "../common/checksum.h"
-#include "../common/loader_options.h"
 #include "../ops/ops.h"
 
 #include <libavcodec/avcodec.h>
@@ -112,28 +111,14 @@ typedef struct vid_impl {
     int f_video, f_frames;
 } vid_impl;
 
-/* ---- options: the defaults live in the table (dataset_options.def) ---- */
+/* ---- options ---------------------------------------------------------- */
 
-static uint64_t dopt(const chute_dataset_options *o, const char *name)
-{
-    const ch_opt_row *rows = ch_dataset_opts();
-    for (int k = 0; k < ch_dataset_opt_count(); k++) {
-        const ch_opt_row *d = &rows[k];
-        if (strcmp(d->name, name) != 0)
-            continue;
-        const uint8_t *p = (const uint8_t *)o + d->offset;
-        uint64_t v = 0;
-        if (ch_opt_row_size(d) == 8)
-            memcpy(&v, p, 8);
-        else {
-            uint32_t v32;
-            memcpy(&v32, p, 4);
-            v = v32;
-        }
-        return v ? v : d->def;
-    }
-    return 0;
-}
+/* What a zero option means (the rows' help in dataset_options.def says so). */
+#define DEF_FRAMES_PER_CLIP 16u
+#define DEF_MAX_SIDE 8192u
+#define DEF_MAX_DECODED (4ull << 30)
+
+static uint32_t or_default(uint32_t v, uint32_t def) { return v ? v : def; }
 
 /* ---- I/O through the dataset's source ---------------------------------- */
 
@@ -961,16 +946,17 @@ static int video_open(chute_dataset *ds, const char *path, const chute_dataset_o
         return ch_err(err, CHUTE_ENOMEM, "out of memory");
     ds->impl = t;
     t->src = ds->src;
-    t->T = (uint32_t)dopt(opt, "frames_per_clip");
-    t->cpv = (uint32_t)dopt(opt, "clips_per_video");
-    t->step = (uint32_t)dopt(opt, "num_indices_between_frames");
-    t->ms_step = (uint32_t)dopt(opt, "ms_between_frames");
-    t->range_start = (uint32_t)dopt(opt, "sampling_range_start");
-    t->range_end = (uint32_t)dopt(opt, "sampling_range_end");
-    t->size = (uint32_t)dopt(opt, "video_size");
-    t->max_side = (uint32_t)dopt(opt, "video_max_side");
-    t->max_decoded = dopt(opt, "video_max_decoded_bytes");
-    t->regular = opt->clip_sampler == 1;
+    t->T = or_default(opt->frames_per_clip, DEF_FRAMES_PER_CLIP);
+    t->cpv = or_default(opt->clips_per_video, 1);
+    t->step = or_default(opt->num_indices_between_frames, 1);
+    t->ms_step = opt->ms_between_frames;
+    t->range_start = opt->sampling_range_start;
+    t->range_end = opt->sampling_range_end;
+    t->size = opt->video_size;
+    t->max_side = or_default(opt->video_max_side, DEF_MAX_SIDE);
+    t->max_decoded = opt->video_max_decoded_bytes ? opt->video_max_decoded_bytes
+                                                  : DEF_MAX_DECODED;
+    t->regular = opt->clip_sampler == CHUTE_CLIP_REGULAR;
     if (opt->index_dir) {
         t->index_dir_set = 1;
         if (!(t->index_dir = strdup(opt->index_dir)))
