@@ -252,5 +252,23 @@ def hostile(ctx):
         ctx.check(open(ix, "rb").read() == good, "damaged index (byte %d) not rewritten" % cut)
 
 
+def loader(ctx):
+    """Two epochs of a 2-worker train loader over a class tree of videos:
+    every sample delivered, and (under ASan) the workers' decoder state
+    freed with the loader."""
+    exe = need(ctx)
+    v = videos(ctx, ("h264_bf.mkv", "hevc.mp4", "vp9.webm"))
+    root = os.path.join(ctx.work, "tree")
+    shutil.rmtree(root, ignore_errors=True)
+    for cls, names in (("a", ("h264_bf.mkv",)), ("b", ("hevc.mp4", "vp9.webm"))):
+        os.makedirs(os.path.join(root, cls))
+        for n in names:
+            shutil.copy(v[n], os.path.join(root, cls, n))
+    r = subprocess.run([exe, "--loader", root], capture_output=True, text=True, timeout=TIMEOUT)
+    ctx.check(r.returncode == 0 and r.stdout.strip() == "loader 12",
+              "loader: exit %d, %r" % (r.returncode, r.stdout))
+    ctx.check(not any(m in r.stderr for m in T.CRASH_MARKERS), "loader: %s" % r.stderr[-2000:])
+
+
 if __name__ == "__main__":
-    sys.exit(T.main({"exact": exact, "hostile": hostile}))
+    sys.exit(T.main({"exact": exact, "hostile": hostile, "loader": loader}))

@@ -9,6 +9,12 @@
  * decreasing); the answer is a line "ok N W H" followed by N x H x W x 3
  * bytes of RGB24, or a line "error STATUS MESSAGE".  "PATH ?" answers
  * "info FRAMES W H".  The dataset of the last PATH stays open.
+ *
+ *   vidframe --loader PATH
+ *
+ * runs a 2-worker train loader (video_size 32, 4-frame clips, 2 clips per
+ * video) over PATH for two epochs and prints "loader SAMPLES", so that an
+ * ASan build checks the per-worker decoder state is freed with the loader.
  */
 #define _GNU_SOURCE
 #include "format/video.h"
@@ -17,8 +23,55 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int run_loader(const char *path)
+{
+    chute_dataset_options d = {0};
+    d.format = "video";
+    d.index_dir = "";
+    d.video_size = 32;
+    d.frames_per_clip = 4;
+    d.clips_per_video = 2;
+    chute_dataset *ds = NULL;
+    chute_error err = {0};
+    if (chute_dataset_open_ex(path, &d, &ds, &err) != CHUTE_OK) {
+        printf("error %s\n", err.message);
+        return 1;
+    }
+    chute_loader_options o = {0};
+    o.batch_size = 3;
+    o.workers = 2;
+    o.seed = 5;
+    o.transform = CHUTE_TRANSFORM_TRAIN;
+    o.on_corrupt = CHUTE_CORRUPT_FAIL;
+    o.fields = "video,frames";
+    chute_loader *ld = NULL;
+    int rc = chute_loader_create(ds, &o, &ld, &err);
+    uint64_t seen = 0;
+    for (uint64_t epoch = 0; rc == CHUTE_OK && epoch < 2; epoch++) {
+        rc = chute_loader_start_epoch(ld, epoch, 0);
+        chute_batch *b = NULL;
+        while (rc == CHUTE_OK && (rc = chute_loader_next(ld, &b)) == CHUTE_OK) {
+            chute_batch_view v;
+            chute_batch_view_get(b, &v);
+            seen += v.count;
+            chute_batch_release(b);
+        }
+        if (rc == CHUTE_END)
+            rc = CHUTE_OK;
+    }
+    if (rc != CHUTE_OK)
+        printf("error %s %s\n", chute_status_name(rc), ld ? chute_loader_errmsg(ld) : err.message);
+    else
+        printf("loader %llu\n", (unsigned long long)seen);
+    chute_loader_destroy(ld);
+    chute_dataset_close(ds);
+    return rc != CHUTE_OK;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--loader") == 0)
+        return run_loader(argv[2]);
     const char *index_dir = NULL;
     if (argc == 3 && strcmp(argv[1], "-i") == 0)
         index_dir = argv[2];
