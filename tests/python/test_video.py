@@ -175,3 +175,18 @@ def test_loaders_release_decoders(tree):
         ld.close()
         del ld
     assert fds() <= f0 and threads() <= t0
+
+
+def test_limits_refuse_before_decoding_too_much(vids):
+    # Frames over video_max_side: refused naming the file and the option.
+    with pytest.raises(Exception, match=r"h264_bf\.mkv.*128x96.*video_max_side 64"):
+        batches(loader(vids["h264_bf.mkv"], batch_size=1, frames_per_clip=2, video_max_side=64,
+                       on_corrupt="fail"))
+    # A clip deep in a 250-frame GOP needs ~200 frames of 36 KiB decoded:
+    # over a 1 MiB budget it is refused; near the keyframe it is not.
+    kw = dict(batch_size=1, frames_per_clip=2, clip_sampler="regular",
+              video_max_decoded_bytes=1 << 20, on_corrupt="fail")
+    with pytest.raises(Exception, match=r"h264_long\.mp4.*video_max_decoded_bytes 1048576"):
+        batches(loader(vids["h264_long.mp4"], sampling_range_start=200, **kw))
+    b = batches(loader(vids["h264_long.mp4"], sampling_range_start=3, **kw))[0]
+    assert b["frames"][0].tolist() == [3, 4]
