@@ -230,7 +230,32 @@ typedef struct chute_dataset_options {
      * then comes from memory).  Per dataset handle, not shared between
      * processes.  0 = none. */
     uint64_t cache_ram_bytes;
+    /* Video (format "video", present when built with FFmpeg's libraries:
+     * chute_features() lists "video"): a video file, a directory of them
+     * (one class) or ImageFolder-style class directories of them
+     * (Kinetics/UCF).  A sample is one clip: clips_per_video samples per
+     * video.  Fields "video" (uint8, (frames_per_clip, 3, H, W), RGB as
+     * `ffmpeg -pix_fmt rgb24` converts) and "frames" (int64, the
+     * presentation index of each frame delivered).  A keyframe index is
+     * built on a video's first read and saved beside it ("F.chutevix") or
+     * in index_dir.  Zero means the default docs/OPTIONS.md lists. */
+    uint32_t video_size;      /* 0: native size */
+    uint32_t frames_per_clip;
+    uint32_t clips_per_video;
+    int clip_sampler;         /* chute_clip_sampler */
+    uint32_t num_indices_between_frames;
+    uint32_t ms_between_frames; /* nonzero: clips by presentation time */
+    uint32_t sampling_range_start;
+    uint32_t sampling_range_end;
+    uint32_t video_max_side;
+    uint64_t video_max_decoded_bytes;
 } chute_dataset_options;
+
+/* chute_dataset_options.clip_sampler (the video format). */
+typedef enum chute_clip_sampler {
+    CHUTE_CLIP_RANDOM = 0,    /* starts from (seed, epoch, sample) */
+    CHUTE_CLIP_REGULAR = 1    /* clips_per_video starts evenly spaced */
+} chute_clip_sampler;
 
 /* chute_dataset_open with options. */
 CHUTE_API int chute_dataset_open_ex(const char *path, const chute_dataset_options *opt,

@@ -10,6 +10,7 @@ PKGS=(build-essential cmake pkg-config libjpeg62-turbo-dev libspng-dev zlib1g-de
       plasma-workspace-wallpapers dataset-fashion-mnist chromium
       librdkafka-dev python3-confluent-kafka
       libdeflate-dev strace libjansson-dev
+      libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
       tmux prometheus)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -95,7 +95,9 @@ def features() -> _Dict[str, bool]:
     build time); ``libdeflate``: gzip HDF5 chunks and PNG checksums go through
     libdeflate (found at build time; without it zlib gives the same bytes for
     ~1.6x the CPU, which bench/hdf5.py's figures depend on); ``coco``: COCO
-    annotation JSON (libjansson found at build time).
+    annotation JSON (libjansson found at build time); ``video``: the
+    video format (FFmpeg's libavformat/libavcodec/libswscale found at build
+    time).
     Never raises: what cannot be determined is reported as False.
     """
     from ._chute import features as _lib_features
@@ -129,6 +131,8 @@ def features() -> _Dict[str, bool]:
     out["libdeflate"] = "libdeflate" in have
     # COCO annotation JSON: libjansson was found when libchute was built.
     out["coco"] = "coco" in have
+    # The video format: FFmpeg's libraries were found when libchute was built.
+    out["video"] = "video" in have
     return out
 
 __all__ = [

@@ -96,6 +96,24 @@ def _dopt(name: str, value: Any) -> int:
     return _uint(name, value, row[8], row[9])
 
 
+_VIDEO_KEYS = ("video_size", "frames_per_clip", "clips_per_video", "num_indices_between_frames",
+               "ms_between_frames", "sampling_range_start", "sampling_range_end",
+               "video_max_side", "video_max_decoded_bytes")
+
+
+def _video_kwargs(kw: Dict[str, Any]) -> Dict[str, Any]:
+    """The video format's dataset options (dataset_options.def), checked;
+    0 is each one's default ("0, or min..max")."""
+    out: Dict[str, Any] = {k: 0 if kw[k] == 0 and type(kw[k]) is int else _dopt(k, kw[k])
+                           for k in _VIDEO_KEYS}
+    sampler = kw["clip_sampler"]
+    if sampler not in _ROWS[("dataset", "clip_sampler")][5]:
+        raise ValueError("clip_sampler must be one of %s, not %r"
+                         % ("/".join(_ROWS[("dataset", "clip_sampler")][5]), sampler))
+    out["clip_sampler"] = sampler
+    return out
+
+
 def _opt(name: str, value: Any) -> int:
     """value checked against the table's bounds for option name."""
     row = _OPTIONS[name]
@@ -294,6 +312,22 @@ class Loader:
             Batches are dicts with ``"audio"`` (float32, as
             ``soundfile.read(dtype="float32")``), ``"length"`` (int32, the
             real frames) and ``"labels"``; ``fields=["audio"]`` picks.
+        video_size, frames_per_clip, clips_per_video, clip_sampler,
+        num_indices_between_frames, ms_between_frames, sampling_range_start,
+        sampling_range_end, video_max_side, video_max_decoded_bytes: video
+            (format ``"video"``, when ``"video" in chute.features()``: a
+            video file, a directory of them or class directories of them,
+            Kinetics/UCF layout).  A sample is one clip; batches are dicts
+            with ``"video"`` (uint8, N x T x 3 x H x W, T =
+            frames_per_clip; native size, or video_size x video_size with
+            one crop and flip for the whole clip), ``"frames"`` (int64, the
+            presentation index of each frame) and ``"labels"``.  The
+            sampler follows TorchCodec: ``clip_sampler`` "random" (starts
+            from (seed, epoch, sample): a fresh clip per video per epoch)
+            or "regular" (clips_per_video starts evenly spaced), frames
+            num_indices_between_frames apart, or ms_between_frames apart by
+            presentation time (exact for variable frame rate), inside
+            [sampling_range_start, sampling_range_end).  docs/VIDEO.md.
 
     Typed fields
         fields: names of typed fields to deliver besides images and labels
@@ -571,6 +605,16 @@ class Loader:
         stats_shm: int = _default("stats_shm"),
         direct_io: int = _xdefault("direct_io", "dataset"),
         coalesce_gap_bytes: int = _xdefault("coalesce_gap_bytes", "dataset"),
+        video_size: int = _xdefault("video_size", "dataset"),
+        frames_per_clip: int = _xdefault("frames_per_clip", "dataset"),
+        clips_per_video: int = _xdefault("clips_per_video", "dataset"),
+        clip_sampler: str = _xdefault("clip_sampler", "dataset"),
+        num_indices_between_frames: int = _xdefault("num_indices_between_frames", "dataset"),
+        ms_between_frames: int = _xdefault("ms_between_frames", "dataset"),
+        sampling_range_start: int = _xdefault("sampling_range_start", "dataset"),
+        sampling_range_end: int = _xdefault("sampling_range_end", "dataset"),
+        video_max_side: int = _xdefault("video_max_side", "dataset"),
+        video_max_decoded_bytes: int = _xdefault("video_max_decoded_bytes", "dataset"),
         parquet_memory_bytes: Optional[int] = None,
         tensorboard: Any = _xdefault("tensorboard"),
         tensorboard_every: int = _default("tensorboard_every"),
@@ -699,7 +743,8 @@ class Loader:
                                                                 cache_ram_bytes),
                                           direct_io=_dopt("direct_io", direct_io),
                                           coalesce_gap_bytes=_dopt("coalesce_gap_bytes",
-                                                                   coalesce_gap_bytes))
+                                                                   coalesce_gap_bytes),
+                                          **_video_kwargs(locals()))
         # A CSV read without a schema: every column but the label is a
         # float32 scalar field; delivered by default, and stacked as one
         # (N, columns) "features" tensor in header order (issue 22.2).
@@ -710,6 +755,9 @@ class Loader:
                                        if f["dtype"] == "float32")
             if self._csv_features:
                 fields = list(self._csv_features)
+        # A video dataset delivers its clips (and their frame indices) by default.
+        if fields is None and self.dataset.kind == "video":
+            fields = ["video", "frames"]
         self._tb_writer: Any = None
         tb_dir: Optional[str] = None
         if tensorboard is not None:

@@ -58,7 +58,9 @@ _DATASET_KEYS = frozenset((
     "format", "label_offset", "image_key", "label_key", "extra_keys", "cache_dir",
     "cache_bytes", "cache_block_bytes", "schema", "csv_no_header", "index_dir",
     "audio_samples", "audio_rate", "audio_channels_first", "cache_ram_bytes", "direct_io",
-    "coalesce_gap_bytes"))
+    "coalesce_gap_bytes", "video_size", "frames_per_clip", "clips_per_video", "clip_sampler",
+    "num_indices_between_frames", "ms_between_frames", "sampling_range_start",
+    "sampling_range_end", "video_max_side", "video_max_decoded_bytes"))
 # Loader keywords the datasource sets itself: the split and the batch layout.
 _FIXED_KEYS = frozenset((
     "rank", "world_size", "shuffle", "remainder", "return_indices", "dtype", "layout",

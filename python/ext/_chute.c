@@ -944,8 +944,10 @@ static int ds_check_int_kwargs(PyObject *kw)
         PyObject *o = opt_uint_from_py(r[i].name, v, &x, &bad);
         if (!o)
             return -1;
-        if (bad || x < r[i].min || x > r[i].max) {
-            PyErr_Format(PyExc_ValueError, "%s must be in %llu..%llu, got %S", r[i].name,
+        int zero_ok = r[i].def == 0 && r[i].min > 0; /* 0 = the default, as in C */
+        if (bad || (x < r[i].min && !(zero_ok && x == 0)) || x > r[i].max) {
+            PyErr_Format(PyExc_ValueError, "%s must be in %s%llu..%llu, got %S", r[i].name,
+                         zero_ok ? "0, or " : "",
                          (unsigned long long)r[i].min, (unsigned long long)r[i].max, o);
             Py_DECREF(o);
             return -1;
@@ -963,7 +965,11 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
                              "cache_dir", "cache_bytes", "cache_block_bytes", "schema",
                              "csv_no_header", "index_dir", "audio_samples", "audio_rate",
                              "audio_channels_first", "cache_ram_bytes", "direct_io",
-                             "coalesce_gap_bytes", NULL};
+                             "coalesce_gap_bytes", "video_size", "frames_per_clip",
+                             "clips_per_video", "clip_sampler", "num_indices_between_frames",
+                             "ms_between_frames", "sampling_range_start",
+                             "sampling_range_end", "video_max_side",
+                             "video_max_decoded_bytes", NULL};
     const char *format = NULL, *image_key = NULL, *label_key = NULL, *extra_keys = NULL;
     const char *cache_dir = NULL;
     unsigned long long cache_bytes = 0, cache_block = 0;
@@ -975,6 +981,10 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     unsigned long long cache_ram = 0;
     unsigned int direct_io = 0;
     unsigned long long coalesce_gap = 0;
+    unsigned int video_size = 0, frames_per_clip = 0, clips_per_video = 0, step = 0, ms_step = 0;
+    unsigned int range_start = 0, range_end = 0, max_side = 0;
+    const char *clip_sampler = NULL;
+    unsigned long long max_decoded = 0;
     int label_offset = 0;
     PyObject *path = NULL;
     int kind = CHUTE_SOURCE_AUTO, fail_status = 0;
@@ -982,15 +992,31 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     unsigned long long fail_sample = 0;
     if (ds_check_int_kwargs(kw))
         return -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKKzpzIIpKIK:Dataset", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i$IKIizizzzzKKzpzIIpKIKIIIzIIIIIK:Dataset",
+                                     kwlist,
                                      PyUnicode_FSConverter, &path, &kind, &delay, &fail_sample,
                                      &fail_reads, &fail_status, &format, &label_offset,
                                      &image_key, &label_key, &extra_keys, &cache_dir,
                                      &cache_bytes, &cache_block, &schema, &csv_no_header,
                                      &index_dir, &audio_samples, &audio_rate,
                                      &audio_channels_first, &cache_ram, &direct_io,
-                                     &coalesce_gap))
+                                     &coalesce_gap, &video_size, &frames_per_clip,
+                                     &clips_per_video, &clip_sampler, &step, &ms_step,
+                                     &range_start, &range_end, &max_side, &max_decoded))
         return -1;
+    int sampler = 0;
+    if (clip_sampler) {
+        const ch_opt_row *rows = ch_dataset_opts();
+        for (int k = 0; k < ch_dataset_opt_count(); k++)
+            if (strcmp(rows[k].name, "clip_sampler") == 0)
+                sampler = ch_opt_choice_find(&rows[k], clip_sampler);
+        if (sampler < 0) {
+            Py_DECREF(path);
+            PyErr_Format(PyExc_ValueError, "clip_sampler must be random or regular, not %s",
+                         clip_sampler);
+            return -1;
+        }
+    }
     if (self->ref) {
         Py_DECREF(path);
         PyErr_SetString(PyExc_RuntimeError, "Dataset is already open");
@@ -1025,6 +1051,16 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kw)
     o.cache_ram_bytes = cache_ram;
     o.direct_io = direct_io;
     o.coalesce_gap_bytes = coalesce_gap;
+    o.video_size = video_size;
+    o.frames_per_clip = frames_per_clip;
+    o.clips_per_video = clips_per_video;
+    o.clip_sampler = sampler;
+    o.num_indices_between_frames = step;
+    o.ms_between_frames = ms_step;
+    o.sampling_range_start = range_start;
+    o.sampling_range_end = range_end;
+    o.video_max_side = max_side;
+    o.video_max_decoded_bytes = max_decoded;
     Py_BEGIN_ALLOW_THREADS
     rc = chute_dataset_open_ex(p, &o, &ds, &err);
     Py_END_ALLOW_THREADS

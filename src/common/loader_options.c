@@ -291,6 +291,8 @@ int ch_opt_rows_check(const void *o, const ch_opt_row *rows, int n, chute_error 
             } else {
                 memcpy(&v, p, sizeof v);
             }
+            if (v == 0 && d->def != 0) /* zero means the default (dataset rows) */
+                v = d->def;
             /* A default of 0 below the bounds (and not computed) is a
              * value of its own: "0, or min..max". */
             int zero_ok = d->def == 0 && d->min > 0 && !(d->layers & CH_OPT_AUTO);

@@ -59,10 +59,17 @@ int chute_version_number(void) { return CHUTE_VERSION_NUMBER; }
 #else
 #define CH_FEATURE_COCO ""
 #endif
+/* "video": the video format (FFmpeg's libavformat/libavcodec/libswscale
+ * found at build time). */
+#ifdef CHUTE_HAVE_FFMPEG
+#define CH_FEATURE_VIDEO " video"
+#else
+#define CH_FEATURE_VIDEO ""
+#endif
 const char *chute_features(void)
 {
     return "jpeg" CH_FEATURE_PNG CH_FEATURE_CURL CH_FEATURE_CUDA CH_FEATURE_HDF5 CH_FEATURE_KAFKA
-        CH_FEATURE_LIBDEFLATE CH_FEATURE_COCO;
+        CH_FEATURE_LIBDEFLATE CH_FEATURE_COCO CH_FEATURE_VIDEO;
 }
 
 const char *chute_status_name(int status)

@@ -131,6 +131,10 @@ typedef struct ch_format_ops {
      * is open; *len 0 when the sample has none.  Any thread; no I/O. */
     int (*targets)(const chute_dataset *ds, uint64_t i, const uint8_t **rec, size_t *len,
                    char *what, size_t whatsz, chute_error *err);
+    /* Optional (NULL: none): free the per-worker state read_fields_ctx
+     * keeps in *ctx->state (decoder contexts, the video format); the
+     * loader calls it once per worker when it is destroyed. */
+    void (*state_free)(void *state);
 } ch_format_ops;
 
 /* What media_info reports. */
@@ -145,6 +149,9 @@ typedef struct ch_media_info {
 typedef struct ch_sample_ctx {
     uint64_t seed, epoch;
     int transform;            /* chute_transform */
+    /* The calling worker's slot for the format's own state (NULL: none;
+     * the format then makes and frees a temporary), freed by state_free. */
+    void **state;
 } ch_sample_ctx;
 
 /* Where a sample's bytes live (see locate above).  h is the source's handle
@@ -242,6 +249,9 @@ extern const ch_format_ops ch_format_tree, ch_format_shards, ch_format_tfrecord,
 extern const ch_format_ops ch_format_npy, ch_format_csv;
 extern const ch_format_ops ch_format_hdf5; /* only with CHUTE_HAVE_HDF5 */
 extern const ch_format_ops ch_format_wav;
+#ifdef CHUTE_HAVE_FFMPEG
+extern const ch_format_ops ch_format_video;
+#endif
 /* Opened only by chute_dataset_open_arrow (fmt_arrow.c), so not in ch_formats. */
 extern const ch_format_ops ch_format_arrow;
 /* The registered format called name, or NULL. */

@@ -24,6 +24,9 @@ const ch_format_ops *const ch_formats[] = {
     &ch_format_hdf5,      /* HDF5 file via libhdf5 at open only (fmt_hdf5.c) */
 #endif
     &ch_format_wav,       /* WAV audio: a tree or directory of .wav files (fmt_wav.c, wav.c) */
+#ifdef CHUTE_HAVE_FFMPEG
+    &ch_format_video,     /* video clips via libavformat/libavcodec (fmt_video.c, vidindex.c) */
+#endif
     NULL,
 };
 

@@ -297,6 +297,12 @@ static int write_atomic(const char *final, const uint8_t *buf, size_t n, int *ou
     return rc;
 }
 
+int ch_write_atomic(const char *final, const uint8_t *buf, size_t n, chute_error *err)
+{
+    int e = 0;
+    return write_atomic(final, buf, n, &e, err);
+}
+
 int ch_tfx_save(const ch_source_ops *src, const char *path, const char *index_dir,
                 const ch_tfx_want *want, const ch_tfx *ix, chute_error *err)
 {

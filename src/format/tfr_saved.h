@@ -86,6 +86,9 @@ int ch_tfx_load(const ch_source_ops *src, const char *path, const char *index_di
  * effort; returns CHUTE_OK or the last failure (callers may ignore it). */
 int ch_tfx_save(const ch_source_ops *src, const char *path, const char *index_dir,
                 const ch_tfx_want *want, const ch_tfx *ix, chute_error *err);
+/* Write buf[n] as the local file `final` atomically (a temporary in the
+ * same directory, fsync, rename): the video format's index uses it too. */
+int ch_write_atomic(const char *final, const uint8_t *buf, size_t n, chute_error *err);
 /* The index directory's path for index_dir (NULL = default) into buf;
  * 0 when there is none ("" or no HOME). */
 int ch_tfx_cache_path(const char *path, const char *index_dir, char *buf, size_t n);

@@ -150,6 +150,7 @@ typedef struct worker {
     uint64_t rng_key;         /* the sample's RNG key: the dataset index (+ copy * N with
                                  repeats), streams the sample's position (run_task) */
     ch_buf mixbuf;            /* mixup/cutmix: one sample, the batch's rolled-out last */
+    void *fmt_state;          /* the format's per-worker state (ds->fmt->state_free) */
 } worker;
 
 /* One delivered typed field: where it lives in a slot. */
@@ -642,7 +643,7 @@ static int fill_record(chute_loader *ld, worker *w, uint64_t idx, uint8_t *dst, 
         return sp->read_fields(sp, ld->ds->fields, r, req, ld->nlf, where, err);
     }
     if (ld->ds->fmt->read_fields_ctx) { /* fields transformed per epoch (audio crops) */
-        ch_sample_ctx c = {ld->o.seed, ld->sampler.epoch, (int)ld->o.transform};
+        ch_sample_ctx c = {ld->o.seed, ld->sampler.epoch, (int)ld->o.transform, &w->fmt_state};
         return ld->ds->fmt->read_fields_ctx(ld->ds, idx, req, ld->nlf, &c, &w->rbuf,
                                             ld->o.max_sample_bytes, err);
     }
@@ -1700,6 +1701,9 @@ static int refuse_in_child(chute_loader *ld, const char *call)
 static void free_worker(worker *w)
 {
     ch_decoder_destroy(w->dec);
+    if (w->fmt_state && w->ld->ds->fmt->state_free)
+        w->ld->ds->fmt->state_free(w->fmt_state);
+    w->fmt_state = NULL;
     ch_buf_free(&w->rbuf);
     ch_buf_free(&w->pbuf);
     ch_buf_free(&w->mixbuf);

@@ -27,7 +27,7 @@ ENUMS = [r for r in ROWS.values() if r["kind"] == "enum"]
 CHUTE_H = {"transform": ("train", "eval", "none"), "dtype": ("float32", "uint8", "float16"),
            "layout": ("default", "nchw", "nhwc"), "remainder": ("pad", "drop"),
            "on_corrupt": ("skip", "fail"), "shuffle": ("global", "shards"),
-           "kind": ("auto", "tree", "shards")}
+           "kind": ("auto", "tree", "shards"), "clip_sampler": ("random", "regular")}
 # The Python keyword of a row where it differs from the C name.
 PY_NAME = {("dataset", "kind"): "source_kind"}
 # The shuffle mode shares its keyword with the shuffle flag: True (the

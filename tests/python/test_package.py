@@ -15,7 +15,7 @@ import pytest
 import chute
 
 FEATURE_NAMES = {"jpeg", "png", "io_uring", "nvml", "s3", "hdf5", "kafka", "cuda", "libdeflate",
-                 "coco"}
+                 "coco", "video"}
 
 
 def _png_bytes():
@@ -76,7 +76,7 @@ def test_python_m_chute_runs_the_bundled_cli():
     assert lines[1].startswith("features: ")
     f = chute.features()
     want = {k for k in ("jpeg", "png", "io_uring", "nvml", "s3", "cuda", "hdf5", "kafka",
-                        "libdeflate", "coco") if f[k]}
+                        "libdeflate", "coco", "video") if f[k]}
     assert want | ({"http"} if f["s3"] else set()) == listed  # libcurl brings both
     p = _run([sys.executable, "-m", "chute", "no-such-command"])
     assert p.returncode == 2 and "unknown command" in p.stderr
