@@ -113,8 +113,11 @@ static void mix_f32(float *dst, const float *partner, size_t n, float a, float b
  * (PyTorch's opmath for Half on the CPU).  With the compiler's _Float16
  * the conversions are F16C instructions in the x86-64-v3 clone (round to
  * nearest even, as ch_f32_to_f16; 40x faster than the portable loop, which
- * stays for compilers without _Float16). */
-#if defined(__FLT16_MAX__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+ * stays for compilers without _Float16, and under ThreadSanitizer: a clone
+ * is an ifunc, and its resolver, instrumented, would run before the TSan
+ * runtime is up and crash every program at load). */
+#if defined(__FLT16_MAX__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) \
+    && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 static void mix_f16(uint16_t *dst, const uint16_t *partner, size_t n, float a, float b)
 {
